@@ -1,0 +1,1 @@
+//! ONNX wire types, import/export and the graph IR.

@@ -1,0 +1,1 @@
+//! Analyses (phases, schedule, liveness, memory simulation, ledger) and the recompute rewrite.

@@ -1,0 +1,1 @@
+//! Running graphs on ONNX Runtime: paired comparison, peak memory, step time.

@@ -1,0 +1,1 @@
+//! `Problem -> Plan`: which activations to recompute, from numbers only.
