@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what ckpt-opt needs to build and test, skipping what is already there:
+#   - Debian packages: coinor-libcbc-dev (the MILP solver) and pkg-config
+#   - a project-local venv (.venv) holding the pinned ONNX Runtime wheel
+# Idempotent; safe to run on every test run.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ORT_VERSION="1.31.1"
+
+need_apt=()
+for pkg in coinor-libcbc-dev pkg-config; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
+done
+if [ "${#need_apt[@]}" -gt 0 ]; then
+  echo "setup: installing ${need_apt[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+venv="$root/.venv"
+lib="$venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.$ORT_VERSION"
+# shellcheck disable=SC2086
+if ! ls $lib >/dev/null 2>&1; then
+  echo "setup: creating $venv with onnxruntime==$ORT_VERSION"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "onnxruntime==$ORT_VERSION" "numpy<3"
+fi
