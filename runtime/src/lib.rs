@@ -1,1 +1,24 @@
-//! Running graphs on ONNX Runtime: paired comparison, peak memory, step time.
+//! Running graphs on ONNX Runtime: finding the library, seeded inputs, paired comparison, peak memory, execution
+//! order and step time, on the CPU or CUDA provider.
+//!
+//! This is the only crate that names `ort`. Models cross the API as serialized ONNX bytes ([`Model`]) and tensors
+//! as [`HostTensor`]s; every entry point creates a fresh session, so measurements never share an arena.
+
+mod compare;
+mod error;
+mod generate;
+mod locate;
+mod measure;
+mod model_ops;
+mod npy;
+mod session;
+mod tensor;
+
+pub use compare::{compare, Comparison, OutputComparison, Tol, Tolerances};
+pub use error::{Result, RuntimeError, CUDA_HINT, INSTALL_HINT};
+pub use generate::{derive_seed, generate, Distribution};
+pub use locate::{init, init_with, loaded, OrtInfo, OrtSearch};
+pub use measure::{measure_peak, parse_profile, profile_order, time_steps, NodeEvent, PeakStats, StepTimes};
+pub use npy::{encode_npy, read_npy, write_npy};
+pub use session::{input_specs, run, InputSpec, Model, OptLevel, Provider, SessionConfig, CSE_OPTIMIZER};
+pub use tensor::{DType, Element, HostTensor};

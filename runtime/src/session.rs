@@ -1,0 +1,325 @@
+//! Building ONNX Runtime sessions from serialized models and running them on host tensors.
+//!
+//! Every public entry point creates a fresh session, so no run sees another's arena or memory pattern.
+
+use std::path::PathBuf;
+
+use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
+use ort::session::Session;
+
+use crate::error::{Result, RuntimeError};
+use crate::locate::environment;
+use crate::model_ops::node_ops;
+use crate::tensor::{DType, HostTensor};
+
+/// ORT's name for the optimizer that would merge recompute clones back into their originals.
+pub const CSE_OPTIMIZER: &str = "CommonSubexpressionElimination";
+
+/// A serialized ONNX model and the label errors call it by (usually its file name).
+#[derive(Debug, Clone, Copy)]
+pub struct Model<'a> {
+    pub label: &'a str,
+    pub bytes: &'a [u8],
+}
+
+impl<'a> Model<'a> {
+    pub fn new(label: &'a str, bytes: &'a [u8]) -> Model<'a> {
+        Model { label, bytes }
+    }
+}
+
+impl<'a> From<&'a [u8]> for Model<'a> {
+    fn from(bytes: &'a [u8]) -> Model<'a> {
+        Model { label: "<in-memory model>", bytes }
+    }
+}
+
+impl<'a> From<&'a Vec<u8>> for Model<'a> {
+    fn from(bytes: &'a Vec<u8>) -> Model<'a> {
+        Model::from(bytes.as_slice())
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    #[default]
+    Cpu,
+    Cuda,
+}
+
+impl std::fmt::Display for Provider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Provider::Cpu => "CPUExecutionProvider",
+            Provider::Cuda => "CUDAExecutionProvider",
+        })
+    }
+}
+
+/// ORT graph optimization level.
+///
+/// The default is `Basic` (ORT level 1): constant folding and removal of no-op nodes, which every ORT user gets,
+/// while (with [`SessionConfig::disable_cse`]) leaving the node set the planner reasoned about intact. `Extended`
+/// and `All` fuse ops (GELU, LayerNorm, attention, MatMul+Add…) and change layouts, which changes which
+/// intermediates exist, so a measured peak would no longer belong to the graph that was planned.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OptLevel {
+    Disable,
+    #[default]
+    Basic,
+    Extended,
+    All,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SessionConfig {
+    pub provider: Provider,
+    pub opt_level: OptLevel,
+    /// Disable ORT's common-subexpression elimination, which otherwise merges recompute clones away. Default true.
+    pub disable_cse: bool,
+    /// ORT's memory-pattern planner; off by default because it changes later runs' allocations.
+    pub memory_pattern: bool,
+    /// Write ORT's JSON profile with this path prefix.
+    pub profiling: Option<PathBuf>,
+    /// Intra-op threads; `None` lets ORT choose (one per physical core).
+    pub intra_threads: Option<usize>,
+}
+
+impl Default for SessionConfig {
+    fn default() -> SessionConfig {
+        SessionConfig {
+            provider: Provider::Cpu,
+            opt_level: OptLevel::Basic,
+            disable_cse: true,
+            memory_pattern: false,
+            profiling: None,
+            intra_threads: None,
+        }
+    }
+}
+
+/// One model input as the session sees it. `None` dims are symbolic (`dim_names` holds their names).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct InputSpec {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<Option<usize>>,
+    pub dim_names: Vec<String>,
+}
+
+/// Runs `model` once on a fresh session and returns every graph output, in the model's output order.
+pub fn run<'a>(model: impl Into<Model<'a>>, inputs: &[HostTensor], cfg: &SessionConfig) -> Result<Vec<HostTensor>> {
+    let model = model.into();
+    let mut session = create_session(model, cfg)?;
+    run_session(model, &mut session, inputs)
+}
+
+/// The model's graph inputs (excluding initializers), as ORT reports them.
+pub fn input_specs<'a>(model: impl Into<Model<'a>>, cfg: &SessionConfig) -> Result<Vec<InputSpec>> {
+    let model = model.into();
+    let session = create_session(model, cfg)?;
+    session
+        .inputs()
+        .iter()
+        .map(|outlet| {
+            let bad = |message: String| RuntimeError::Input {
+                model: model.label.to_string(),
+                tensor: outlet.name().to_string(),
+                message,
+            };
+            let ty = outlet.dtype();
+            let elem = ty.tensor_type().ok_or_else(|| bad(format!("is not a tensor ({ty})")))?;
+            let dtype = DType::from_ort(elem).ok_or_else(|| bad(format!("element type {elem:?} is not supported")))?;
+            let shape = ty.tensor_shape().ok_or_else(|| bad("has no shape".to_string()))?;
+            let dim_names = match ty {
+                ort::value::ValueType::Tensor { dimension_symbols, .. } => {
+                    dimension_symbols.iter().map(|s| s.to_string()).collect()
+                }
+                _ => Vec::new(),
+            };
+            Ok(InputSpec {
+                name: outlet.name().to_string(),
+                dtype,
+                shape: shape.iter().map(|&d| usize::try_from(d).ok()).collect(),
+                dim_names,
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn create_session(model: Model<'_>, cfg: &SessionConfig) -> Result<Session> {
+    let env = environment()?;
+    let label = model.label;
+    let fail = |e: ort::Error| RuntimeError::SessionCreate { model: label.to_string(), message: e.to_string() };
+    let mut builder = Session::builder(env).map_err(fail)?;
+    builder = builder
+        .with_optimization_level(match cfg.opt_level {
+            OptLevel::Disable => GraphOptimizationLevel::Disable,
+            OptLevel::Basic => GraphOptimizationLevel::Level1,
+            OptLevel::Extended => GraphOptimizationLevel::Level2,
+            OptLevel::All => GraphOptimizationLevel::All,
+        })
+        .map_err(|e| fail(e.into()))?
+        .with_memory_pattern(cfg.memory_pattern)
+        .map_err(|e| fail(e.into()))?;
+    if cfg.disable_cse {
+        builder = builder.with_disabled_optimizers(CSE_OPTIMIZER).map_err(|e| fail(e.into()))?;
+    }
+    if let Some(threads) = cfg.intra_threads {
+        builder = builder.with_intra_threads(threads).map_err(|e| fail(e.into()))?;
+    }
+    if let Some(prefix) = &cfg.profiling {
+        builder = builder.with_profiling(prefix).map_err(|e| fail(e.into()))?;
+    }
+    builder = register_provider(builder, cfg.provider)?;
+    builder.commit_from_memory(model.bytes).map_err(|e| classify_create_error(model, cfg.provider, e))
+}
+
+#[cfg(feature = "cuda")]
+fn register_provider(builder: SessionBuilder, provider: Provider) -> Result<SessionBuilder> {
+    match provider {
+        Provider::Cpu => Ok(builder),
+        Provider::Cuda => builder
+            .with_execution_providers([ort::ep::CUDA::default().build().error_on_failure()])
+            .map_err(|e| RuntimeError::CudaUnavailable { reason: e.to_string() }),
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn register_provider(builder: SessionBuilder, provider: Provider) -> Result<SessionBuilder> {
+    match provider {
+        Provider::Cpu => Ok(builder),
+        Provider::Cuda => Err(RuntimeError::CudaUnavailable {
+            reason: "this build of ckpt-runtime has no CUDA support (feature `cuda` is off)".to_string(),
+        }),
+    }
+}
+
+/// Session creation failures that have a known cause get their own error: missing training ops, a CUDA EP that
+/// cannot load.
+fn classify_create_error(model: Model<'_>, provider: Provider, e: ort::Error) -> RuntimeError {
+    let message = e.to_string();
+    let op_missing = ["No Op registered for", "not a registered function/op", "Could not find an implementation"]
+        .iter()
+        .any(|m| message.contains(m));
+    if op_missing {
+        let mut ops: Vec<String> = node_ops(model.bytes)
+            .into_iter()
+            .filter(|(domain, op)| {
+                !domain.is_empty()
+                    && domain != "ai.onnx"
+                    && (is_training_op(domain, op) || mentions_op(&message, op))
+            })
+            .map(|(domain, op)| if domain.is_empty() { op } else { format!("{domain}:{op}") })
+            .collect();
+        ops.sort();
+        ops.dedup();
+        if !ops.is_empty() {
+            return RuntimeError::MissingTrainingOps { model: model.label.to_string(), ops, message };
+        }
+    }
+    if provider == Provider::Cuda && (message.contains("CUDA") || message.contains("cuda")) {
+        return RuntimeError::CudaUnavailable { reason: message };
+    }
+    RuntimeError::SessionCreate { model: model.label.to_string(), message }
+}
+
+/// Ops that exist only in ORT builds with training enabled (gradient kernels, in-place optimizer updates).
+fn is_training_op(domain: &str, op: &str) -> bool {
+    const TRAINING_ONLY: &[&str] = &[
+        "InPlaceAccumulator",
+        "InPlaceAccumulatorV2",
+        "ZeroGradient",
+        "AdamOptimizer",
+        "AdamWOptimizer",
+        "SGDOptimizer",
+        "SGDOptimizerV2",
+        "LambOptimizer",
+        "SoftmaxCrossEntropyLossInternal",
+        "SoftmaxCrossEntropyLossInternalGrad",
+        "PassThrough",
+        "YieldOp",
+        "ConcatTraining",
+        "SplitTraining",
+        "BatchNormalizationInternal",
+        "DropoutGrad",
+        "BitmaskDropoutGrad",
+        "ReduceAllL2",
+        "MixedPrecisionScale",
+        "GatherElementsGrad",
+        "SliceGrad",
+        "ExpandGrad",
+        "FakeQuantGrad",
+    ];
+    (domain == "com.microsoft" || domain.starts_with("com.microsoft."))
+        && (op.ends_with("Grad") || TRAINING_ONLY.contains(&op))
+}
+
+fn mentions_op(message: &str, op: &str) -> bool {
+    !op.is_empty()
+        && [format!("for {op} "), format!(" {op}("), format!("({op})"), format!(", {op},"), format!(":{op}(")]
+            .iter()
+            .any(|p| message.contains(p.as_str()))
+}
+
+pub(crate) fn run_session(model: Model<'_>, session: &mut Session, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+    let feeds = feeds(model, session, inputs)?;
+    let output_names: Vec<String> = session.outputs().iter().map(|o| o.name().to_string()).collect();
+    let mut outputs = session
+        .run(feeds)
+        .map_err(|e| RuntimeError::Run { model: model.label.to_string(), message: e.to_string() })?;
+    output_names
+        .iter()
+        .map(|name| {
+            let value = outputs.remove(name.as_str()).ok_or_else(|| RuntimeError::Run {
+                model: model.label.to_string(),
+                message: format!("ORT returned no value for output `{name}`"),
+            })?;
+            HostTensor::from_ort(name, value)
+        })
+        .collect()
+}
+
+/// Matches host tensors to the session's inputs by name: every graph input must be fed (initializers that are also
+/// inputs may be), nothing unknown may be, and dtypes and fixed dims must agree.
+pub(crate) fn feeds(
+    model: Model<'_>,
+    session: &Session,
+    inputs: &[HostTensor],
+) -> Result<Vec<(String, ort::value::DynTensor)>> {
+    let err = |tensor: &str, message: String| RuntimeError::Input {
+        model: model.label.to_string(),
+        tensor: tensor.to_string(),
+        message,
+    };
+    let overridable: Vec<String> = session.overridable_initializers().iter().map(|i| i.name().to_string()).collect();
+    for outlet in session.inputs() {
+        if !inputs.iter().any(|t| t.name == outlet.name()) && !overridable.iter().any(|n| n == outlet.name()) {
+            return Err(err(outlet.name(), format!("is a graph input but was not given ({})", outlet.dtype())));
+        }
+    }
+    let mut feeds = Vec::with_capacity(inputs.len());
+    for t in inputs {
+        let Some(outlet) = session.inputs().iter().find(|o| o.name() == t.name) else {
+            let known: Vec<&str> = session.inputs().iter().map(|o| o.name()).collect();
+            return Err(err(&t.name, format!("is not an input of the model (inputs: {})", known.join(", "))));
+        };
+        let ty = outlet.dtype();
+        if let Some(elem) = ty.tensor_type() {
+            if elem != t.dtype.to_ort() {
+                return Err(err(&t.name, format!("given {} but the model wants {ty}", t.dtype)));
+            }
+        }
+        if let Some(shape) = ty.tensor_shape() {
+            let fits = shape.len() == t.shape.len()
+                && shape.iter().zip(&t.shape).all(|(&want, &have)| want < 0 || want as usize == have);
+            if !fits {
+                return Err(err(&t.name, format!("given shape {:?} but the model wants {ty}", t.shape)));
+            }
+        }
+        feeds.push((t.name.clone(), t.to_ort()?));
+    }
+    Ok(feeds)
+}
