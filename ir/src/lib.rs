@@ -1,1 +1,39 @@
 //! ONNX wire types, import/export and the graph IR.
+//!
+//! `import_file` reads a model into a [`Graph`] (typed ids, first-class tensors with
+//! dtypes and symbolic shapes); `export` writes it back, losslessly for everything no
+//! patch changed; [`Patch`] is the only way to change a graph's structure, and
+//! [`verify`] checks the invariants after each one; [`print_graph`] is the stable text
+//! form snapshot tests compare.
+
+/// The ONNX protobuf messages, generated from `proto/onnx.proto`.
+#[allow(clippy::all, missing_docs)]
+pub mod onnx {
+    include!(concat!(env!("OUT_DIR"), "/onnx.rs"));
+}
+
+pub mod build;
+mod dtype;
+mod error;
+mod export;
+mod graph;
+mod ids;
+mod import;
+mod patch;
+mod shape;
+mod text;
+mod verify;
+
+pub use dtype::DType;
+pub use error::{ExportError, ImportError, VerifyError};
+pub use export::{export, export_bytes, write_atomic};
+pub use graph::{normalise_domain, Graph, InitData, Node, NodeOrigin, Tensor, TensorSource, ONNX_DOMAIN};
+pub use ids::{NodeId, TensorId};
+pub use import::{import_bytes, import_file, import_model, MAX_IR_VERSION};
+pub use patch::{Applied, NewNode, NewTensor, Patch, PatchError, Rewire, TensorRef};
+pub use shape::{Bindings, Dim, Poly, Shape, ShapeError};
+pub use text::{print_graph, print_graph_with, type_str};
+pub use verify::verify;
+
+pub use bytes::Bytes;
+pub use prost::Message;

@@ -1,0 +1,385 @@
+//! The graph IR: nodes and first-class tensors over a petgraph `StableDiGraph`.
+//!
+//! Invariants (checked by [`crate::verify`]): every tensor has at most one producer;
+//! every node input names a tensor that is a graph input, an initializer or the output of
+//! a node earlier in file order; the node graph is acyclic. petgraph indices never leave
+//! this module: callers see [`NodeId`] and [`TensorId`].
+//!
+//! The graph keeps the imported `ModelProto` as its template, so that everything the pass
+//! does not change (initializers, external data references, metadata, functions,
+//! value_info, doc strings, attributes) is exported byte for byte as it came in.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use petgraph::stable_graph::{NodeIndex, StableDiGraph};
+use petgraph::visit::NodeIndexable;
+
+use crate::dtype::DType;
+use crate::ids::{NodeId, TensorId};
+use crate::onnx;
+use crate::shape::Shape;
+
+/// The ONNX default domain, as node keys spell it.
+pub const ONNX_DOMAIN: &str = "ai.onnx";
+
+/// Where an initializer's bytes live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InitData {
+    /// In the model file (raw_data or typed fields).
+    Embedded,
+    /// In another file, never read to plan: `location` relative to the model directory.
+    External { location: String, offset: u64, length: Option<u64> },
+}
+
+/// Where a tensor's value comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TensorSource {
+    /// Fed by the caller at run time.
+    GraphInput,
+    /// A constant stored with the model; `overridable` when also listed as a graph input.
+    Initializer { data: InitData, overridable: bool },
+    /// Computed by a node.
+    Node(NodeId),
+}
+
+/// A value of the graph.
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    pub name: String,
+    /// `None` until known from the file or inferred.
+    pub dtype: Option<DType>,
+    /// `None` when the rank is unknown.
+    pub shape: Option<Shape>,
+    pub source: TensorSource,
+    /// Listed in the graph's outputs.
+    pub is_output: bool,
+    pub(crate) consumers: Vec<NodeId>,
+}
+
+impl Tensor {
+    /// Nodes reading this tensor, once each, in the order they were connected.
+    pub fn consumers(&self) -> &[NodeId] {
+        &self.consumers
+    }
+
+    /// The producing node, if computed by one.
+    pub fn producer(&self) -> Option<NodeId> {
+        match self.source {
+            TensorSource::Node(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    pub fn is_graph_input(&self) -> bool {
+        matches!(self.source, TensorSource::GraphInput)
+    }
+
+    pub fn is_initializer(&self) -> bool {
+        matches!(self.source, TensorSource::Initializer { .. })
+    }
+}
+
+/// How a node came to be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeOrigin {
+    /// Read from the model file.
+    Imported,
+    /// A recompute clone of the named original node.
+    Recompute { of: NodeId },
+}
+
+/// An operator application.
+#[derive(Clone, Debug)]
+pub struct Node {
+    /// The node's name in the file (may be empty; ONNX names are optional).
+    pub name: String,
+    /// Normalised domain: `ai.onnx` for the default domain.
+    pub domain: String,
+    pub op_type: String,
+    /// One entry per input slot; `None` for an omitted optional input (`""` in the file).
+    pub inputs: Vec<Option<TensorId>>,
+    /// One entry per output slot; `None` for an omitted optional output.
+    pub outputs: Vec<Option<TensorId>>,
+    pub origin: NodeOrigin,
+    /// The node as stored in the file: attributes, doc string, metadata, overload.
+    /// Its input/output name lists are rewritten from `inputs`/`outputs` on export.
+    pub(crate) proto: onnx::NodeProto,
+}
+
+impl Node {
+    /// The attribute named `name`.
+    pub fn attr(&self, name: &str) -> Option<&onnx::AttributeProto> {
+        self.proto.attribute.iter().find(|a| a.name.as_deref() == Some(name))
+    }
+
+    /// All attributes, in file order.
+    pub fn attributes(&self) -> &[onnx::AttributeProto] {
+        &self.proto.attribute
+    }
+
+    pub fn attr_i(&self, name: &str) -> Option<i64> {
+        self.attr(name).and_then(|a| a.i)
+    }
+
+    pub fn attr_f(&self, name: &str) -> Option<f32> {
+        self.attr(name).and_then(|a| a.f)
+    }
+
+    pub fn attr_ints(&self, name: &str) -> Option<&[i64]> {
+        self.attr(name).map(|a| a.ints.as_slice())
+    }
+
+    pub fn attr_s(&self, name: &str) -> Option<String> {
+        self.attr(name).and_then(|a| a.s.as_ref()).map(|s| String::from_utf8_lossy(s).into_owned())
+    }
+
+    pub fn attr_t(&self, name: &str) -> Option<&onnx::TensorProto> {
+        self.attr(name).and_then(|a| a.t.as_ref())
+    }
+
+    /// Present inputs, skipping omitted optional slots.
+    pub fn input_tensors(&self) -> impl Iterator<Item = TensorId> + '_ {
+        self.inputs.iter().flatten().copied()
+    }
+
+    /// Present outputs, skipping omitted optional slots.
+    pub fn output_tensors(&self) -> impl Iterator<Item = TensorId> + '_ {
+        self.outputs.iter().flatten().copied()
+    }
+
+    /// `domain::op_type`, or just `op_type` in the default domain.
+    pub fn op_label(&self) -> String {
+        if self.domain == ONNX_DOMAIN {
+            self.op_type.clone()
+        } else {
+            format!("{}::{}", self.domain, self.op_type)
+        }
+    }
+
+    /// A name for messages: the file name, or `op_type` and id when unnamed.
+    pub fn display_name(&self, id: NodeId) -> String {
+        if self.name.is_empty() {
+            format!("{} {}", self.op_type, id)
+        } else {
+            self.name.clone()
+        }
+    }
+}
+
+/// A training graph.
+#[derive(Clone, Debug)]
+pub struct Graph {
+    pub(crate) model: onnx::ModelProto,
+    pub(crate) g: StableDiGraph<Node, TensorId>,
+    pub(crate) tensors: Vec<Tensor>,
+    pub(crate) by_name: HashMap<String, TensorId>,
+    /// Nodes in file order; ONNX Runtime numbers nodes in this order.
+    pub(crate) order: Vec<NodeId>,
+    pub(crate) inputs: Vec<TensorId>,
+    pub(crate) outputs: Vec<TensorId>,
+    /// value_info entries for tensors that patches created.
+    pub(crate) added_value_info: Vec<onnx::ValueInfoProto>,
+    /// The directory external data is resolved against.
+    pub(crate) dir: Option<PathBuf>,
+}
+
+pub(crate) fn nx(id: NodeId) -> NodeIndex {
+    NodeIndex::new(id.index())
+}
+
+impl Graph {
+    /// The model this graph was imported from (as imported, before any patch).
+    pub fn model(&self) -> &onnx::ModelProto {
+        &self.model
+    }
+
+    pub fn ir_version(&self) -> i64 {
+        self.model.ir_version.unwrap_or(0)
+    }
+
+    /// Opset imports as (normalised domain, version).
+    pub fn opsets(&self) -> Vec<(String, i64)> {
+        self.model
+            .opset_import
+            .iter()
+            .map(|o| (normalise_domain(o.domain.as_deref().unwrap_or("")), o.version.unwrap_or(0)))
+            .collect()
+    }
+
+    /// The opset version imported for `domain` (normalised).
+    pub fn opset(&self, domain: &str) -> Option<i64> {
+        self.opsets().into_iter().find(|(d, _)| d == domain).map(|(_, v)| v)
+    }
+
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.g[nx(id)]
+    }
+
+    pub fn tensor(&self, id: TensorId) -> &Tensor {
+        &self.tensors[id.index()]
+    }
+
+    /// Tensor by name.
+    pub fn tensor_id(&self, name: &str) -> Option<TensorId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// All tensor ids, in creation order.
+    pub fn tensor_ids(&self) -> impl Iterator<Item = TensorId> + '_ {
+        (0..self.tensors.len() as u32).map(TensorId)
+    }
+
+    pub fn tensor_count(&self) -> usize {
+        self.tensors.len()
+    }
+
+    /// Nodes in file order.
+    pub fn nodes(&self) -> &[NodeId] {
+        &self.order
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Upper bound of node indices, for side tables indexed by `NodeId::index`.
+    pub fn node_bound(&self) -> usize {
+        self.g.node_bound()
+    }
+
+    pub fn inputs(&self) -> &[TensorId] {
+        &self.inputs
+    }
+
+    pub fn outputs(&self) -> &[TensorId] {
+        &self.outputs
+    }
+
+    /// Initializers, in tensor order.
+    pub fn initializers(&self) -> impl Iterator<Item = TensorId> + '_ {
+        self.tensor_ids().filter(|&t| self.tensor(t).is_initializer())
+    }
+
+    /// Nodes that consume an output of `n` (once each, ordered by id).
+    pub fn successors(&self, n: NodeId) -> Vec<NodeId> {
+        let mut v: Vec<NodeId> = self.g.neighbors(nx(n)).map(|i| NodeId(i.index() as u32)).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Nodes producing an input of `n` (once each, ordered by id).
+    pub fn predecessors(&self, n: NodeId) -> Vec<NodeId> {
+        let mut v: Vec<NodeId> = self
+            .g
+            .neighbors_directed(nx(n), petgraph::Direction::Incoming)
+            .map(|i| NodeId(i.index() as u32))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Position of each node in file order, indexed by `NodeId::index` (`usize::MAX` if absent).
+    pub fn file_positions(&self) -> Vec<usize> {
+        let mut pos = vec![usize::MAX; self.node_bound()];
+        for (i, n) in self.order.iter().enumerate() {
+            pos[n.index()] = i;
+        }
+        pos
+    }
+
+    /// Symbolic dim names used by any tensor, sorted.
+    pub fn symbols(&self) -> Vec<String> {
+        let mut v: Vec<String> =
+            self.tensors.iter().filter_map(|t| t.shape.as_ref()).flat_map(|s| s.symbols()).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// The directory the model was read from (external data resolves against it).
+    pub fn dir(&self) -> Option<&std::path::Path> {
+        self.dir.as_deref()
+    }
+
+    /// Set a tensor's dtype and shape (used by shape inference, which fills what the file
+    /// left out; it never changes structure).
+    pub fn set_type(&mut self, t: TensorId, dtype: Option<DType>, shape: Option<Shape>) {
+        let tensor = &mut self.tensors[t.index()];
+        tensor.dtype = dtype;
+        tensor.shape = shape;
+    }
+
+    // ---- structural mutation: crate-private, used by import and `Patch::apply` only ----
+
+    pub(crate) fn add_tensor(&mut self, t: Tensor) -> TensorId {
+        let id = TensorId(self.tensors.len() as u32);
+        self.by_name.insert(t.name.clone(), id);
+        self.tensors.push(t);
+        id
+    }
+
+    pub(crate) fn add_node(&mut self, node: Node) -> NodeId {
+        let inputs: Vec<TensorId> = node.input_tensors().collect();
+        let outputs: Vec<TensorId> = node.output_tensors().collect();
+        let id = NodeId(self.g.add_node(node).index() as u32);
+        for t in outputs {
+            self.tensors[t.index()].source = TensorSource::Node(id);
+        }
+        for t in inputs {
+            self.connect(t, id);
+        }
+        id
+    }
+
+    /// Record that `consumer` reads `t` (edge from its producer, consumer list).
+    pub(crate) fn connect(&mut self, t: TensorId, consumer: NodeId) {
+        let tensor = &mut self.tensors[t.index()];
+        if !tensor.consumers.contains(&consumer) {
+            tensor.consumers.push(consumer);
+        }
+        if let TensorSource::Node(p) = tensor.source {
+            if self.g.find_edge(nx(p), nx(consumer)).map(|e| self.g[e]) != Some(t) {
+                self.g.add_edge(nx(p), nx(consumer), t);
+            }
+        }
+    }
+
+    /// Remove the record of `consumer` reading `t`, if no slot of it still does.
+    pub(crate) fn disconnect(&mut self, t: TensorId, consumer: NodeId) {
+        if self.g[nx(consumer)].inputs.contains(&Some(t)) {
+            return;
+        }
+        self.tensors[t.index()].consumers.retain(|&c| c != consumer);
+        if let TensorSource::Node(p) = self.tensors[t.index()].source {
+            let edges: Vec<_> = self
+                .g
+                .edges_connecting(nx(p), nx(consumer))
+                .filter(|e| *e.weight() == t)
+                .map(|e| petgraph::visit::EdgeRef::id(&e))
+                .collect();
+            for e in edges {
+                self.g.remove_edge(e);
+            }
+        }
+    }
+
+    pub(crate) fn node_mut(&mut self, id: NodeId) -> &mut Node {
+        &mut self.g[nx(id)]
+    }
+
+    pub(crate) fn has_cycle(&self) -> bool {
+        petgraph::algo::is_cyclic_directed(&self.g)
+    }
+}
+
+/// `""` and `ai.onnx` are the same domain.
+pub fn normalise_domain(d: &str) -> String {
+    if d.is_empty() {
+        ONNX_DOMAIN.to_string()
+    } else {
+        d.to_string()
+    }
+}

@@ -1,0 +1,358 @@
+//! File → [`Graph`]. Decodes the ModelProto without copying raw tensor bytes, builds
+//! first-class tensors with dtypes and (symbolic) shapes from inputs, outputs,
+//! initializers and value_info, and rejects malformed graphs with an error that names
+//! the node or tensor. External data is located and checked, never read.
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+
+use bytes::Bytes;
+use petgraph::stable_graph::StableDiGraph;
+use prost::Message;
+
+use crate::dtype::DType;
+use crate::error::ImportError;
+use crate::graph::{normalise_domain, Graph, InitData, Node, NodeOrigin, Tensor, TensorSource};
+use crate::ids::{NodeId, TensorId};
+use crate::onnx;
+use crate::shape::{Dim, Shape};
+
+/// The newest ONNX IR version the schema in `proto/onnx.proto` covers.
+pub const MAX_IR_VERSION: i64 = 11;
+
+/// Read and import the model at `path`.
+pub fn import_file(path: &Path) -> Result<Graph, ImportError> {
+    let data = std::fs::read(path).map_err(|source| ImportError::Io { path: path.to_path_buf(), source })?;
+    let dir = path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p });
+    import_bytes(Bytes::from(data), path, dir)
+}
+
+/// Import a serialized model. `path` is only used in messages; `dir` is where external
+/// data is looked for (`None`: external data is an error).
+pub fn import_bytes(data: Bytes, path: &Path, dir: Option<&Path>) -> Result<Graph, ImportError> {
+    if data.is_empty() {
+        return Err(ImportError::Empty { path: path.to_path_buf() });
+    }
+    let model = onnx::ModelProto::decode(data)
+        .map_err(|source| ImportError::Decode { path: path.to_path_buf(), source })?;
+    import_model(model, path, dir)
+}
+
+/// Import a decoded model.
+pub fn import_model(model: onnx::ModelProto, path: &Path, dir: Option<&Path>) -> Result<Graph, ImportError> {
+    let ir = model.ir_version.ok_or_else(|| ImportError::NoIrVersion { path: path.to_path_buf() })?;
+    if ir > MAX_IR_VERSION {
+        return Err(ImportError::IrVersionTooNew { path: path.to_path_buf(), found: ir, max: MAX_IR_VERSION });
+    }
+    let proto_graph = model.graph.clone().ok_or_else(|| ImportError::NoGraph { path: path.to_path_buf() })?;
+
+    let mut graph = Graph {
+        model,
+        g: StableDiGraph::new(),
+        tensors: Vec::new(),
+        by_name: HashMap::new(),
+        order: Vec::new(),
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        added_value_info: Vec::new(),
+        dir: dir.map(Path::to_path_buf),
+    };
+    let mut unknown_dims = 0usize;
+
+    // Graph inputs.
+    for vi in &proto_graph.input {
+        let name = vi.name.clone().unwrap_or_default();
+        let (dtype, shape) = value_type(vi, &mut unknown_dims)?;
+        let id = graph.add_tensor(Tensor {
+            name,
+            dtype,
+            shape,
+            source: TensorSource::GraphInput,
+            is_output: false,
+            consumers: Vec::new(),
+        });
+        graph.inputs.push(id);
+    }
+
+    // Initializers (an initializer that is also a graph input is overridable).
+    for init in &proto_graph.initializer {
+        let name = init.name.clone().unwrap_or_default();
+        let dtype = tensor_dtype(&name, init.data_type.unwrap_or(0))?;
+        let shape = dims_shape(&name, &init.dims)?;
+        check_size(&name, dtype, &shape)?;
+        let data = init_data(&name, init, graph.dir.as_deref())?;
+        match graph.by_name.get(&name).copied() {
+            Some(id) => {
+                let t = &mut graph.tensors[id.index()];
+                t.source = TensorSource::Initializer { data, overridable: true };
+                t.dtype = t.dtype.or(dtype);
+                if t.shape.is_none() {
+                    t.shape = Some(shape);
+                }
+            }
+            None => {
+                graph.add_tensor(Tensor {
+                    name,
+                    dtype,
+                    shape: Some(shape),
+                    source: TensorSource::Initializer { data, overridable: false },
+                    is_output: false,
+                    consumers: Vec::new(),
+                });
+            }
+        }
+    }
+    for sp in &proto_graph.sparse_initializer {
+        if let Some(values) = &sp.values {
+            let name = values.name.clone().unwrap_or_default();
+            let dtype = tensor_dtype(&name, values.data_type.unwrap_or(0))?;
+            let shape = dims_shape(&name, &sp.dims)?;
+            if !graph.by_name.contains_key(&name) {
+                graph.add_tensor(Tensor {
+                    name,
+                    dtype,
+                    shape: Some(shape),
+                    source: TensorSource::Initializer { data: InitData::Embedded, overridable: false },
+                    is_output: false,
+                    consumers: Vec::new(),
+                });
+            }
+        }
+    }
+
+    // Nodes with their outputs first (so that the producer of every name is known), then inputs.
+    let mut producer_label: HashMap<TensorId, String> = HashMap::new();
+    let mut ids: Vec<NodeId> = Vec::with_capacity(proto_graph.node.len());
+    for (i, np) in proto_graph.node.iter().enumerate() {
+        let label = node_label(np, i);
+        let mut outputs = Vec::with_capacity(np.output.len());
+        for out in &np.output {
+            if out.is_empty() {
+                outputs.push(None);
+                continue;
+            }
+            if let Some(&existing) = graph.by_name.get(out) {
+                let first = match &graph.tensors[existing.index()].source {
+                    TensorSource::GraphInput => "the graph inputs".to_string(),
+                    TensorSource::Initializer { .. } => "the initializers".to_string(),
+                    TensorSource::Node(_) => producer_label.get(&existing).cloned().unwrap_or_default(),
+                };
+                return Err(ImportError::DuplicateProducer { tensor: out.clone(), first, second: label });
+            }
+            let id = graph.add_tensor(Tensor {
+                name: out.clone(),
+                dtype: None,
+                shape: None,
+                source: TensorSource::GraphInput, // replaced by add_node
+                is_output: false,
+                consumers: Vec::new(),
+            });
+            producer_label.insert(id, label.clone());
+            outputs.push(Some(id));
+        }
+        let id = graph.add_node(Node {
+            name: np.name.clone().unwrap_or_default(),
+            domain: normalise_domain(np.domain.as_deref().unwrap_or("")),
+            op_type: np.op_type.clone().unwrap_or_default(),
+            inputs: Vec::new(),
+            outputs,
+            origin: NodeOrigin::Imported,
+            proto: np.clone(),
+        });
+        ids.push(id);
+        graph.order.push(id);
+    }
+    for (i, np) in proto_graph.node.iter().enumerate() {
+        let id = ids[i];
+        let mut inputs = Vec::with_capacity(np.input.len());
+        for name in &np.input {
+            if name.is_empty() {
+                inputs.push(None);
+                continue;
+            }
+            match graph.by_name.get(name) {
+                Some(&t) => inputs.push(Some(t)),
+                None => {
+                    return Err(ImportError::UndefinedInput {
+                        node: node_label(np, i),
+                        op: np.op_type.clone().unwrap_or_default(),
+                        tensor: name.clone(),
+                    })
+                }
+            }
+        }
+        for &t in inputs.iter().flatten() {
+            graph.connect(t, id);
+        }
+        graph.node_mut(id).inputs = inputs;
+    }
+    if graph.has_cycle() {
+        return Err(ImportError::Cycle { nodes: cycle_names(&graph) });
+    }
+
+    // Outputs.
+    for vi in &proto_graph.output {
+        let name = vi.name.clone().unwrap_or_default();
+        let id = *graph.by_name.get(&name).ok_or_else(|| ImportError::UndefinedOutput { tensor: name.clone() })?;
+        graph.tensors[id.index()].is_output = true;
+        graph.outputs.push(id);
+        apply_type(&mut graph, id, vi, &mut unknown_dims)?;
+    }
+    // value_info for intermediates.
+    for vi in &proto_graph.value_info {
+        let name = vi.name.clone().unwrap_or_default();
+        if let Some(&id) = graph.by_name.get(&name) {
+            apply_type(&mut graph, id, vi, &mut unknown_dims)?;
+        }
+    }
+    Ok(graph)
+}
+
+fn node_label(np: &onnx::NodeProto, index: usize) -> String {
+    match np.name.as_deref() {
+        Some(n) if !n.is_empty() => format!("`{n}`"),
+        _ => format!("#{index} ({})", np.op_type.as_deref().unwrap_or("?")),
+    }
+}
+
+fn apply_type(graph: &mut Graph, id: TensorId, vi: &onnx::ValueInfoProto, unknown: &mut usize) -> Result<(), ImportError> {
+    let (dtype, shape) = value_type(vi, unknown)?;
+    let t = &mut graph.tensors[id.index()];
+    if t.dtype.is_none() {
+        t.dtype = dtype;
+    }
+    if t.shape.is_none() {
+        t.shape = shape;
+    }
+    Ok(())
+}
+
+/// dtype and shape of a value_info; non-tensor types give `(None, None)`.
+fn value_type(vi: &onnx::ValueInfoProto, unknown: &mut usize) -> Result<(Option<DType>, Option<Shape>), ImportError> {
+    let name = vi.name.as_deref().unwrap_or("");
+    let Some(onnx::type_proto::Value::TensorType(tt)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+        return Ok((None, None));
+    };
+    let dtype = tensor_dtype(name, tt.elem_type.unwrap_or(0))?;
+    let shape = match &tt.shape {
+        None => None,
+        Some(sp) => {
+            let mut dims = Vec::with_capacity(sp.dim.len());
+            for (axis, d) in sp.dim.iter().enumerate() {
+                use onnx::tensor_shape_proto::dimension::Value;
+                dims.push(match &d.value {
+                    Some(Value::DimValue(v)) if *v < 0 => {
+                        return Err(ImportError::NegativeDim { tensor: name.to_string(), axis, value: *v })
+                    }
+                    Some(Value::DimValue(v)) => Dim::Known(*v as u64),
+                    Some(Value::DimParam(p)) if !p.is_empty() => Dim::Sym(p.clone()),
+                    _ => {
+                        *unknown += 1;
+                        Dim::Sym(format!("?{unknown}"))
+                    }
+                });
+            }
+            Some(Shape(dims))
+        }
+    };
+    if let Some(s) = &shape {
+        check_size(name, dtype, s)?;
+    }
+    Ok((dtype, shape))
+}
+
+fn tensor_dtype(tensor: &str, code: i32) -> Result<Option<DType>, ImportError> {
+    if code == 0 {
+        return Ok(None);
+    }
+    DType::from_code(code)
+        .map(Some)
+        .ok_or_else(|| ImportError::UnknownDType { tensor: tensor.to_string(), code })
+}
+
+fn dims_shape(tensor: &str, dims: &[i64]) -> Result<Shape, ImportError> {
+    let mut out = Vec::with_capacity(dims.len());
+    for (axis, &v) in dims.iter().enumerate() {
+        if v < 0 {
+            return Err(ImportError::NegativeDim { tensor: tensor.to_string(), axis, value: v });
+        }
+        out.push(Dim::Known(v as u64));
+    }
+    Ok(Shape(out))
+}
+
+/// Known shapes must have a byte size that fits in 64 bits.
+fn check_size(tensor: &str, dtype: Option<DType>, shape: &Shape) -> Result<(), ImportError> {
+    if shape.dims().iter().all(|d| d.known().is_some()) {
+        let bits = dtype.map_or(8, DType::bits);
+        if shape.bytes_under(bits, &Default::default()).is_err() {
+            return Err(ImportError::SizeOverflow { tensor: tensor.to_string(), shape: shape.to_string() });
+        }
+    }
+    Ok(())
+}
+
+fn init_data(name: &str, init: &onnx::TensorProto, dir: Option<&Path>) -> Result<InitData, ImportError> {
+    if init.data_location != Some(onnx::tensor_proto::DataLocation::External as i32) {
+        return Ok(InitData::Embedded);
+    }
+    let malformed = |what: String| ImportError::ExternalMalformed { tensor: name.to_string(), what };
+    let mut location = None;
+    let mut offset = 0u64;
+    let mut length = None;
+    for e in &init.external_data {
+        let value = e.value.clone().unwrap_or_default();
+        match e.key.as_deref() {
+            Some("location") => location = Some(value),
+            Some("offset") => offset = value.parse().map_err(|_| malformed(format!("offset `{value}` is not a number")))?,
+            Some("length") => length = Some(value.parse().map_err(|_| malformed(format!("length `{value}` is not a number")))?),
+            _ => {}
+        }
+    }
+    let location = location.ok_or_else(|| malformed("no `location` entry".to_string()))?;
+    let dir = dir.ok_or_else(|| malformed("external data needs the model's directory".to_string()))?;
+    let rel = Path::new(&location);
+    let escapes = rel.is_absolute()
+        || rel.components().any(|c| matches!(c, Component::ParentDir | Component::RootDir | Component::Prefix(_)));
+    let outside = || ImportError::ExternalOutsideDir {
+        tensor: name.to_string(),
+        location: location.clone(),
+        dir: dir.to_path_buf(),
+    };
+    if escapes {
+        return Err(outside());
+    }
+    let full: PathBuf = dir.join(rel);
+    let meta = std::fs::metadata(&full).map_err(|_| ImportError::ExternalMissing { tensor: name.to_string(), path: full.clone() })?;
+    // A symlink may still point outside: compare canonical paths.
+    if let (Ok(cdir), Ok(cfile)) = (dir.canonicalize(), full.canonicalize()) {
+        if !cfile.starts_with(&cdir) {
+            return Err(outside());
+        }
+    }
+    let end = offset.checked_add(length.unwrap_or(0)).ok_or_else(|| malformed("offset + length overflows".to_string()))?;
+    if end > meta.len() {
+        return Err(malformed(format!("bytes {offset}..{end} lie beyond the end of {} ({} bytes)", full.display(), meta.len())));
+    }
+    Ok(InitData::External { location, offset, length })
+}
+
+/// Names of nodes on some cycle, for the error message.
+fn cycle_names(graph: &Graph) -> Vec<String> {
+    let sccs = petgraph::algo::tarjan_scc(&graph.g);
+    for scc in sccs {
+        let self_loop = scc.len() == 1 && graph.g.find_edge(scc[0], scc[0]).is_some();
+        if scc.len() > 1 || self_loop {
+            let mut names: Vec<String> = scc
+                .iter()
+                .map(|&i| {
+                    let id = NodeId(i.index() as u32);
+                    graph.node(id).display_name(id)
+                })
+                .collect();
+            names.sort();
+            return names;
+        }
+    }
+    Vec::new()
+}

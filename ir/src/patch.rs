@@ -1,0 +1,225 @@
+//! Rewrites as values. A [`Patch`] names the tensors and nodes to add, where each new node
+//! goes in file order, which node inputs to rewire, and model metadata to set. It prints,
+//! so a plan can be snapshot-tested before it is applied; [`Patch::apply`] is the only
+//! way a graph's structure changes, and it verifies the result.
+
+use std::fmt;
+
+use crate::error::VerifyError;
+use crate::graph::{Graph, Node, NodeOrigin, Tensor, TensorSource};
+use crate::ids::{NodeId, TensorId};
+use crate::onnx;
+use crate::verify::verify;
+
+/// A tensor a patch refers to: one that exists, or the i-th of the patch's new tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TensorRef {
+    Existing(TensorId),
+    New(usize),
+}
+
+/// A tensor to create, typed like an existing one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewTensor {
+    pub name: String,
+    /// dtype, shape and value_info are copied from this tensor.
+    pub like: TensorId,
+}
+
+/// A node to create: a copy of `copy_of` (op, attributes) with new wiring.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewNode {
+    pub name: String,
+    pub copy_of: NodeId,
+    pub inputs: Vec<Option<TensorRef>>,
+    pub outputs: Vec<Option<TensorRef>>,
+    /// Inserted in file order right before this node (after earlier new nodes with the same anchor).
+    pub before: NodeId,
+}
+
+/// Replace input `slot` of `node`, which must currently read `from`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rewire {
+    pub node: NodeId,
+    pub slot: usize,
+    pub from: TensorId,
+    pub to: TensorRef,
+}
+
+/// A labelled rewrite.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Patch {
+    pub label: String,
+    pub tensors: Vec<NewTensor>,
+    pub nodes: Vec<NewNode>,
+    pub rewires: Vec<Rewire>,
+    /// Model `metadata_props` entries to set (replacing an existing key).
+    pub metadata: Vec<(String, String)>,
+}
+
+/// What an applied patch created.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    pub tensors: Vec<TensorId>,
+    pub nodes: Vec<NodeId>,
+}
+
+/// Why a patch could not be applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatchError {
+    #[error("patch `{label}`: tensor name `{name}` already exists")]
+    NameTaken { label: String, name: String },
+    #[error("patch `{label}`: new tensor #{index} does not exist")]
+    NoSuchNewTensor { label: String, index: usize },
+    #[error("patch `{label}`: new tensor `{name}` is produced more than once")]
+    Reassigned { label: String, name: String },
+    #[error("patch `{label}`: node {node} slot {slot} reads `{actual}`, not `{expected}`")]
+    RewireMismatch { label: String, node: NodeId, slot: usize, expected: String, actual: String },
+    #[error("patch `{label}` broke the graph: {source}")]
+    Verify { label: String, source: VerifyError },
+}
+
+impl Patch {
+    pub fn new(label: impl Into<String>) -> Patch {
+        Patch { label: label.into(), ..Default::default() }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty() && self.nodes.is_empty() && self.rewires.is_empty() && self.metadata.is_empty()
+    }
+
+    /// Apply to `graph`, then verify. On error the graph may be partly changed: apply to a clone
+    /// when the original must survive.
+    pub fn apply(&self, graph: &mut Graph) -> Result<Applied, PatchError> {
+        let label = self.label.clone();
+        let mut applied = Applied::default();
+        for nt in &self.tensors {
+            if graph.tensor_id(&nt.name).is_some() {
+                return Err(PatchError::NameTaken { label, name: nt.name.clone() });
+            }
+            let like = graph.tensor(nt.like).clone();
+            if let Some(vi) = value_info_like(graph, nt.like, &nt.name) {
+                graph.added_value_info.push(vi);
+            }
+            let id = graph.add_tensor(Tensor {
+                name: nt.name.clone(),
+                dtype: like.dtype,
+                shape: like.shape.clone(),
+                source: TensorSource::GraphInput, // set by add_node
+                is_output: false,
+                consumers: Vec::new(),
+            });
+            applied.tensors.push(id);
+        }
+        let resolve = |r: TensorRef| -> Result<TensorId, PatchError> {
+            match r {
+                TensorRef::Existing(t) => Ok(t),
+                TensorRef::New(i) => applied
+                    .tensors
+                    .get(i)
+                    .copied()
+                    .ok_or(PatchError::NoSuchNewTensor { label: self.label.clone(), index: i }),
+            }
+        };
+        let mut produced = std::collections::HashSet::new();
+        let mut inserts: Vec<(NodeId, NodeId)> = Vec::new();
+        for nn in &self.nodes {
+            let template = graph.node(nn.copy_of).clone();
+            let inputs = nn.inputs.iter().map(|i| i.map(resolve).transpose()).collect::<Result<Vec<_>, _>>()?;
+            let outputs = nn.outputs.iter().map(|o| o.map(resolve).transpose()).collect::<Result<Vec<_>, _>>()?;
+            for &o in outputs.iter().flatten() {
+                if !applied.tensors.contains(&o) || !produced.insert(o) {
+                    return Err(PatchError::Reassigned { label: self.label.clone(), name: graph.tensor(o).name.clone() });
+                }
+            }
+            let mut proto: onnx::NodeProto = template.proto.clone();
+            proto.name = Some(nn.name.clone());
+            let id = graph.add_node(Node {
+                name: nn.name.clone(),
+                domain: template.domain.clone(),
+                op_type: template.op_type.clone(),
+                inputs,
+                outputs,
+                origin: NodeOrigin::Recompute { of: nn.copy_of },
+                proto,
+            });
+            inserts.push((id, nn.before));
+            applied.nodes.push(id);
+        }
+        // Place new nodes: before their anchors, in patch order.
+        let mut order = Vec::with_capacity(graph.order.len() + inserts.len());
+        for &n in &graph.order {
+            order.extend(inserts.iter().filter(|(_, b)| *b == n).map(|(id, _)| *id));
+            order.push(n);
+        }
+        graph.order = order;
+        for rw in &self.rewires {
+            let to = resolve(rw.to)?;
+            let actual = graph.node(rw.node).inputs.get(rw.slot).copied().flatten();
+            if actual != Some(rw.from) {
+                return Err(PatchError::RewireMismatch {
+                    label: self.label.clone(),
+                    node: rw.node,
+                    slot: rw.slot,
+                    expected: graph.tensor(rw.from).name.clone(),
+                    actual: actual.map_or("nothing".to_string(), |t| graph.tensor(t).name.clone()),
+                });
+            }
+            graph.node_mut(rw.node).inputs[rw.slot] = Some(to);
+            graph.disconnect(rw.from, rw.node);
+            graph.connect(to, rw.node);
+        }
+        for (k, v) in &self.metadata {
+            let props = &mut graph.model.metadata_props;
+            match props.iter_mut().find(|e| e.key.as_deref() == Some(k)) {
+                Some(e) => e.value = Some(v.clone()),
+                None => props.push(onnx::StringStringEntryProto { key: Some(k.clone()), value: Some(v.clone()) }),
+            }
+        }
+        verify(graph).map_err(|source| PatchError::Verify { label: self.label.clone(), source })?;
+        Ok(applied)
+    }
+}
+
+/// A value_info for `name` typed like `like`: a copy of the file's entry when there is one.
+fn value_info_like(graph: &Graph, like: TensorId, name: &str) -> Option<onnx::ValueInfoProto> {
+    let like_name = &graph.tensor(like).name;
+    let g = graph.model.graph.as_ref()?;
+    let found = g
+        .value_info
+        .iter()
+        .chain(g.output.iter())
+        .chain(g.input.iter())
+        .chain(graph.added_value_info.iter())
+        .find(|vi| vi.name.as_deref() == Some(like_name.as_str()))?;
+    let mut vi = found.clone();
+    vi.name = Some(name.to_string());
+    vi.doc_string = None;
+    Some(vi)
+}
+
+impl fmt::Display for Patch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "patch {:?}", self.label)?;
+        let r = |t: &Option<TensorRef>| match t {
+            Some(TensorRef::Existing(t)) => t.to_string(),
+            Some(TensorRef::New(i)) => format!("new{i}"),
+            None => "_".to_string(),
+        };
+        for (i, t) in self.tensors.iter().enumerate() {
+            writeln!(f, "  tensor new{i} {:?} like {}", t.name, t.like)?;
+        }
+        for n in &self.nodes {
+            let ins: Vec<String> = n.inputs.iter().map(r).collect();
+            let outs: Vec<String> = n.outputs.iter().map(r).collect();
+            writeln!(f, "  node {:?} = copy of {}({}) -> {} before {}", n.name, n.copy_of, ins.join(", "), outs.join(", "), n.before)?;
+        }
+        for w in &self.rewires {
+            writeln!(f, "  rewire {}[{}]: {} -> {}", w.node, w.slot, w.from, r(&Some(w.to)))?;
+        }
+        for (k, v) in &self.metadata {
+            writeln!(f, "  metadata {k:?} = {v:?}")?;
+        }
+        Ok(())
+    }
+}
