@@ -1,0 +1,160 @@
+//! What a solve returns: [`Plan`] with its [`SolveInfo`], or [`SolveError`].
+
+use std::time::Duration;
+
+use crate::{evaluate, Evaluation, Problem};
+
+/// Which activations to recompute and where, with how the plan was found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// `recompute[i]` for every candidate.
+    pub recompute: Vec<bool>,
+    /// Rematerialisation step of each recomputed candidate (`None` if kept).
+    pub remat_at: Vec<Option<usize>>,
+    /// Peak bytes of the plan per [`evaluate`] (`<= ceiling`).
+    pub peak: u64,
+    pub peak_step: usize,
+    /// Added FLOPs.
+    pub cost: u64,
+    pub info: SolveInfo,
+}
+
+/// Who found the plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Method {
+    NoRecompute,
+    RecomputeAll,
+    PerBlock,
+    Greedy,
+    BruteForce,
+    Ilp,
+}
+
+/// How far the plan is from proven optimal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// Proven minimum cost.
+    Optimal,
+    /// The best feasible plan found when a limit stopped the search.
+    FeasibleOnTimeout,
+    /// A heuristic's plan: fits, no optimality claim.
+    Heuristic,
+    /// The schedule already fits: nothing to recompute.
+    NoRecomputeNeeded,
+}
+
+/// Why the ILP returned another method's plan instead of its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// The solve thread did not answer within the time limit plus slack.
+    Watchdog,
+    /// CBC answered with an error (the message) or no solution.
+    SolverError(String),
+    /// CBC's values, re-evaluated, exceed the ceiling.
+    ViolatesCeiling { peak: u64 },
+    /// CBC's plan costs more than the warm start (it stopped early).
+    WorseThanWarmStart { ilp_cost: u64 },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SolveInfo {
+    pub method: Method,
+    pub status: Status,
+    /// Cost of the returned plan (FLOPs).
+    pub objective: u64,
+    /// Proven lower bound on the optimal cost (FLOPs); equals `objective`
+    /// when optimal, 0 when nothing better is known.
+    pub bound: f64,
+    /// `(objective - bound) / objective`, 0 when optimal or objective is 0.
+    pub gap: f64,
+    pub wall: Duration,
+    /// Set when the ILP returned its warm start: the plan is that method's.
+    pub fallback: Option<Fallback>,
+    /// Size of the ILP actually solved (0 for other methods).
+    pub model: ModelSize,
+}
+
+/// Size of the compressed ILP.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ModelSize {
+    pub steps: usize,
+    /// Segments between consecutive event steps.
+    pub segments: usize,
+    /// Memory rows kept after dropping those that can never exceed the ceiling.
+    pub memory_rows: usize,
+    /// Candidates that can help at some kept row (binary variables).
+    pub binaries: usize,
+    /// Continuous "rematerialised by segment s" variables.
+    pub continuous: usize,
+    pub rows: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SolveError {
+    #[error("candidate {candidate} ({label:?}): {reason}")]
+    InvalidProblem { candidate: usize, label: String, reason: String },
+    /// Proven: no recompute set brings the peak under the ceiling.
+    #[error(
+        "no recompute set fits the ceiling of {ceiling} bytes: the lowest peak found is \
+         {lowest_peak} bytes at step {at_step}; raise the ceiling or allow more candidates"
+    )]
+    Infeasible { ceiling: u64, lowest_peak: u64, at_step: usize },
+    /// A heuristic's plan does not fit (others may).
+    #[error("{method:?} does not fit the ceiling of {ceiling} bytes: peak {peak} bytes at step {at_step}")]
+    DoesNotFit { method: Method, ceiling: u64, peak: u64, at_step: usize },
+    /// The search stopped before finding any plan that fits (nor proving none does).
+    #[error("no plan found within {seconds} s (lowest peak seen {lowest_peak} bytes at step {at_step}); raise the time limit")]
+    NoPlanWithinTimeLimit { seconds: f64, lowest_peak: u64, at_step: usize },
+    #[error("brute force over {candidates} candidates is too large (limit {limit})")]
+    TooLarge { candidates: usize, limit: usize },
+}
+
+impl Plan {
+    /// A plan from a recompute set; the caller has checked it fits.
+    pub(crate) fn from_evaluation(
+        recompute: Vec<bool>,
+        eval: Evaluation,
+        method: Method,
+        status: Status,
+        bound: f64,
+        wall: Duration,
+    ) -> Plan {
+        let objective = eval.cost;
+        let bound = if status == Status::Optimal || status == Status::NoRecomputeNeeded {
+            objective as f64
+        } else {
+            bound.min(objective as f64).max(0.0)
+        };
+        Plan {
+            recompute,
+            remat_at: eval.remat_at,
+            peak: eval.peak,
+            peak_step: eval.peak_step,
+            cost: objective,
+            info: SolveInfo {
+                method,
+                status,
+                objective,
+                bound,
+                gap: gap(objective, bound),
+                wall,
+                fallback: None,
+                model: ModelSize::default(),
+            },
+        }
+    }
+
+    /// Re-evaluates this plan against `problem`; true when it matches and fits.
+    pub fn check(&self, problem: &Problem) -> bool {
+        let e = evaluate(problem, &self.recompute);
+        e.peak == self.peak && e.cost == self.cost && e.remat_at == self.remat_at && e.fits(problem.ceiling)
+    }
+}
+
+pub(crate) fn gap(objective: u64, bound: f64) -> f64 {
+    if objective == 0 {
+        0.0
+    } else {
+        ((objective as f64 - bound) / objective as f64).max(0.0)
+    }
+}

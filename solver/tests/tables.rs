@@ -1,0 +1,206 @@
+//! Table tests: the model ([`evaluate`]) and each solver on hand-made problems.
+
+use ckpt_solver::*;
+
+fn cand(bytes: u64, cost: u64, free_from: usize, needed_at: usize, deps: &[usize], transient: u64) -> Candidate {
+    Candidate { bytes, cost, free_from, needed_at, deps: deps.to_vec(), transient, ..Default::default() }
+}
+
+fn problem(base_live: &[u64], candidates: Vec<Candidate>, ceiling: u64) -> Problem {
+    Problem { base_live: base_live.to_vec(), candidates, ceiling }
+}
+
+#[test]
+fn evaluate_tables() {
+    // (base, candidates, recompute set, expected live, expected remat steps, cost)
+    #[allow(clippy::type_complexity)]
+    let cases: Vec<(&[u64], Vec<Candidate>, &[bool], &[u64], &[Option<usize>], u64)> = vec![
+        // Nothing recomputed: live is the base.
+        (&[5, 9, 7], vec![cand(4, 3, 1, 2, &[], 0)], &[false], &[5, 9, 7], &[None], 0),
+        // Absent on [free_from, needed_at), transient at needed_at.
+        (&[10, 10, 10, 10], vec![cand(4, 3, 1, 3, &[], 2)], &[true], &[10, 6, 6, 12], &[Some(3)], 3),
+        // A short slice keeps the rest.
+        (&[10, 10, 10, 10], vec![cand(4, 3, 1, 3, &[], 2)], &[], &[10, 10, 10, 10], &[None], 0),
+        // Chain 1 -> 0, both recomputed: 0 comes back with 1 at step 4.
+        (
+            &[20, 20, 20, 20, 20, 20],
+            vec![cand(4, 3, 1, 5, &[], 1), cand(2, 5, 2, 4, &[0], 3)],
+            &[true, true],
+            &[20, 16, 14, 14, 24, 20],
+            &[Some(4), Some(4)],
+            8,
+        ),
+        // Same chain, dependent kept: the dep returns at its own needed_at.
+        (
+            &[20, 20, 20, 20, 20, 20],
+            vec![cand(4, 3, 1, 5, &[], 1), cand(2, 5, 2, 4, &[0], 3)],
+            &[true, false],
+            &[20, 16, 16, 16, 16, 21],
+            &[Some(5), None],
+            3,
+        ),
+        // Transitive: 2 -> 1 -> 0, all recomputed, 2 needed first.
+        (
+            &[30, 30, 30, 30, 30, 30, 30],
+            vec![cand(1, 1, 1, 6, &[], 0), cand(2, 1, 1, 5, &[0], 0), cand(4, 1, 1, 3, &[1], 0)],
+            &[true, true, true],
+            &[30, 23, 23, 30, 30, 30, 30],
+            &[Some(3), Some(3), Some(3)],
+            3,
+        ),
+        // Transitive through a kept candidate: 1 kept, so 0 is not pulled early.
+        (
+            &[30, 30, 30, 30, 30, 30, 30],
+            vec![cand(1, 1, 1, 6, &[], 0), cand(2, 1, 1, 5, &[0], 0), cand(4, 1, 1, 3, &[1], 0)],
+            &[true, false, true],
+            &[30, 25, 25, 29, 29, 29, 30],
+            &[Some(6), None, Some(3)],
+            2,
+        ),
+        // A dependent needed before the dep's window opens: no saving, transient still paid.
+        (
+            &[10, 10, 10, 10],
+            vec![cand(3, 1, 2, 3, &[], 5), cand(1, 1, 0, 1, &[0], 0)],
+            &[true, true],
+            &[9, 15, 10, 10],
+            &[Some(1), Some(1)],
+            2,
+        ),
+        // Deps listed after their dependent (index order is not topological).
+        (
+            &[20, 20, 20, 20, 20, 20],
+            vec![cand(2, 5, 2, 4, &[1], 3), cand(4, 3, 1, 5, &[], 1)],
+            &[true, true],
+            &[20, 16, 14, 14, 24, 20],
+            &[Some(4), Some(4)],
+            8,
+        ),
+    ];
+    for (k, (base, cands, set, live, remat, cost)) in cases.into_iter().enumerate() {
+        let p = problem(base, cands, 0);
+        p.validate().unwrap();
+        let e = evaluate(&p, set);
+        assert_eq!(e.live, live, "case {k} live");
+        assert_eq!(e.remat_at, remat, "case {k} remat");
+        assert_eq!(e.cost, cost, "case {k} cost");
+        let peak = *live.iter().max().unwrap();
+        assert_eq!(e.peak, peak, "case {k} peak");
+        assert_eq!(e.peak_step, live.iter().position(|&v| v == peak).unwrap(), "case {k} peak step");
+    }
+}
+
+#[test]
+fn validate_rejects_bad_input() {
+    let bad = [
+        problem(&[1, 1], vec![cand(1, 1, 0, 2, &[], 0)], 0),                          // needed_at out of range
+        problem(&[1, 1], vec![cand(1, 1, 1, 0, &[], 0)], 0),                          // free_from after needed_at
+        problem(&[1, 1], vec![cand(1, 1, 0, 1, &[3], 0)], 0),                         // dep out of range
+        problem(&[1, 1], vec![cand(1, 1, 0, 1, &[0], 0)], 0),                         // self dep
+        problem(&[1, 1], vec![cand(1, 1, 0, 1, &[1], 0), cand(1, 1, 0, 1, &[0], 0)], 0), // cycle
+    ];
+    for (k, p) in bad.iter().enumerate() {
+        assert!(matches!(p.validate(), Err(SolveError::InvalidProblem { .. })), "case {k}");
+        assert!(solve_ilp(p).is_err(), "case {k}");
+    }
+}
+
+type Solver = fn(&Problem) -> Result<Plan, SolveError>;
+const SOLVERS: [(&str, Solver); 6] = [
+    ("none", solve_none),
+    ("all", solve_all),
+    ("per_block", solve_per_block),
+    ("greedy", solve_greedy),
+    ("brute_force", solve_brute_force),
+    ("ilp", solve_ilp),
+];
+
+/// Three independent activations a, b, c over a peak of 31 at step 4.
+fn three_windows(ceiling: u64) -> Problem {
+    problem(
+        &[10, 20, 25, 30, 31, 30, 25, 20],
+        vec![cand(5, 10, 1, 6, &[], 0), cand(8, 25, 2, 7, &[], 0), cand(4, 12, 3, 6, &[], 0)],
+        ceiling,
+    )
+}
+
+#[test]
+fn solver_tables() {
+    // (problem, expected optimal cost, or None if infeasible)
+    // Step 6 (25) is covered by b only, step 7 (20) by nobody.
+    let cases: Vec<(Problem, Option<u64>)> = vec![
+        (three_windows(31), Some(0)),
+        (three_windows(27), Some(10)), // a
+        (three_windows(26), Some(10)), // a: 31 - 5
+        (three_windows(25), Some(22)), // a + c save 9 for 22, b saves 8 for 25
+        (three_windows(24), Some(25)), // step 6 needs b
+        (three_windows(23), Some(25)),
+        (three_windows(22), Some(35)), // b + a
+        (three_windows(20), Some(35)),
+        (three_windows(19), None),     // step 7 stays at 20
+    ];
+    for (k, (p, want)) in cases.into_iter().enumerate() {
+        let exact = solve_brute_force(&p);
+        let ilp = solve_ilp(&p);
+        match want {
+            Some(cost) => {
+                assert_eq!(exact.as_ref().unwrap().cost, cost, "case {k} brute force");
+                assert_eq!(ilp.as_ref().unwrap().cost, cost, "case {k} ilp");
+            }
+            None => {
+                assert!(matches!(exact, Err(SolveError::Infeasible { lowest_peak: 20, at_step: 7, .. })), "case {k}: {exact:?}");
+                assert!(matches!(ilp, Err(SolveError::Infeasible { lowest_peak: 20, at_step: 7, .. })), "case {k}: {ilp:?}");
+            }
+        }
+        for (name, solve) in SOLVERS {
+            if let Ok(plan) = solve(&p) {
+                assert!(plan.check(&p), "case {k} {name}: plan does not re-evaluate");
+                if let Ok(exact) = &exact {
+                    assert!(plan.cost >= exact.cost, "case {k} {name} beats the optimum");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn ilp_reports_optimality() {
+    let p = three_windows(25);
+    let plan = solve_ilp(&p).unwrap();
+    assert_eq!(plan.info.method, Method::Ilp, "{:?}", plan.info);
+    assert_eq!(plan.info.status, Status::Optimal);
+    assert_eq!(plan.info.gap, 0.0);
+    assert_eq!(plan.recompute, vec![true, false, true]);
+    assert_eq!(plan.remat_at, vec![Some(6), None, Some(6)]);
+    let fits = solve_ilp(&three_windows(40)).unwrap();
+    assert_eq!(fits.info.status, Status::NoRecomputeNeeded);
+    assert_eq!(fits.cost, 0);
+}
+
+#[test]
+fn transient_can_make_recompute_useless() {
+    // Dropping a saves 5 at steps 1..3 but its 9-byte transient at step 3 is the new peak.
+    let p = problem(&[0, 20, 20, 15], vec![cand(5, 1, 1, 3, &[], 9)], 20);
+    assert_eq!(solve_ilp(&p).unwrap().cost, 0);
+    let p = problem(&[0, 21, 20, 15], vec![cand(5, 1, 1, 3, &[], 9)], 20);
+    assert!(matches!(solve_ilp(&p), Err(SolveError::Infeasible { lowest_peak: 21, at_step: 1, .. })));
+    assert!(matches!(solve_brute_force(&p), Err(SolveError::Infeasible { lowest_peak: 21, .. })));
+    let p = problem(&[0, 21, 20, 10], vec![cand(5, 1, 1, 3, &[], 9)], 20);
+    assert_eq!(solve_ilp(&p).unwrap().cost, 1);
+}
+
+#[test]
+fn per_block_keeps_first_of_each_block() {
+    let mut cands: Vec<Candidate> = (0..6).map(|i| cand(1, 1, 1, 5 + i, &[], 0)).collect();
+    for (i, c) in cands.iter_mut().enumerate() {
+        c.block = Some(i as u32 / 3);
+    }
+    let p = problem(&[0, 12, 12, 12, 12, 12, 6, 6, 6, 6, 6], cands.clone(), 10);
+    let plan = solve_per_block(&p).unwrap();
+    assert_eq!(plan.recompute, vec![false, true, true, false, true, true]);
+    for c in &mut cands {
+        c.block = None;
+    }
+    // ⌈√6⌉ = 3: keep 0 and 3.
+    let plan = solve_per_block(&problem(&[0, 12, 12, 12, 12, 12, 6, 6, 6, 6, 6], cands, 10)).unwrap();
+    assert_eq!(plan.recompute, vec![false, true, true, false, true, true]);
+}
