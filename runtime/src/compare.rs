@@ -15,7 +15,10 @@ pub struct Tol {
 }
 
 impl Tol {
-    pub const EXACT: Tol = Tol { rtol: 0.0, atol: 0.0 };
+    pub const EXACT: Tol = Tol {
+        rtol: 0.0,
+        atol: 0.0,
+    };
 }
 
 /// Tolerances per float dtype, and per output by name (which wins).
@@ -37,10 +40,22 @@ pub struct Tolerances {
 impl Default for Tolerances {
     fn default() -> Tolerances {
         Tolerances {
-            f32: Tol { rtol: 1e-4, atol: 1e-6 },
-            f64: Tol { rtol: 1e-9, atol: 1e-12 },
-            f16: Tol { rtol: 1e-2, atol: 1e-3 },
-            bf16: Tol { rtol: 5e-2, atol: 1e-2 },
+            f32: Tol {
+                rtol: 1e-4,
+                atol: 1e-6,
+            },
+            f64: Tol {
+                rtol: 1e-9,
+                atol: 1e-12,
+            },
+            f16: Tol {
+                rtol: 1e-2,
+                atol: 1e-3,
+            },
+            bf16: Tol {
+                rtol: 5e-2,
+                atol: 1e-2,
+            },
             per_output: BTreeMap::new(),
         }
     }
@@ -92,12 +107,23 @@ pub fn compare(reference: &[HostTensor], candidate: &[HostTensor], tol: &Toleran
         .iter()
         .map(|r| match candidate.iter().find(|c| c.name == r.name) {
             Some(c) => compare_one(r, c, tol.for_output(&r.name, r.dtype)),
-            None => failed(&r.name, tol.for_output(&r.name, r.dtype), "missing from the candidate's outputs".into()),
+            None => failed(
+                &r.name,
+                tol.for_output(&r.name, r.dtype),
+                "missing from the candidate's outputs".into(),
+            ),
         })
         .collect();
-    let extra_outputs =
-        candidate.iter().filter(|c| !reference.iter().any(|r| r.name == c.name)).map(|c| c.name.clone()).collect();
-    Comparison { passed: outputs.iter().all(|o| o.passed), outputs, extra_outputs }
+    let extra_outputs = candidate
+        .iter()
+        .filter(|c| !reference.iter().any(|r| r.name == c.name))
+        .map(|c| c.name.clone())
+        .collect();
+    Comparison {
+        passed: outputs.iter().all(|o| o.passed),
+        outputs,
+        extra_outputs,
+    }
 }
 
 fn failed(name: &str, tol: Tol, message: String) -> OutputComparison {
@@ -116,10 +142,24 @@ fn failed(name: &str, tol: Tol, message: String) -> OutputComparison {
 
 fn compare_one(r: &HostTensor, c: &HostTensor, tol: Tol) -> OutputComparison {
     if r.dtype != c.dtype {
-        return failed(&r.name, tol, format!("dtype differs: reference {}, candidate {}", r.dtype, c.dtype));
+        return failed(
+            &r.name,
+            tol,
+            format!(
+                "dtype differs: reference {}, candidate {}",
+                r.dtype, c.dtype
+            ),
+        );
     }
     if r.shape != c.shape {
-        return failed(&r.name, tol, format!("shape differs: reference {:?}, candidate {:?}", r.shape, c.shape));
+        return failed(
+            &r.name,
+            tol,
+            format!(
+                "shape differs: reference {:?}, candidate {:?}",
+                r.shape, c.shape
+            ),
+        );
     }
     let mut max_abs = 0.0f64;
     let mut max_rel = 0.0f64;
@@ -185,10 +225,18 @@ mod tests {
         let close = compare(&[t("y", &[1.0, 0.0])], &[t("y", &[1.00001, 5e-7])], &tol);
         assert!(close.passed && !close.outputs[0].bitwise_equal);
         assert!((close.outputs[0].max_rel_err - 1e-5).abs() < 1e-6);
-        let far = compare(&[t("y", &[1.0, f32::NAN])], &[t("y", &[1.001, f32::NAN])], &tol);
+        let far = compare(
+            &[t("y", &[1.0, f32::NAN])],
+            &[t("y", &[1.001, f32::NAN])],
+            &tol,
+        );
         assert!(!far.passed);
         assert_eq!(far.outputs[0].mismatches, 1);
-        assert!(far.outputs[0].message.as_deref().unwrap().contains("flat index 0"));
+        assert!(far.outputs[0]
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("flat index 0"));
     }
 
     #[test]
@@ -197,12 +245,24 @@ mod tests {
         let missing = compare(&[t("y", &[1.0])], &[t("z", &[1.0])], &tol);
         assert!(!missing.passed);
         assert_eq!(missing.extra_outputs, vec!["z".to_string()]);
-        assert!(missing.outputs[0].message.as_deref().unwrap().contains("missing"));
+        assert!(missing.outputs[0]
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("missing"));
         let shape = compare(&[t("y", &[1.0])], &[t("y", &[1.0, 2.0])], &tol);
-        assert!(shape.outputs[0].message.as_deref().unwrap().contains("shape differs"));
+        assert!(shape.outputs[0]
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("shape differs"));
         let ints = HostTensor::from_values("y", vec![1], &[1i64]).unwrap();
         let dtype = compare(&[t("y", &[1.0])], std::slice::from_ref(&ints), &tol);
-        assert!(dtype.outputs[0].message.as_deref().unwrap().contains("dtype differs"));
+        assert!(dtype.outputs[0]
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("dtype differs"));
         let off_by_one = HostTensor::from_values("y", vec![1], &[2i64]).unwrap();
         assert!(!compare(&[ints], &[off_by_one], &tol).passed);
     }
@@ -211,7 +271,13 @@ mod tests {
     fn serializes_the_keys_the_cli_emits() {
         let c = compare(&[t("y", &[1.0])], &[t("y", &[1.0])], &Tolerances::default());
         let json = serde_json::to_value(&c.outputs[0]).unwrap();
-        for key in ["name", "max_abs_err", "max_rel_err", "bitwise_equal", "passed"] {
+        for key in [
+            "name",
+            "max_abs_err",
+            "max_rel_err",
+            "bitwise_equal",
+            "passed",
+        ] {
             assert!(json.get(key).is_some(), "{key} in {json}");
         }
     }

@@ -36,13 +36,21 @@ pub enum RuntimeError {
          (ORT said: {message})",
         ops.join(", ")
     )]
-    MissingTrainingOps { model: String, ops: Vec<String>, message: String },
+    MissingTrainingOps {
+        model: String,
+        ops: Vec<String>,
+        message: String,
+    },
 
     #[error("CUDA execution provider unavailable: {reason}; {CUDA_HINT}")]
     CudaUnavailable { reason: String },
 
     #[error("model {model}: input `{tensor}`: {message}")]
-    Input { model: String, tensor: String, message: String },
+    Input {
+        model: String,
+        tensor: String,
+        message: String,
+    },
 
     #[error("model {model}: run failed: {message}")]
     Run { model: String, message: String },
@@ -54,7 +62,10 @@ pub enum RuntimeError {
     Npy { path: PathBuf, message: String },
 
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 
     #[error("generating `{tensor}`: {message}")]
     Generate { tensor: String, message: String },

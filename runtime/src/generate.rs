@@ -7,17 +7,34 @@ use crate::tensor::{DType, HostTensor};
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Distribution {
     /// Normal with mean 0; float dtypes only.
-    Normal { std: f64 },
+    Normal {
+        std: f64,
+    },
     /// Uniform integers in `lo..hi` (half-open, as numpy's `randint`); any dtype that holds them.
-    IntRange { lo: i64, hi: i64 },
+    IntRange {
+        lo: i64,
+        hi: i64,
+    },
     Ones,
     Zeros,
 }
 
 /// Fills a tensor of `dtype` and `shape` from `dist`, seeded with `seed`.
-pub fn generate(name: &str, dtype: DType, shape: &[usize], dist: Distribution, seed: u64) -> Result<HostTensor> {
-    let fail = |message: String| RuntimeError::Generate { tensor: name.to_string(), message };
-    let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| fail(format!("shape {shape:?} overflows")))?;
+pub fn generate(
+    name: &str,
+    dtype: DType,
+    shape: &[usize],
+    dist: Distribution,
+    seed: u64,
+) -> Result<HostTensor> {
+    let fail = |message: String| RuntimeError::Generate {
+        tensor: name.to_string(),
+        message,
+    };
+    let n = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| fail(format!("shape {shape:?} overflows")))?;
     let mut rng = Xoshiro256::seeded(seed);
     let mut data = Vec::with_capacity(n * dtype.size());
     match dist {
@@ -29,10 +46,14 @@ pub fn generate(name: &str, dtype: DType, shape: &[usize], dist: Distribution, s
         }
         Distribution::Normal { std } => {
             if !dtype.is_float() {
-                return Err(fail(format!("Normal needs a float dtype, `{name}` is {dtype}; use IntRange")));
+                return Err(fail(format!(
+                    "Normal needs a float dtype, `{name}` is {dtype}; use IntRange"
+                )));
             }
             if !(std.is_finite() && std >= 0.0) {
-                return Err(fail(format!("Normal std must be finite and >= 0, got {std}")));
+                return Err(fail(format!(
+                    "Normal std must be finite and >= 0, got {std}"
+                )));
             }
             let mut i = 0;
             while i < n {
@@ -125,7 +146,12 @@ struct Xoshiro256([u64; 4]);
 impl Xoshiro256 {
     fn seeded(seed: u64) -> Xoshiro256 {
         let mut s = seed;
-        Xoshiro256([splitmix64(&mut s), splitmix64(&mut s), splitmix64(&mut s), splitmix64(&mut s)])
+        Xoshiro256([
+            splitmix64(&mut s),
+            splitmix64(&mut s),
+            splitmix64(&mut s),
+            splitmix64(&mut s),
+        ])
     }
 
     fn next_u64(&mut self) -> u64 {
@@ -163,14 +189,38 @@ mod tests {
     fn xoshiro_matches_the_reference_sequence() {
         // First outputs of xoshiro256** for state [1, 2, 3, 4] (reference implementation by Blackman & Vigna).
         let mut r = Xoshiro256([1, 2, 3, 4]);
-        assert_eq!([r.next_u64(), r.next_u64(), r.next_u64()], [11520, 0, 1509978240]);
+        assert_eq!(
+            [r.next_u64(), r.next_u64(), r.next_u64()],
+            [11520, 0, 1509978240]
+        );
     }
 
     #[test]
     fn same_seed_same_bits_and_sane_moments() {
-        let a = generate("x", DType::F32, &[4096], Distribution::Normal { std: 2.0 }, 7).unwrap();
-        let b = generate("x", DType::F32, &[4096], Distribution::Normal { std: 2.0 }, 7).unwrap();
-        let c = generate("x", DType::F32, &[4096], Distribution::Normal { std: 2.0 }, 8).unwrap();
+        let a = generate(
+            "x",
+            DType::F32,
+            &[4096],
+            Distribution::Normal { std: 2.0 },
+            7,
+        )
+        .unwrap();
+        let b = generate(
+            "x",
+            DType::F32,
+            &[4096],
+            Distribution::Normal { std: 2.0 },
+            7,
+        )
+        .unwrap();
+        let c = generate(
+            "x",
+            DType::F32,
+            &[4096],
+            Distribution::Normal { std: 2.0 },
+            8,
+        )
+        .unwrap();
         assert_eq!(a.data, b.data);
         assert_ne!(a.data, c.data);
         let v = a.to_f64_vec();
@@ -182,11 +232,25 @@ mod tests {
 
     #[test]
     fn int_range_is_half_open_and_checked() {
-        let t = generate("ids", DType::I64, &[1000], Distribution::IntRange { lo: -3, hi: 3 }, 1).unwrap();
+        let t = generate(
+            "ids",
+            DType::I64,
+            &[1000],
+            Distribution::IntRange { lo: -3, hi: 3 },
+            1,
+        )
+        .unwrap();
         let v = t.to_f64_vec();
         assert!(v.iter().all(|&x| (-3.0..3.0).contains(&x)));
         assert!(v.contains(&-3.0) && v.contains(&2.0));
-        assert!(generate("b", DType::Bool, &[2], Distribution::IntRange { lo: 0, hi: 3 }, 1).is_err());
+        assert!(generate(
+            "b",
+            DType::Bool,
+            &[2],
+            Distribution::IntRange { lo: 0, hi: 3 },
+            1
+        )
+        .is_err());
         assert!(generate("i", DType::I32, &[2], Distribution::Normal { std: 1.0 }, 1).is_err());
         let ones = generate("m", DType::BF16, &[3], Distribution::Ones, 0).unwrap();
         assert_eq!(ones.to_f64_vec(), vec![1.0; 3]);

@@ -4,6 +4,7 @@
 //! This is the only crate that names `ort`. Models cross the API as serialized ONNX bytes ([`Model`]) and tensors
 //! as [`HostTensor`]s; every entry point creates a fresh session, so measurements never share an arena.
 
+mod arena;
 mod compare;
 mod error;
 mod generate;
@@ -18,7 +19,11 @@ pub use compare::{compare, Comparison, OutputComparison, Tol, Tolerances};
 pub use error::{Result, RuntimeError, CUDA_HINT, INSTALL_HINT};
 pub use generate::{derive_seed, generate, Distribution};
 pub use locate::{init, init_with, loaded, OrtInfo, OrtSearch};
-pub use measure::{measure_peak, parse_profile, profile_order, time_steps, NodeEvent, PeakStats, StepTimes};
+pub use measure::{
+    measure_peak, parse_profile, profile_order, time_steps, NodeEvent, PeakStats, StepTimes,
+};
 pub use npy::{encode_npy, read_npy, write_npy};
-pub use session::{input_specs, run, InputSpec, Model, OptLevel, Provider, SessionConfig, CSE_OPTIMIZER};
+pub use session::{
+    input_specs, run, Arena, InputSpec, Model, OptLevel, Provider, SessionConfig, CSE_OPTIMIZER,
+};
 pub use tensor::{DType, Element, HostTensor};

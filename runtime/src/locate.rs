@@ -42,7 +42,9 @@ impl OrtSearch {
         roots.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")));
         OrtSearch {
             explicit: explicit.map(Path::to_path_buf),
-            env_path: std::env::var_os("ORT_DYLIB_PATH").filter(|v| !v.is_empty()).map(PathBuf::from),
+            env_path: std::env::var_os("ORT_DYLIB_PATH")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
             roots,
             python: Some("python3".to_string()),
         }
@@ -72,7 +74,10 @@ impl OrtSearch {
                     if let Some(found) = find_library_in(&pkg.join("capi")) {
                         return Ok(found);
                     }
-                    searched.push(format!("{} (onnxruntime of {python})", pkg.join("capi").display()));
+                    searched.push(format!(
+                        "{} (onnxruntime of {python})",
+                        pkg.join("capi").display()
+                    ));
                 }
                 None => searched.push(format!("`import onnxruntime` in {python}")),
             }
@@ -85,7 +90,10 @@ fn existing(path: &Path, origin: &str) -> Result<PathBuf> {
     if path.is_file() {
         Ok(path.to_path_buf())
     } else {
-        Err(RuntimeError::OrtPathMissing { path: path.to_path_buf(), origin: origin.to_string() })
+        Err(RuntimeError::OrtPathMissing {
+            path: path.to_path_buf(),
+            origin: origin.to_string(),
+        })
     }
 }
 
@@ -110,7 +118,10 @@ fn find_library_in(capi: &Path) -> Option<PathBuf> {
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .filter(|p| {
-            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
             name.starts_with("libonnxruntime.so")
                 || (name.starts_with("libonnxruntime.") && name.ends_with(".dylib"))
                 || name == "onnxruntime.dll"
@@ -123,7 +134,10 @@ fn find_library_in(capi: &Path) -> Option<PathBuf> {
 
 fn python_package_dir(python: &str) -> Option<PathBuf> {
     let out = Command::new(python)
-        .args(["-c", "import os, onnxruntime; print(os.path.dirname(onnxruntime.__file__))"])
+        .args([
+            "-c",
+            "import os, onnxruntime; print(os.path.dirname(onnxruntime.__file__))",
+        ])
         .output()
         .ok()?;
     if !out.status.success() {
@@ -153,26 +167,43 @@ pub fn init_with(search: &OrtSearch) -> Result<&'static OrtInfo> {
     if let Some(loaded) = LOADED.get() {
         return check_same(loaded, search);
     }
-    let _guard = LOADING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _guard = LOADING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(loaded) = LOADED.get() {
         return check_same(loaded, search);
     }
     let path = search.find()?;
     let path = path.canonicalize().unwrap_or(path);
-    let builder = ort::init_from(&path).map_err(|e| RuntimeError::OrtLoad { path: path.clone(), message: e.to_string() })?;
+    let builder = ort::init_from(&path).map_err(|e| RuntimeError::OrtLoad {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
     let environment = builder
         .with_name("ckpt-opt")
         .build()
-        .map_err(|e| RuntimeError::OrtLoad { path: path.clone(), message: e.to_string() })?;
-    let info = OrtInfo { version: version_of(&path), available_providers: available_providers(), library: path };
+        .map_err(|e| RuntimeError::OrtLoad {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+    let info = OrtInfo {
+        version: version_of(&path),
+        available_providers: available_providers(),
+        library: path,
+    };
     Ok(&LOADED.get_or_init(|| Loaded { info, environment }).info)
 }
 
 fn check_same(loaded: &'static Loaded, search: &OrtSearch) -> Result<&'static OrtInfo> {
     if let Some(requested) = &search.explicit {
-        let requested = requested.canonicalize().unwrap_or_else(|_| requested.clone());
+        let requested = requested
+            .canonicalize()
+            .unwrap_or_else(|_| requested.clone());
         if requested != loaded.info.library {
-            return Err(RuntimeError::OrtAlreadyLoaded { loaded: loaded.info.library.clone(), requested });
+            return Err(RuntimeError::OrtAlreadyLoaded {
+                loaded: loaded.info.library.clone(),
+                requested,
+            });
         }
     }
     Ok(&loaded.info)
@@ -185,7 +216,9 @@ pub(crate) fn environment() -> Result<&'static ort::environment::Environment> {
     }
     match LOADED.get() {
         Some(loaded) => Ok(&loaded.environment),
-        None => Err(RuntimeError::OrtNotFound { searched: vec!["(initialisation raced)".to_string()] }),
+        None => Err(RuntimeError::OrtNotFound {
+            searched: vec!["(initialisation raced)".to_string()],
+        }),
     }
 }
 
@@ -198,12 +231,18 @@ pub fn loaded() -> Option<&'static OrtInfo> {
 fn version_of(path: &Path) -> String {
     let build = ort::info();
     if let Some(rest) = build.split("git-branch=rel-").nth(1) {
-        let version: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+        let version: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
         if !version.is_empty() {
             return version;
         }
     }
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     match name.split_once(".so.") {
         Some((_, v)) => v.to_string(),
         None => format!("unknown ({build})"),
@@ -221,7 +260,11 @@ fn available_providers() -> Vec<String> {
             return Vec::new();
         }
         let list = (0..count.max(0) as usize)
-            .map(|i| std::ffi::CStr::from_ptr(*names.add(i)).to_string_lossy().into_owned())
+            .map(|i| {
+                std::ffi::CStr::from_ptr(*names.add(i))
+                    .to_string_lossy()
+                    .into_owned()
+            })
             .collect();
         let _ = ort::Error::result_from_status((api.ReleaseAvailableProviders)(names, count));
         list

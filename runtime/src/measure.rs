@@ -2,7 +2,9 @@
 //!
 //! Peak is `MaxInUse` after one run minus `InUse` after session creation, read from the session's arena allocator
 //! for the configured provider (CPU arena, or the CUDA arena on device 0), on a fresh session with the memory
-//! pattern off (the pattern planner pre-allocates one block on later runs, hiding the per-tensor peak).
+//! pattern off (the pattern planner pre-allocates one block on later runs, hiding the per-tensor peak). What the
+//! arena counts depends on [`crate::Arena`]: ORT's own arena counts whole BFC chunks, the exact arena counts live
+//! tensors rounded up to 256 bytes.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,7 +15,7 @@ use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, Memory
 use ort::session::Session;
 
 use crate::error::{Result, RuntimeError};
-use crate::session::{create_session, run_session, Model, Provider, SessionConfig};
+use crate::session::{run_session, with_session, Model, Provider, SessionConfig};
 use crate::tensor::HostTensor;
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -28,15 +30,22 @@ pub struct PeakStats {
 }
 
 /// Runs once on a fresh session with the memory pattern forced off and reads the arena's statistics.
-pub fn measure_peak<'a>(model: impl Into<Model<'a>>, inputs: &[HostTensor], cfg: &SessionConfig) -> Result<PeakStats> {
+pub fn measure_peak<'a>(
+    model: impl Into<Model<'a>>,
+    inputs: &[HostTensor],
+    cfg: &SessionConfig,
+) -> Result<PeakStats> {
     let model = model.into();
-    let cfg = SessionConfig { memory_pattern: false, ..cfg.clone() };
-    let mut session = create_session(model, &cfg)?;
-    let arena = arena_allocator(model, &session, cfg.provider)?;
-    let before = allocator_stats(model, &arena)?;
-    let outputs = run_session(model, &mut session, inputs)?;
-    let after = allocator_stats(model, &arena)?;
-    drop(outputs);
+    let cfg = SessionConfig {
+        memory_pattern: false,
+        ..cfg.clone()
+    };
+    let (before, after) = with_session(model, &cfg, |session| {
+        let arena = arena_allocator(model, session, cfg.provider)?;
+        let before = allocator_stats(model, &arena)?;
+        run_session(model, session, inputs)?;
+        Ok((before, allocator_stats(model, &arena)?))
+    })?;
     let in_use_after_load = stat(model, &before, "InUse")?;
     let max_in_use = stat(model, &after, "MaxInUse")?;
     Ok(PeakStats {
@@ -56,7 +65,8 @@ fn arena_allocator(model: Model<'_>, session: &Session, provider: Provider) -> R
         model: model.label.to_string(),
         message: format!("no {device_name} arena allocator on the session: {e}"),
     };
-    let info = MemoryInfo::new(device, 0, AllocatorType::Arena, MemoryType::Default).map_err(fail)?;
+    let info =
+        MemoryInfo::new(device, 0, AllocatorType::Arena, MemoryType::Default).map_err(fail)?;
     Allocator::new(session, info).map_err(fail)
 }
 
@@ -80,8 +90,12 @@ fn allocator_stats(model: Model<'_>, allocator: &Allocator) -> Result<BTreeMap<S
         (api.GetKeyValuePairs)(kvps, &mut keys, &mut values, &mut n);
         let mut out = BTreeMap::new();
         for i in 0..n {
-            let k = std::ffi::CStr::from_ptr(*keys.add(i)).to_string_lossy().into_owned();
-            let v = std::ffi::CStr::from_ptr(*values.add(i)).to_string_lossy().into_owned();
+            let k = std::ffi::CStr::from_ptr(*keys.add(i))
+                .to_string_lossy()
+                .into_owned();
+            let v = std::ffi::CStr::from_ptr(*values.add(i))
+                .to_string_lossy()
+                .into_owned();
             out.insert(k, v);
         }
         (api.ReleaseKeyValuePairs)(kvps);
@@ -90,9 +104,16 @@ fn allocator_stats(model: Model<'_>, allocator: &Allocator) -> Result<BTreeMap<S
 }
 
 fn stat(model: Model<'_>, stats: &BTreeMap<String, String>, key: &str) -> Result<u64> {
-    let fail = |message: String| RuntimeError::AllocatorStats { model: model.label.to_string(), message };
-    let v = stats.get(key).ok_or_else(|| fail(format!("no `{key}` in {stats:?}")))?;
-    v.trim().parse().map_err(|_| fail(format!("`{key}` = `{v}` is not a byte count")))
+    let fail = |message: String| RuntimeError::AllocatorStats {
+        model: model.label.to_string(),
+        message,
+    };
+    let v = stats
+        .get(key)
+        .ok_or_else(|| fail(format!("no `{key}` in {stats:?}")))?;
+    v.trim()
+        .parse()
+        .map_err(|_| fail(format!("`{key}` = `{v}` is not a byte count")))
 }
 
 /// One node execution from ORT's profile.
@@ -111,23 +132,39 @@ static PROFILE_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Runs once with profiling on and returns the kernel executions in the order they started. Writes the profile
 /// under `cfg.profiling` when set (and keeps it), else in the temp dir (and removes it).
-pub fn profile_order<'a>(model: impl Into<Model<'a>>, inputs: &[HostTensor], cfg: &SessionConfig) -> Result<Vec<NodeEvent>> {
+pub fn profile_order<'a>(
+    model: impl Into<Model<'a>>,
+    inputs: &[HostTensor],
+    cfg: &SessionConfig,
+) -> Result<Vec<NodeEvent>> {
     let model = model.into();
     let (prefix, keep) = match &cfg.profiling {
         Some(p) => (p.clone(), true),
         None => {
             let n = PROFILE_COUNTER.fetch_add(1, Ordering::Relaxed);
-            (std::env::temp_dir().join(format!("ckpt-runtime-profile-{}-{n}", std::process::id())), false)
+            (
+                std::env::temp_dir()
+                    .join(format!("ckpt-runtime-profile-{}-{n}", std::process::id())),
+                false,
+            )
         }
     };
-    let cfg = SessionConfig { profiling: Some(prefix), ..cfg.clone() };
-    let mut session = create_session(model, &cfg)?;
-    run_session(model, &mut session, inputs)?;
-    let file = session
-        .end_profiling()
-        .map_err(|e| RuntimeError::Run { model: model.label.to_string(), message: format!("ending the profile: {e}") })?;
+    let cfg = SessionConfig {
+        profiling: Some(prefix),
+        ..cfg.clone()
+    };
+    let file = with_session(model, &cfg, |session| {
+        run_session(model, session, inputs)?;
+        session.end_profiling().map_err(|e| RuntimeError::Run {
+            model: model.label.to_string(),
+            message: format!("ending the profile: {e}"),
+        })
+    })?;
     let path = PathBuf::from(file);
-    let text = std::fs::read_to_string(&path).map_err(|source| RuntimeError::Io { path: path.clone(), source });
+    let text = std::fs::read_to_string(&path).map_err(|source| RuntimeError::Io {
+        path: path.clone(),
+        source,
+    });
     if !keep {
         let _ = std::fs::remove_file(&path);
     }
@@ -136,26 +173,43 @@ pub fn profile_order<'a>(model: impl Into<Model<'a>>, inputs: &[HostTensor], cfg
 
 /// Kernel events (`cat: "Node"`, name ending `_kernel_time`) of an ORT JSON profile, sorted by start time.
 pub fn parse_profile(path: &Path, text: &str) -> Result<Vec<NodeEvent>> {
-    let fail = |message: String| RuntimeError::Profile { path: path.to_path_buf(), message };
-    let json: serde_json::Value = serde_json::from_str(text).map_err(|e| fail(format!("not JSON: {e}")))?;
-    let events = json.as_array().ok_or_else(|| fail("expected a JSON array of events".to_string()))?;
+    let fail = |message: String| RuntimeError::Profile {
+        path: path.to_path_buf(),
+        message,
+    };
+    let json: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| fail(format!("not JSON: {e}")))?;
+    let events = json
+        .as_array()
+        .ok_or_else(|| fail("expected a JSON array of events".to_string()))?;
     let mut out = Vec::new();
     for ev in events {
         if ev.get("cat").and_then(|c| c.as_str()) != Some("Node") {
             continue;
         }
-        let Some(name) = ev.get("name").and_then(|n| n.as_str()) else { continue };
-        let Some(node_name) = name.strip_suffix("_kernel_time") else { continue };
+        let Some(name) = ev.get("name").and_then(|n| n.as_str()) else {
+            continue;
+        };
+        let Some(node_name) = name.strip_suffix("_kernel_time") else {
+            continue;
+        };
         let args = ev.get("args");
         let arg = |k: &str| args.and_then(|a| a.get(k));
         let as_u64 = |v: Option<&serde_json::Value>| {
-            v.and_then(|v| v.as_u64().or_else(|| v.as_str().and_then(|s| s.parse().ok())))
+            v.and_then(|v| {
+                v.as_u64()
+                    .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            })
         };
         out.push(NodeEvent {
             node_name: node_name.to_string(),
-            op_type: arg("op_name").and_then(|v| v.as_str()).unwrap_or_default().to_string(),
+            op_type: arg("op_name")
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string(),
             node_index: as_u64(arg("node_index")).map(|v| v as usize),
-            start_us: as_u64(ev.get("ts")).ok_or_else(|| fail(format!("event `{name}` has no `ts`")))?,
+            start_us: as_u64(ev.get("ts"))
+                .ok_or_else(|| fail(format!("event `{name}` has no `ts`")))?,
             dur_us: as_u64(ev.get("dur")).unwrap_or(0),
         });
     }
@@ -182,27 +236,40 @@ pub fn time_steps<'a>(
 ) -> Result<StepTimes> {
     let model = model.into();
     if runs == 0 {
-        return Err(RuntimeError::Run { model: model.label.to_string(), message: "time_steps needs runs >= 1".into() });
+        return Err(RuntimeError::Run {
+            model: model.label.to_string(),
+            message: "time_steps needs runs >= 1".into(),
+        });
     }
-    let mut session = create_session(model, cfg)?;
-    let feeds = crate::session::feeds(model, &session, inputs)?;
-    let run_err = |e: ort::Error| RuntimeError::Run { model: model.label.to_string(), message: e.to_string() };
-    let mut times = Vec::with_capacity(runs);
-    for i in 0..warmup + runs {
-        let inputs: Vec<(&str, ort::session::SessionInputValue<'_>)> =
-            feeds.iter().map(|(n, v)| (n.as_str(), v.into())).collect();
-        let start = Instant::now();
-        let outputs = session.run(inputs).map_err(run_err)?;
-        let elapsed = start.elapsed().as_secs_f64() * 1e3;
-        drop(outputs);
-        if i >= warmup {
-            times.push(elapsed);
+    let times = with_session(model, cfg, |session| {
+        let feeds = crate::session::feeds(model, session, inputs)?;
+        let run_err = |e: ort::Error| RuntimeError::Run {
+            model: model.label.to_string(),
+            message: e.to_string(),
+        };
+        let mut times = Vec::with_capacity(runs);
+        for i in 0..warmup + runs {
+            let inputs: Vec<(&str, ort::session::SessionInputValue<'_>)> =
+                feeds.iter().map(|(n, v)| (n.as_str(), v.into())).collect();
+            let start = Instant::now();
+            let outputs = session.run(inputs).map_err(run_err)?;
+            let elapsed = start.elapsed().as_secs_f64() * 1e3;
+            drop(outputs);
+            if i >= warmup {
+                times.push(elapsed);
+            }
         }
-    }
+        Ok(times)
+    })?;
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
-    let rank = |p: f64| sorted[((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
-    Ok(StepTimes { p50_ms: rank(0.50), p95_ms: rank(0.95), runs: times })
+    let rank =
+        |p: f64| sorted[((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
+    Ok(StepTimes {
+        p50_ms: rank(0.50),
+        p95_ms: rank(0.95),
+        runs: times,
+    })
 }
 
 #[cfg(test)]
@@ -219,7 +286,21 @@ mod tests {
         ]"#;
         let events = parse_profile(Path::new("p.json"), text).unwrap();
         assert_eq!(events.len(), 2);
-        assert_eq!((events[0].node_name.as_str(), events[0].op_type.as_str(), events[0].node_index), ("a", "Exp", Some(0)));
-        assert_eq!((events[1].node_name.as_str(), events[1].node_index, events[1].dur_us), ("b", Some(1), 2));
+        assert_eq!(
+            (
+                events[0].node_name.as_str(),
+                events[0].op_type.as_str(),
+                events[0].node_index
+            ),
+            ("a", "Exp", Some(0))
+        );
+        assert_eq!(
+            (
+                events[1].node_name.as_str(),
+                events[1].node_index,
+                events[1].dur_us
+            ),
+            ("b", Some(1), 2)
+        );
     }
 }

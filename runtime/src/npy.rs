@@ -11,22 +11,42 @@ const MAGIC: &[u8] = b"\x93NUMPY";
 /// Reads `path` as the tensor `name`. When `expected` is given, the file must hold that dtype; bf16, which numpy
 /// has no native code for, is read from files of 2-byte raw elements (`<u2`, `<i2`, `|V2`) holding its bits.
 pub fn read_npy(path: &Path, name: &str, expected: Option<DType>) -> Result<HostTensor> {
-    let bytes = std::fs::read(path).map_err(|source| RuntimeError::Io { path: path.to_path_buf(), source })?;
-    parse_npy(&bytes, name, expected).map_err(|message| RuntimeError::Npy { path: path.to_path_buf(), message })
+    let bytes = std::fs::read(path).map_err(|source| RuntimeError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_npy(&bytes, name, expected).map_err(|message| RuntimeError::Npy {
+        path: path.to_path_buf(),
+        message,
+    })
 }
 
 /// Writes `tensor` as a version-1 `.npy` file. bf16 is written as `<u2` bits.
 pub fn write_npy(path: &Path, tensor: &HostTensor) -> Result<()> {
-    std::fs::write(path, encode_npy(tensor)).map_err(|source| RuntimeError::Io { path: path.to_path_buf(), source })
+    std::fs::write(path, encode_npy(tensor)).map_err(|source| RuntimeError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 pub fn encode_npy(tensor: &HostTensor) -> Vec<u8> {
     let shape = match tensor.shape.len() {
         0 => "()".to_string(),
         1 => format!("({},)", tensor.shape[0]),
-        _ => format!("({})", tensor.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+        _ => format!(
+            "({})",
+            tensor
+                .shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     };
-    let mut header = format!("{{'descr': '{}', 'fortran_order': False, 'shape': {shape}, }}", descr_of(tensor.dtype));
+    let mut header = format!(
+        "{{'descr': '{}', 'fortran_order': False, 'shape': {shape}, }}",
+        descr_of(tensor.dtype)
+    );
     // Pad so that magic + version + length + header is a multiple of 64, ending in '\n'.
     let unpadded = MAGIC.len() + 2 + 2 + header.len() + 1;
     header.push_str(&" ".repeat((64 - unpadded % 64) % 64));
@@ -58,7 +78,11 @@ fn descr_of(dtype: DType) -> &'static str {
     }
 }
 
-fn parse_npy(bytes: &[u8], name: &str, expected: Option<DType>) -> std::result::Result<HostTensor, String> {
+fn parse_npy(
+    bytes: &[u8],
+    name: &str,
+    expected: Option<DType>,
+) -> std::result::Result<HostTensor, String> {
     if bytes.len() < 10 || &bytes[..6] != MAGIC {
         return Err("not a .npy file (missing \\x93NUMPY magic)".to_string());
     }
@@ -69,17 +93,24 @@ fn parse_npy(bytes: &[u8], name: &str, expected: Option<DType>) -> std::result::
             if bytes.len() < 12 {
                 return Err("truncated header".to_string());
             }
-            (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12)
+            (
+                u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+                12,
+            )
         }
         v => return Err(format!("unsupported .npy format version {v}")),
     };
-    let header = bytes.get(start..start + header_len).ok_or("truncated header")?;
+    let header = bytes
+        .get(start..start + header_len)
+        .ok_or("truncated header")?;
     let header = std::str::from_utf8(header).map_err(|_| "header is not UTF-8".to_string())?;
     let descr = dict_value(header, "descr").ok_or("header has no 'descr'")?;
     let descr = descr.trim_matches(|c| c == '\'' || c == '"');
     let fortran = dict_value(header, "fortran_order").ok_or("header has no 'fortran_order'")?;
     if fortran.trim() != "False" {
-        return Err("Fortran-order arrays are not supported; save with np.ascontiguousarray(a)".to_string());
+        return Err(
+            "Fortran-order arrays are not supported; save with np.ascontiguousarray(a)".to_string(),
+        );
     }
     let shape_text = dict_value(header, "shape").ok_or("header has no 'shape'")?;
     let shape = parse_shape(shape_text)?;
@@ -90,7 +121,8 @@ fn parse_npy(bytes: &[u8], name: &str, expected: Option<DType>) -> std::result::
         }
     }
     let data = &bytes[start + header_len..];
-    let t = HostTensor::from_bytes(name, file_dtype, shape, data.to_vec()).map_err(|e| e.to_string())?;
+    let t = HostTensor::from_bytes(name, file_dtype, shape, data.to_vec())
+        .map_err(|e| e.to_string())?;
     Ok(t)
 }
 
@@ -123,7 +155,9 @@ fn dtype_of(descr: &str, expected: Option<DType>) -> std::result::Result<DType, 
 fn dict_value<'h>(header: &'h str, key: &str) -> Option<&'h str> {
     let pat_single = format!("'{key}'");
     let pat_double = format!("\"{key}\"");
-    let at = header.find(&pat_single).or_else(|| header.find(&pat_double))?;
+    let at = header
+        .find(&pat_single)
+        .or_else(|| header.find(&pat_double))?;
     let rest = &header[at + key.len() + 2..];
     let rest = rest.trim_start().strip_prefix(':')?.trim_start();
     let mut depth = 0i32;
@@ -148,7 +182,11 @@ fn parse_shape(text: &str) -> std::result::Result<Vec<usize>, String> {
         .split(',')
         .map(str::trim)
         .filter(|p| !p.is_empty())
-        .map(|p| p.trim_end_matches('L').parse::<usize>().map_err(|_| format!("malformed shape `{text}`")))
+        .map(|p| {
+            p.trim_end_matches('L')
+                .parse::<usize>()
+                .map_err(|_| format!("malformed shape `{text}`"))
+        })
         .collect()
 }
 
@@ -159,7 +197,13 @@ mod tests {
     #[test]
     fn round_trips_every_dtype() {
         for dtype in DType::ALL {
-            let t = HostTensor::from_bytes("t", dtype, vec![2, 3], (0..6 * dtype.size() as u8).collect()).unwrap();
+            let t = HostTensor::from_bytes(
+                "t",
+                dtype,
+                vec![2, 3],
+                (0..6 * dtype.size() as u8).collect(),
+            )
+            .unwrap();
             let back = parse_npy(&encode_npy(&t), "t", Some(dtype)).unwrap();
             assert_eq!(back, t, "{dtype}");
         }
@@ -185,10 +229,15 @@ mod tests {
     fn refuses_what_it_cannot_read_faithfully() {
         let t = HostTensor::from_values("x", vec![2], &[1.0f64, 2.0]).unwrap();
         let err = parse_npy(&encode_npy(&t), "x", Some(DType::F32)).unwrap_err();
-        assert!(err.contains("holds f64") && err.contains("`x` is f32"), "{err}");
+        assert!(
+            err.contains("holds f64") && err.contains("`x` is f32"),
+            "{err}"
+        );
         let mut big = encode_npy(&t);
         let at = big.windows(4).position(|w| w == b"'<f8").unwrap();
         big[at + 1] = b'>';
-        assert!(parse_npy(&big, "x", None).unwrap_err().contains("big-endian"));
+        assert!(parse_npy(&big, "x", None)
+            .unwrap_err()
+            .contains("big-endian"));
     }
 }

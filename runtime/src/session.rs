@@ -30,7 +30,10 @@ impl<'a> Model<'a> {
 
 impl<'a> From<&'a [u8]> for Model<'a> {
     fn from(bytes: &'a [u8]) -> Model<'a> {
-        Model { label: "<in-memory model>", bytes }
+        Model {
+            label: "<in-memory model>",
+            bytes,
+        }
     }
 }
 
@@ -85,6 +88,8 @@ pub struct SessionConfig {
     pub profiling: Option<PathBuf>,
     /// Intra-op threads; `None` lets ORT choose (one per physical core).
     pub intra_threads: Option<usize>,
+    /// The CPU arena allocations come from; see [`Arena`].
+    pub arena: Arena,
 }
 
 impl Default for SessionConfig {
@@ -96,8 +101,25 @@ impl Default for SessionConfig {
             memory_pattern: false,
             profiling: None,
             intra_threads: None,
+            arena: Arena::Session,
         }
     }
+}
+
+/// Which CPU arena a session allocates from.
+///
+/// ORT's own per-session BFC arena (`Session`) hands a request a whole free chunk unless the chunk is at least
+/// twice the request, so a tensor can occupy up to ~2x its bytes, depending on what was freed before (observed:
+/// a 1.6 MB tensor holding a 2 MiB chunk). `Exact` registers a fresh environment arena per session that always
+/// splits chunks (`max_dead_bytes_per_chunk` = 256), so `InUse` is the sum of live tensors, each rounded up to
+/// 256 bytes: the quantity a liveness simulation predicts. `Exact` sessions are serialized process-wide (the
+/// environment holds one CPU allocator); CPU provider only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arena {
+    #[default]
+    Session,
+    Exact,
 }
 
 /// One model input as the session sees it. `None` dims are symbolic (`dim_names` holds their names).
@@ -110,16 +132,25 @@ pub struct InputSpec {
 }
 
 /// Runs `model` once on a fresh session and returns every graph output, in the model's output order.
-pub fn run<'a>(model: impl Into<Model<'a>>, inputs: &[HostTensor], cfg: &SessionConfig) -> Result<Vec<HostTensor>> {
+pub fn run<'a>(
+    model: impl Into<Model<'a>>,
+    inputs: &[HostTensor],
+    cfg: &SessionConfig,
+) -> Result<Vec<HostTensor>> {
     let model = model.into();
-    let mut session = create_session(model, cfg)?;
-    run_session(model, &mut session, inputs)
+    with_session(model, cfg, |session| run_session(model, session, inputs))
 }
 
 /// The model's graph inputs (excluding initializers), as ORT reports them.
 pub fn input_specs<'a>(model: impl Into<Model<'a>>, cfg: &SessionConfig) -> Result<Vec<InputSpec>> {
     let model = model.into();
-    let session = create_session(model, cfg)?;
+    let session = create_session(
+        model,
+        &SessionConfig {
+            arena: Arena::Session,
+            ..cfg.clone()
+        },
+    )?;
     session
         .inputs()
         .iter()
@@ -130,13 +161,18 @@ pub fn input_specs<'a>(model: impl Into<Model<'a>>, cfg: &SessionConfig) -> Resu
                 message,
             };
             let ty = outlet.dtype();
-            let elem = ty.tensor_type().ok_or_else(|| bad(format!("is not a tensor ({ty})")))?;
-            let dtype = DType::from_ort(elem).ok_or_else(|| bad(format!("element type {elem:?} is not supported")))?;
-            let shape = ty.tensor_shape().ok_or_else(|| bad("has no shape".to_string()))?;
+            let elem = ty
+                .tensor_type()
+                .ok_or_else(|| bad(format!("is not a tensor ({ty})")))?;
+            let dtype = DType::from_ort(elem)
+                .ok_or_else(|| bad(format!("element type {elem:?} is not supported")))?;
+            let shape = ty
+                .tensor_shape()
+                .ok_or_else(|| bad("has no shape".to_string()))?;
             let dim_names = match ty {
-                ort::value::ValueType::Tensor { dimension_symbols, .. } => {
-                    dimension_symbols.iter().map(|s| s.to_string()).collect()
-                }
+                ort::value::ValueType::Tensor {
+                    dimension_symbols, ..
+                } => dimension_symbols.iter().map(|s| s.to_string()).collect(),
                 _ => Vec::new(),
             };
             Ok(InputSpec {
@@ -149,10 +185,37 @@ pub fn input_specs<'a>(model: impl Into<Model<'a>>, cfg: &SessionConfig) -> Resu
         .collect()
 }
 
-pub(crate) fn create_session(model: Model<'_>, cfg: &SessionConfig) -> Result<Session> {
+/// Creates a fresh session and hands it to `f`; with [`Arena::Exact`], inside a freshly registered exact arena
+/// that lives as long as the session.
+pub(crate) fn with_session<T>(
+    model: Model<'_>,
+    cfg: &SessionConfig,
+    f: impl FnOnce(&mut Session) -> Result<T>,
+) -> Result<T> {
+    match cfg.arena {
+        Arena::Session => f(&mut create_session(model, cfg)?),
+        Arena::Exact => {
+            if cfg.provider != Provider::Cpu {
+                return Err(RuntimeError::SessionCreate {
+                    model: model.label.to_string(),
+                    message: format!(
+                        "the exact arena is CPU-only; {} uses its own arena",
+                        cfg.provider
+                    ),
+                });
+            }
+            crate::arena::with_exact_cpu_arena(model, || f(&mut create_session(model, cfg)?))
+        }
+    }
+}
+
+fn create_session(model: Model<'_>, cfg: &SessionConfig) -> Result<Session> {
     let env = environment()?;
     let label = model.label;
-    let fail = |e: ort::Error| RuntimeError::SessionCreate { model: label.to_string(), message: e.to_string() };
+    let fail = |e: ort::Error| RuntimeError::SessionCreate {
+        model: label.to_string(),
+        message: e.to_string(),
+    };
     let mut builder = Session::builder(env).map_err(fail)?;
     builder = builder
         .with_optimization_level(match cfg.opt_level {
@@ -165,16 +228,25 @@ pub(crate) fn create_session(model: Model<'_>, cfg: &SessionConfig) -> Result<Se
         .with_memory_pattern(cfg.memory_pattern)
         .map_err(|e| fail(e.into()))?;
     if cfg.disable_cse {
-        builder = builder.with_disabled_optimizers(CSE_OPTIMIZER).map_err(|e| fail(e.into()))?;
+        builder = builder
+            .with_disabled_optimizers(CSE_OPTIMIZER)
+            .map_err(|e| fail(e.into()))?;
     }
     if let Some(threads) = cfg.intra_threads {
-        builder = builder.with_intra_threads(threads).map_err(|e| fail(e.into()))?;
+        builder = builder
+            .with_intra_threads(threads)
+            .map_err(|e| fail(e.into()))?;
+    }
+    if cfg.arena == Arena::Exact {
+        builder = builder.with_env_allocators().map_err(|e| fail(e.into()))?;
     }
     if let Some(prefix) = &cfg.profiling {
         builder = builder.with_profiling(prefix).map_err(|e| fail(e.into()))?;
     }
     builder = register_provider(builder, cfg.provider)?;
-    builder.commit_from_memory(model.bytes).map_err(|e| classify_create_error(model, cfg.provider, e))
+    builder
+        .commit_from_memory(model.bytes)
+        .map_err(|e| classify_create_error(model, cfg.provider, e))
 }
 
 #[cfg(feature = "cuda")]
@@ -183,7 +255,9 @@ fn register_provider(builder: SessionBuilder, provider: Provider) -> Result<Sess
         Provider::Cpu => Ok(builder),
         Provider::Cuda => builder
             .with_execution_providers([ort::ep::CUDA::default().build().error_on_failure()])
-            .map_err(|e| RuntimeError::CudaUnavailable { reason: e.to_string() }),
+            .map_err(|e| RuntimeError::CudaUnavailable {
+                reason: e.to_string(),
+            }),
     }
 }
 
@@ -192,7 +266,8 @@ fn register_provider(builder: SessionBuilder, provider: Provider) -> Result<Sess
     match provider {
         Provider::Cpu => Ok(builder),
         Provider::Cuda => Err(RuntimeError::CudaUnavailable {
-            reason: "this build of ckpt-runtime has no CUDA support (feature `cuda` is off)".to_string(),
+            reason: "this build of ckpt-runtime has no CUDA support (feature `cuda` is off)"
+                .to_string(),
         }),
     }
 }
@@ -201,9 +276,13 @@ fn register_provider(builder: SessionBuilder, provider: Provider) -> Result<Sess
 /// cannot load.
 fn classify_create_error(model: Model<'_>, provider: Provider, e: ort::Error) -> RuntimeError {
     let message = e.to_string();
-    let op_missing = ["No Op registered for", "not a registered function/op", "Could not find an implementation"]
-        .iter()
-        .any(|m| message.contains(m));
+    let op_missing = [
+        "No Op registered for",
+        "not a registered function/op",
+        "Could not find an implementation",
+    ]
+    .iter()
+    .any(|m| message.contains(m));
     if op_missing {
         let mut ops: Vec<String> = node_ops(model.bytes)
             .into_iter()
@@ -212,18 +291,31 @@ fn classify_create_error(model: Model<'_>, provider: Provider, e: ort::Error) ->
                     && domain != "ai.onnx"
                     && (is_training_op(domain, op) || mentions_op(&message, op))
             })
-            .map(|(domain, op)| if domain.is_empty() { op } else { format!("{domain}:{op}") })
+            .map(|(domain, op)| {
+                if domain.is_empty() {
+                    op
+                } else {
+                    format!("{domain}:{op}")
+                }
+            })
             .collect();
         ops.sort();
         ops.dedup();
         if !ops.is_empty() {
-            return RuntimeError::MissingTrainingOps { model: model.label.to_string(), ops, message };
+            return RuntimeError::MissingTrainingOps {
+                model: model.label.to_string(),
+                ops,
+                message,
+            };
         }
     }
     if provider == Provider::Cuda && (message.contains("CUDA") || message.contains("cuda")) {
         return RuntimeError::CudaUnavailable { reason: message };
     }
-    RuntimeError::SessionCreate { model: model.label.to_string(), message }
+    RuntimeError::SessionCreate {
+        model: model.label.to_string(),
+        message,
+    }
 }
 
 /// Ops that exist only in ORT builds with training enabled (gradient kernels, in-place optimizer updates).
@@ -259,24 +351,41 @@ fn is_training_op(domain: &str, op: &str) -> bool {
 
 fn mentions_op(message: &str, op: &str) -> bool {
     !op.is_empty()
-        && [format!("for {op} "), format!(" {op}("), format!("({op})"), format!(", {op},"), format!(":{op}(")]
-            .iter()
-            .any(|p| message.contains(p.as_str()))
+        && [
+            format!("for {op} "),
+            format!(" {op}("),
+            format!("({op})"),
+            format!(", {op},"),
+            format!(":{op}("),
+        ]
+        .iter()
+        .any(|p| message.contains(p.as_str()))
 }
 
-pub(crate) fn run_session(model: Model<'_>, session: &mut Session, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+pub(crate) fn run_session(
+    model: Model<'_>,
+    session: &mut Session,
+    inputs: &[HostTensor],
+) -> Result<Vec<HostTensor>> {
     let feeds = feeds(model, session, inputs)?;
-    let output_names: Vec<String> = session.outputs().iter().map(|o| o.name().to_string()).collect();
-    let mut outputs = session
-        .run(feeds)
-        .map_err(|e| RuntimeError::Run { model: model.label.to_string(), message: e.to_string() })?;
+    let output_names: Vec<String> = session
+        .outputs()
+        .iter()
+        .map(|o| o.name().to_string())
+        .collect();
+    let mut outputs = session.run(feeds).map_err(|e| RuntimeError::Run {
+        model: model.label.to_string(),
+        message: e.to_string(),
+    })?;
     output_names
         .iter()
         .map(|name| {
-            let value = outputs.remove(name.as_str()).ok_or_else(|| RuntimeError::Run {
-                model: model.label.to_string(),
-                message: format!("ORT returned no value for output `{name}`"),
-            })?;
+            let value = outputs
+                .remove(name.as_str())
+                .ok_or_else(|| RuntimeError::Run {
+                    model: model.label.to_string(),
+                    message: format!("ORT returned no value for output `{name}`"),
+                })?;
             HostTensor::from_ort(name, value)
         })
         .collect()
@@ -294,29 +403,53 @@ pub(crate) fn feeds(
         tensor: tensor.to_string(),
         message,
     };
-    let overridable: Vec<String> = session.overridable_initializers().iter().map(|i| i.name().to_string()).collect();
+    let overridable: Vec<String> = session
+        .overridable_initializers()
+        .iter()
+        .map(|i| i.name().to_string())
+        .collect();
     for outlet in session.inputs() {
-        if !inputs.iter().any(|t| t.name == outlet.name()) && !overridable.iter().any(|n| n == outlet.name()) {
-            return Err(err(outlet.name(), format!("is a graph input but was not given ({})", outlet.dtype())));
+        if !inputs.iter().any(|t| t.name == outlet.name())
+            && !overridable.iter().any(|n| n == outlet.name())
+        {
+            return Err(err(
+                outlet.name(),
+                format!("is a graph input but was not given ({})", outlet.dtype()),
+            ));
         }
     }
     let mut feeds = Vec::with_capacity(inputs.len());
     for t in inputs {
         let Some(outlet) = session.inputs().iter().find(|o| o.name() == t.name) else {
             let known: Vec<&str> = session.inputs().iter().map(|o| o.name()).collect();
-            return Err(err(&t.name, format!("is not an input of the model (inputs: {})", known.join(", "))));
+            return Err(err(
+                &t.name,
+                format!(
+                    "is not an input of the model (inputs: {})",
+                    known.join(", ")
+                ),
+            ));
         };
         let ty = outlet.dtype();
         if let Some(elem) = ty.tensor_type() {
             if elem != t.dtype.to_ort() {
-                return Err(err(&t.name, format!("given {} but the model wants {ty}", t.dtype)));
+                return Err(err(
+                    &t.name,
+                    format!("given {} but the model wants {ty}", t.dtype),
+                ));
             }
         }
         if let Some(shape) = ty.tensor_shape() {
             let fits = shape.len() == t.shape.len()
-                && shape.iter().zip(&t.shape).all(|(&want, &have)| want < 0 || want as usize == have);
+                && shape
+                    .iter()
+                    .zip(&t.shape)
+                    .all(|(&want, &have)| want < 0 || want as usize == have);
             if !fits {
-                return Err(err(&t.name, format!("given shape {:?} but the model wants {ty}", t.shape)));
+                return Err(err(
+                    &t.name,
+                    format!("given shape {:?} but the model wants {ty}", t.shape),
+                ));
             }
         }
         feeds.push((t.name.clone(), t.to_ort()?));

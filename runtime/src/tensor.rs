@@ -12,7 +12,9 @@ use ort::value::{DynTensor, DynValue, TensorElementType};
 use crate::error::{Result, RuntimeError};
 
 /// Element types this crate moves between host and ONNX Runtime. `F16` and `BF16` are stored as their bits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
     F32,
@@ -110,14 +112,18 @@ impl DType {
             DType::F64 => f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
             DType::F16 => half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f64(),
             DType::BF16 => half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f64(),
-            DType::I64 => i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f64,
+            DType::I64 => {
+                i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f64
+            }
             DType::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
             DType::I16 => i16::from_le_bytes([b[0], b[1]]) as f64,
             DType::I8 => b[0] as i8 as f64,
             DType::U8 | DType::Bool => b[0] as f64,
             DType::U16 => u16::from_le_bytes([b[0], b[1]]) as f64,
             DType::U32 => u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
-            DType::U64 => u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f64,
+            DType::U64 => {
+                u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f64
+            }
         }
     }
 }
@@ -210,20 +216,37 @@ impl Element for half::bf16 {
 
 impl HostTensor {
     /// A tensor from raw little-endian bytes; checks the byte count against the shape.
-    pub fn from_bytes(name: impl Into<String>, dtype: DType, shape: Vec<usize>, data: Vec<u8>) -> Result<HostTensor> {
+    pub fn from_bytes(
+        name: impl Into<String>,
+        dtype: DType,
+        shape: Vec<usize>,
+        data: Vec<u8>,
+    ) -> Result<HostTensor> {
         let name = name.into();
         let expected = byte_len(&name, dtype, &shape)?;
         if data.len() != expected {
             return Err(RuntimeError::Tensor {
                 tensor: name,
-                message: format!("{} bytes of data for {dtype} shape {shape:?}, which needs {expected}", data.len()),
+                message: format!(
+                    "{} bytes of data for {dtype} shape {shape:?}, which needs {expected}",
+                    data.len()
+                ),
             });
         }
-        Ok(HostTensor { name, dtype, shape, data })
+        Ok(HostTensor {
+            name,
+            dtype,
+            shape,
+            data,
+        })
     }
 
     /// A tensor from typed values.
-    pub fn from_values<T: Element>(name: impl Into<String>, shape: Vec<usize>, values: &[T]) -> Result<HostTensor> {
+    pub fn from_values<T: Element>(
+        name: impl Into<String>,
+        shape: Vec<usize>,
+        values: &[T],
+    ) -> Result<HostTensor> {
         let mut data = Vec::with_capacity(values.len() * T::DTYPE.size());
         for &v in values {
             v.put_le(&mut data);
@@ -256,16 +279,26 @@ impl HostTensor {
     /// The f32 elements; an error naming the tensor for any other dtype.
     pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
         if self.dtype != DType::F32 {
-            return Err(RuntimeError::Tensor { tensor: self.name.clone(), message: format!("is {}, not f32", self.dtype) });
+            return Err(RuntimeError::Tensor {
+                tensor: self.name.clone(),
+                message: format!("is {}, not f32", self.dtype),
+            });
         }
-        Ok(self.data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+        Ok(self
+            .data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
     }
 
     /// Copies into an ONNX Runtime tensor on the CPU (allocated outside any session arena).
     pub(crate) fn to_ort(&self) -> Result<DynTensor> {
         let shape: Vec<i64> = self.shape.iter().map(|&d| d as i64).collect();
         let mut tensor = DynTensor::new(&Allocator::default(), self.dtype.to_ort(), shape)
-            .map_err(|e| RuntimeError::Tensor { tensor: self.name.clone(), message: format!("allocating: {e}") })?;
+            .map_err(|e| RuntimeError::Tensor {
+                tensor: self.name.clone(),
+                message: format!("allocating: {e}"),
+            })?;
         if !self.data.is_empty() {
             let dst = tensor.data_ptr_mut().cast::<u8>();
             // SAFETY: `tensor` is a CPU tensor of exactly `self.data.len()` bytes (same dtype and shape, checked by the
@@ -277,9 +310,10 @@ impl HostTensor {
 
     /// Copies an ONNX Runtime output value to the host (from any device).
     pub(crate) fn from_ort(name: &str, value: DynValue) -> Result<HostTensor> {
-        let tensor: DynTensor = value
-            .downcast()
-            .map_err(|e| RuntimeError::Tensor { tensor: name.to_string(), message: format!("not a tensor: {e}") })?;
+        let tensor: DynTensor = value.downcast().map_err(|e| RuntimeError::Tensor {
+            tensor: name.to_string(),
+            message: format!("not a tensor: {e}"),
+        })?;
         let ort_type = *tensor.data_type();
         let dtype = DType::from_ort(ort_type).ok_or_else(|| RuntimeError::Tensor {
             tensor: name.to_string(),
@@ -291,10 +325,12 @@ impl HostTensor {
         let cpu = if tensor.memory_info().is_cpu_accessible() {
             &tensor
         } else {
-            host_copy = tensor.to(AllocationDevice::CPU, 0).map_err(|e| RuntimeError::Tensor {
-                tensor: name.to_string(),
-                message: format!("copying to the host: {e}"),
-            })?;
+            host_copy = tensor
+                .to(AllocationDevice::CPU, 0)
+                .map_err(|e| RuntimeError::Tensor {
+                    tensor: name.to_string(),
+                    message: format!("copying to the host: {e}"),
+                })?;
             &host_copy
         };
         let mut data = vec![0u8; bytes];
@@ -303,7 +339,12 @@ impl HostTensor {
             // SAFETY: a CPU-accessible tensor of `dtype` and `shape` holds exactly `bytes` bytes at `data_ptr`.
             unsafe { std::ptr::copy_nonoverlapping(src, data.as_mut_ptr(), bytes) };
         }
-        Ok(HostTensor { name: name.to_string(), dtype, shape, data })
+        Ok(HostTensor {
+            name: name.to_string(),
+            dtype,
+            shape,
+            data,
+        })
     }
 }
 
@@ -311,5 +352,8 @@ fn byte_len(name: &str, dtype: DType, shape: &[usize]) -> Result<usize> {
     shape
         .iter()
         .try_fold(dtype.size(), |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| RuntimeError::Tensor { tensor: name.to_string(), message: format!("shape {shape:?} overflows") })
+        .ok_or_else(|| RuntimeError::Tensor {
+            tensor: name.to_string(),
+            message: format!("shape {shape:?} overflows"),
+        })
 }
