@@ -123,6 +123,9 @@ pub struct NodeEvent {
     pub op_type: String,
     /// ORT's node index: the node's position in the model's node list for nodes ORT did not create.
     pub node_index: Option<usize>,
+    /// The execution provider that ran it (`CPUExecutionProvider`, `CUDAExecutionProvider`): with CUDA, nodes
+    /// without a CUDA kernel still run on the CPU.
+    pub provider: String,
     /// Microseconds since the profile started.
     pub start_us: u64,
     pub dur_us: u64,
@@ -208,6 +211,10 @@ pub fn parse_profile(path: &Path, text: &str) -> Result<Vec<NodeEvent>> {
                 .unwrap_or_default()
                 .to_string(),
             node_index: as_u64(arg("node_index")).map(|v| v as usize),
+            provider: arg("provider")
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string(),
             start_us: as_u64(ev.get("ts"))
                 .ok_or_else(|| fail(format!("event `{name}` has no `ts`")))?,
             dur_us: as_u64(ev.get("dur")).unwrap_or(0),

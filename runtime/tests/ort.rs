@@ -279,6 +279,10 @@ fn profile_order_returns_every_node_once() {
     let pos = |n: &str| events.iter().position(|e| e.node_name == n).unwrap();
     assert!(pos("n2_mul") > pos("n0_sin") && pos("n2_mul") > pos("n1_cos"));
     assert_eq!(events.last().unwrap().op_type, "Sigmoid");
+    assert!(
+        events.iter().all(|e| e.provider == "CPUExecutionProvider"),
+        "{events:?}"
+    );
 }
 
 #[test]
@@ -385,4 +389,34 @@ fn ort_not_found_names_the_install_command() {
         err.contains("/nonexistent/libonnxruntime.so") && err.contains("--ort-lib"),
         "{err}"
     );
+}
+
+#[test]
+fn search_finds_the_project_venv_and_asks_python() {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let from_root = OrtSearch {
+        roots: vec![manifest.clone()],
+        ..OrtSearch::default()
+    }
+    .find()
+    .unwrap();
+    assert!(
+        from_root.to_string_lossy().contains("libonnxruntime.so"),
+        "{from_root:?}"
+    );
+
+    let venv_python = manifest.parent().unwrap().join(".venv/bin/python3");
+    if venv_python.exists() {
+        let python = Some(venv_python.to_string_lossy().into_owned());
+        let found = OrtSearch {
+            python,
+            ..OrtSearch::default()
+        }
+        .find()
+        .unwrap();
+        assert!(
+            found.is_file() && found.to_string_lossy().contains("libonnxruntime.so"),
+            "{found:?}"
+        );
+    }
 }
