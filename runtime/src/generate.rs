@@ -1,7 +1,10 @@
 //! Seeded input generation. The generator is written here (splitmix64 seeding xoshiro256**, Box–Muller for
 //! normals) so the same seed gives the same bits whatever crate versions are in the lock file.
 
+use std::collections::BTreeMap;
+
 use crate::error::{Result, RuntimeError};
+use crate::session::InputSpec;
 use crate::tensor::{DType, HostTensor};
 
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -17,6 +20,70 @@ pub enum Distribution {
     },
     Ones,
     Zeros,
+}
+
+impl Distribution {
+    /// What [`generate_inputs`] fills an input with when nobody says otherwise: floats N(0, 1); integers 0 or 1
+    /// (a valid index and class label for any vocabulary or class count >= 2); bools all true (masks keep all).
+    pub fn default_for(dtype: DType) -> Distribution {
+        match dtype {
+            d if d.is_float() => Distribution::Normal { std: 1.0 },
+            DType::Bool => Distribution::Ones,
+            _ => Distribution::IntRange { lo: 0, hi: 2 },
+        }
+    }
+}
+
+/// One tensor per model input: the one in `given` of that name if any, else generated with
+/// [`Distribution::default_for`] and seed [`derive_seed`]`(seed, name)`. Symbolic dims take their value from `dims`.
+/// A given tensor that is not an input, or a symbolic dim without a value, is an error naming it.
+pub fn generate_inputs(
+    specs: &[InputSpec],
+    dims: &BTreeMap<String, usize>,
+    seed: u64,
+    given: &[HostTensor],
+) -> Result<Vec<HostTensor>> {
+    if let Some(stray) = given
+        .iter()
+        .find(|t| !specs.iter().any(|s| s.name == t.name))
+    {
+        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        return Err(RuntimeError::Generate {
+            tensor: stray.name.clone(),
+            message: format!(
+                "given, but not an input of the model (inputs: {})",
+                names.join(", ")
+            ),
+        });
+    }
+    specs
+        .iter()
+        .map(|spec| {
+            if let Some(t) = given.iter().find(|t| t.name == spec.name) {
+                return Ok(t.clone());
+            }
+            let shape = spec
+                .shape
+                .iter()
+                .enumerate()
+                .map(|(i, d)| match d {
+                    Some(n) => Ok(*n),
+                    None => {
+                        let sym = spec.dim_names.get(i).map(String::as_str).unwrap_or_default();
+                        dims.get(sym).copied().ok_or_else(|| RuntimeError::Generate {
+                            tensor: spec.name.clone(),
+                            message: if sym.is_empty() {
+                                format!("dimension {i} is unnamed and unknown; give this input as a .npy file")
+                            } else {
+                                format!("dimension `{sym}` has no value; pass --dim {sym}=N")
+                            },
+                        })
+                    }
+                })
+                .collect::<Result<Vec<usize>>>()?;
+            generate(&spec.name, spec.dtype, &shape, Distribution::default_for(spec.dtype), derive_seed(seed, &spec.name))
+        })
+        .collect()
 }
 
 /// Fills a tensor of `dtype` and `shape` from `dist`, seeded with `seed`.
@@ -228,6 +295,45 @@ mod tests {
         let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64;
         assert!(mean.abs() < 0.1, "{mean}");
         assert!((var.sqrt() - 2.0).abs() < 0.1, "{var}");
+    }
+
+    #[test]
+    fn generates_missing_inputs_and_keeps_given_ones() {
+        let specs = vec![
+            InputSpec {
+                name: "x".into(),
+                dtype: DType::F32,
+                shape: vec![None, Some(3)],
+                dim_names: vec!["batch".into(), String::new()],
+            },
+            InputSpec {
+                name: "ids".into(),
+                dtype: DType::I64,
+                shape: vec![None],
+                dim_names: vec!["batch".into()],
+            },
+        ];
+        let dims = BTreeMap::from([("batch".to_string(), 4)]);
+        let ids = HostTensor::from_values("ids", vec![4], &[5i64, 6, 7, 8]).unwrap();
+        let got = generate_inputs(&specs, &dims, 1, std::slice::from_ref(&ids)).unwrap();
+        assert_eq!(got[0].shape, vec![4, 3]);
+        assert_eq!(got[1], ids);
+        assert_eq!(got, generate_inputs(&specs, &dims, 1, &[ids]).unwrap());
+        let err = generate_inputs(&specs, &BTreeMap::new(), 1, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`x`") && err.contains("--dim batch=N"),
+            "{err}"
+        );
+        let stray = HostTensor::from_values("y", vec![1], &[1.0f32]).unwrap();
+        let err = generate_inputs(&specs, &dims, 1, &[stray])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`y`") && err.contains("inputs: x, ids"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ mod tensor;
 
 pub use compare::{compare, Comparison, OutputComparison, Tol, Tolerances};
 pub use error::{Result, RuntimeError, CUDA_HINT, INSTALL_HINT};
-pub use generate::{derive_seed, generate, Distribution};
+pub use generate::{derive_seed, generate, generate_inputs, Distribution};
 pub use locate::{init, init_with, loaded, OrtInfo, OrtSearch};
 pub use measure::{
     measure_peak, parse_profile, profile_order, time_steps, NodeEvent, PeakStats, StepTimes,
