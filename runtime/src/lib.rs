@@ -14,6 +14,7 @@ mod model_ops;
 mod npy;
 mod session;
 mod tensor;
+mod validate;
 
 pub use compare::{compare, Comparison, OutputComparison, Tol, Tolerances};
 pub use error::{Result, RuntimeError, CUDA_HINT, INSTALL_HINT};
@@ -27,3 +28,4 @@ pub use session::{
     input_specs, run, Arena, InputSpec, Model, OptLevel, Provider, SessionConfig, CSE_OPTIMIZER,
 };
 pub use tensor::{DType, Element, HostTensor};
+pub use validate::{validate_pair, PairReport};

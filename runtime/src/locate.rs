@@ -12,7 +12,7 @@ use std::sync::{Mutex, OnceLock};
 use crate::error::{Result, RuntimeError};
 
 /// Where ONNX Runtime was loaded from, and what it is.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct OrtInfo {
     pub library: PathBuf,
     /// e.g. `1.31.1`.

@@ -35,25 +35,34 @@ pub fn measure_peak<'a>(
     inputs: &[HostTensor],
     cfg: &SessionConfig,
 ) -> Result<PeakStats> {
-    let model = model.into();
+    run_measured(model.into(), inputs, cfg).map(|(_, peak)| peak)
+}
+
+/// [`measure_peak`] that also returns the run's outputs.
+pub(crate) fn run_measured(
+    model: Model<'_>,
+    inputs: &[HostTensor],
+    cfg: &SessionConfig,
+) -> Result<(Vec<HostTensor>, PeakStats)> {
     let cfg = SessionConfig {
         memory_pattern: false,
         ..cfg.clone()
     };
-    let (before, after) = with_session(model, &cfg, |session| {
+    let (before, outputs, after) = with_session(model, &cfg, |session| {
         let arena = arena_allocator(model, session, cfg.provider)?;
         let before = allocator_stats(model, &arena)?;
-        run_session(model, session, inputs)?;
-        Ok((before, allocator_stats(model, &arena)?))
+        let outputs = run_session(model, session, inputs)?;
+        Ok((before, outputs, allocator_stats(model, &arena)?))
     })?;
     let in_use_after_load = stat(model, &before, "InUse")?;
     let max_in_use = stat(model, &after, "MaxInUse")?;
-    Ok(PeakStats {
+    let peak = PeakStats {
         peak_bytes: max_in_use.saturating_sub(in_use_after_load),
         in_use_after_load,
         max_in_use,
         arena_stats_raw: after,
-    })
+    };
+    Ok((outputs, peak))
 }
 
 fn arena_allocator(model: Model<'_>, session: &Session, provider: Provider) -> Result<Allocator> {
