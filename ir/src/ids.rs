@@ -15,12 +15,22 @@ impl NodeId {
     pub fn index(self) -> usize {
         self.0 as usize
     }
+
+    /// The id with dense index `i` (inverse of [`NodeId::index`]).
+    pub fn from_index(i: usize) -> NodeId {
+        NodeId(i as u32)
+    }
 }
 
 impl TensorId {
     /// The dense index, for side tables indexed by tensor.
     pub fn index(self) -> usize {
         self.0 as usize
+    }
+
+    /// The id with dense index `i` (inverse of [`TensorId::index`]).
+    pub fn from_index(i: usize) -> TensorId {
+        TensorId(i as u32)
     }
 }
 

@@ -1,1 +1,9 @@
 //! Analyses (phases, schedule, liveness, memory simulation, ledger) and the recompute rewrite.
+//!
+//! Every analysis is a function from a graph (and bindings) to plain data; the one rewrite,
+//! recompute insertion, returns a `ckpt_ir::Patch` value.
+
+pub mod phases;
+pub mod schedule;
+
+pub use phases::{classify, find_loss, Classification, ClassifyError, Phase, TensorKind};

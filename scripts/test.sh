@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what it needs (scripts/setup.sh), then runs every test
+# of the workspace. CI (.ci/run) calls exactly this.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+"$root/scripts/setup.sh"
+export ORT_DYLIB_PATH="${ORT_DYLIB_PATH:-$(ls "$root"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* 2>/dev/null | head -n 1)}"
+cargo test --workspace --locked "$@"

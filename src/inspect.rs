@@ -1,0 +1,111 @@
+//! `ckpt-opt inspect`: what a model is, at a glance (and as JSON).
+
+use serde_json::json;
+
+use ckpt_ir::{type_str, Graph};
+use ckpt_passes::{classify, TensorKind};
+
+use crate::cli::{load, parse_bindings, InspectArgs};
+use crate::size::human;
+use crate::Failure;
+
+pub fn run(a: &InspectArgs) -> Result<(), Failure> {
+    let graph = load(&a.model)?;
+    let bindings = parse_bindings(&a.model_args.dims)?;
+    let class = classify(&graph, a.model_args.loss.as_deref());
+
+    let kind_of = |t| class.as_ref().ok().map(|c| c.kind(t).name()).unwrap_or("?");
+    let mut params = 0u64;
+    let mut param_elems = 0u64;
+    let mut param_bytes: Result<u64, String> = Ok(0);
+    if let Ok(c) = &class {
+        for p in c.of_kind(TensorKind::Parameter) {
+            params += 1;
+            let t = graph.tensor(p);
+            let (Some(shape), Some(dtype)) = (&t.shape, t.dtype) else { continue };
+            match (shape.numel_under(&bindings), shape.bytes_under(dtype.bits(), &bindings)) {
+                (Ok(n), Ok(b)) => {
+                    param_elems += n;
+                    if let Ok(total) = &mut param_bytes {
+                        *total += b;
+                    }
+                }
+                (Err(e), _) | (_, Err(e)) => param_bytes = Err(format!("{}: {e}", t.name)),
+            }
+        }
+    }
+    let io = |ts: &[ckpt_ir::TensorId]| -> Vec<serde_json::Value> {
+        ts.iter()
+            .map(|&t| {
+                let tensor = graph.tensor(t);
+                json!({
+                    "name": tensor.name,
+                    "dtype": tensor.dtype.map(|d| d.name()),
+                    "shape": tensor.shape.as_ref().map(|s| s.dims().iter().map(|d| d.to_string()).collect::<Vec<_>>()),
+                    "kind": kind_of(t),
+                })
+            })
+            .collect()
+    };
+    let opsets: serde_json::Map<String, serde_json::Value> =
+        graph.opsets().into_iter().map(|(d, v)| (d, json!(v))).collect();
+    if a.json {
+        let v = json!({
+            "model": a.model.display().to_string(),
+            "ir_version": graph.ir_version(),
+            "opsets": opsets,
+            "nodes": graph.node_count(),
+            "tensors": graph.tensor_count(),
+            "inputs": io(graph.inputs()),
+            "outputs": io(graph.outputs()),
+            "loss": class.as_ref().ok().map(|c| graph.tensor(c.loss).name.clone()),
+            "parameters": {
+                "count": params,
+                "elements": param_elems,
+                "bytes": param_bytes.as_ref().ok(),
+            },
+            "symbolic_dims": graph.symbols(),
+            "bindings": bindings,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).map_err(Failure::input)?);
+        return Ok(());
+    }
+    print_human(&graph, a, &class, params, param_elems, &param_bytes);
+    Ok(())
+}
+
+fn print_human(
+    graph: &Graph,
+    a: &InspectArgs,
+    class: &Result<ckpt_passes::Classification, ckpt_passes::ClassifyError>,
+    params: u64,
+    param_elems: u64,
+    param_bytes: &Result<u64, String>,
+) {
+    println!("model        {}", a.model.display());
+    let opsets: Vec<String> = graph.opsets().iter().map(|(d, v)| format!("{d} {v}")).collect();
+    println!("ir_version   {}   opsets: {}", graph.ir_version(), opsets.join(", "));
+    println!("nodes        {}   tensors: {}", graph.node_count(), graph.tensor_count());
+    match class {
+        Ok(c) => println!("loss         {}", graph.tensor(c.loss).name),
+        Err(e) => println!("loss         ? ({e})"),
+    }
+    let bytes = match param_bytes {
+        Ok(b) => human(*b),
+        Err(e) => format!("? ({e})"),
+    };
+    println!("parameters   {params} tensors, {param_elems} elements, {bytes}");
+    let syms = graph.symbols();
+    if !syms.is_empty() {
+        println!("symbolic     {} (bind with --dim NAME=VALUE)", syms.join(", "));
+    }
+    let kind = |t| class.as_ref().map(|c| c.kind(t).name()).unwrap_or("?");
+    println!("inputs ({}):", graph.inputs().len());
+    for &t in graph.inputs() {
+        println!("  {:<40} {:<24} {}", graph.tensor(t).name, type_str(graph, t), kind(t));
+    }
+    println!("outputs ({}):", graph.outputs().len());
+    for &t in graph.outputs() {
+        println!("  {:<40} {:<24} {}", graph.tensor(t).name, type_str(graph, t), kind(t));
+    }
+}
