@@ -39,6 +39,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use coin_cbc::raw::SecondaryStatus;
 use good_lp::solvers::coin_cbc::coin_cbc;
 use good_lp::{
     variable, Expression, ProblemVariables, ResolutionError, Solution, SolutionStatus, SolverModel,
@@ -46,7 +47,6 @@ use good_lp::{
 };
 
 use crate::baseline::{greedy_set, lowest_peak, no_recompute_needed};
-use crate::plan::gap;
 use crate::problem::{dependents, topological_order};
 use crate::{evaluate, Fallback, Method, ModelSize, Plan, Problem, SolveError, Status};
 
@@ -60,6 +60,11 @@ pub struct IlpOptions {
     pub watchdog_slack: Duration,
     /// Relative gap at which CBC may stop (0 = prove optimality).
     pub relative_gap: f64,
+    /// Pass the greedy plan to CBC as its initial solution (it is always
+    /// kept as the fallback either way).
+    pub warm_start: bool,
+    /// Extra CBC parameters, applied last (e.g. `("cuts", "off")`).
+    pub cbc_parameters: Vec<(String, String)>,
 }
 
 impl Default for IlpOptions {
@@ -68,6 +73,8 @@ impl Default for IlpOptions {
             time_limit: Duration::from_secs(10),
             watchdog_slack: Duration::from_secs(5),
             relative_gap: 0.0,
+            warm_start: true,
+            cbc_parameters: Vec::new(),
         }
     }
 }
@@ -96,8 +103,8 @@ pub fn solve_ilp_with(problem: &Problem, options: &IlpOptions) -> Result<Plan, S
     let greedy_plan = |fallback: Fallback, bound: f64| -> Option<Plan> {
         let set = warm.clone()?;
         let e = evaluate(problem, &set);
-        let mut plan =
-            Plan::from_evaluation(set, e, Method::Greedy, Status::FeasibleOnTimeout, bound, start.elapsed());
+        let status = if matches!(fallback, Fallback::Watchdog) { Status::FeasibleOnTimeout } else { Status::Heuristic };
+        let mut plan = Plan::from_evaluation(set, e, Method::Greedy, status, bound, start.elapsed());
         plan.info.fallback = Some(fallback);
         plan.info.model = size;
         Some(plan)
@@ -141,52 +148,50 @@ pub fn solve_ilp_with(problem: &Problem, options: &IlpOptions) -> Result<Plan, S
             None => Err(no_plan(true)),
         },
         Outcome::Error(msg) => greedy_plan(Fallback::SolverError(msg), 0.0).ok_or_else(|| no_plan(false)),
-        Outcome::Solved { mut x, optimal, bound, incumbent } => {
+        Outcome::Solved { x, integral, stale, optimal, bound } => {
             let bound = bound * model.cost_unit;
-            let incumbent = incumbent * model.cost_unit;
-            let mut e = evaluate(problem, &x);
-            let warm_cost = warm.as_ref().map(|s| evaluate(problem, s).cost);
-            let same_cost = |a: u64, b: f64| (a as f64 - b).abs() <= 0.5 + 1e-9 * b.abs();
-            if let (Some(w), Some(wc)) = (&warm, warm_cost) {
-                if !same_cost(e.cost, incumbent) && same_cost(wc, incumbent) {
-                    // CBC kept the warm start as its incumbent.
-                    x = w.clone();
-                    e = evaluate(problem, &x);
-                }
-            }
-            if !e.fits(problem.ceiling) {
-                if warm.is_none() && optimal {
-                    // Nothing fits per CBC's (inexact) answer and the greedy failed.
-                    return Err(no_plan(false));
-                }
-                return greedy_plan(Fallback::ViolatesCeiling { peak: e.peak }, bound)
-                    .ok_or_else(|| no_plan(false));
-            }
-            if let Some(wc) = warm_cost {
-                if e.cost > wc {
-                    return greedy_plan(Fallback::WorseThanWarmStart { ilp_cost: e.cost }, bound)
-                        .ok_or_else(|| no_plan(false));
-                }
-            }
+            let e = evaluate(problem, &x);
+            let warm_eval = warm.as_ref().map(|s| evaluate(problem, s));
             let status = if optimal { Status::Optimal } else { Status::FeasibleOnTimeout };
-            let mut plan = Plan::from_evaluation(x, e, Method::Ilp, status, bound, start.elapsed());
-            plan.info.model = size;
-            if optimal {
-                plan.info.bound = plan.cost as f64;
-                plan.info.gap = 0.0;
-            } else {
-                plan.info.gap = gap(plan.cost, plan.info.bound);
+            let ilp_plan = |x: Vec<bool>, e: crate::Evaluation| {
+                let mut plan = Plan::from_evaluation(x, e, Method::Ilp, status, bound, start.elapsed());
+                plan.info.model = size;
+                plan
+            };
+            let beats_warm = warm_eval.as_ref().is_none_or(|w| e.cost <= w.cost);
+            if integral && e.fits(problem.ceiling) && beats_warm {
+                return Ok(ilp_plan(x, e));
             }
-            Ok(plan)
+            match (warm.clone(), warm_eval) {
+                // CBC finished without a better plan than the warm start; its
+                // columns are then stale (often the last LP's), and the warm
+                // start is its proven-optimal incumbent.
+                (Some(w), Some(we)) if optimal && (stale || !integral || !beats_warm) => Ok(ilp_plan(w, we)),
+                (Some(_), Some(_)) => {
+                    let fallback = if !e.fits(problem.ceiling) {
+                        Fallback::ViolatesCeiling { peak: e.peak }
+                    } else {
+                        Fallback::WorseThanWarmStart { ilp_cost: e.cost }
+                    };
+                    greedy_plan(fallback, bound).ok_or_else(|| no_plan(false))
+                }
+                // No warm start: a fitting CBC answer is used even if fractional
+                // columns had to be rounded.
+                _ if e.fits(problem.ceiling) => Ok(ilp_plan(x, e)),
+                // Relaxation infeasible and nothing to fall back on.
+                _ if stale && optimal => Err(no_plan(true)),
+                _ => Err(no_plan(false)),
+            }
         }
     }
 }
 
 enum Outcome {
-    /// `x`: CBC's columns, rounded. `incumbent`: CBC's best objective, which
-    /// is the warm start's when CBC never improved on it, and then `x` holds
-    /// the last LP's columns, not the incumbent's.
-    Solved { x: Vec<bool>, optimal: bool, bound: f64, incumbent: f64 },
+    /// `x`: CBC's columns, rounded; `integral`: whether they were within
+    /// 1e-6 of 0/1; `bound`: CBC's best possible objective (scaled).
+    /// `stale`: CBC's secondary status says the relaxation was infeasible
+    /// or worse than the cutoff (the warm start): the columns are not a plan.
+    Solved { x: Vec<bool>, integral: bool, stale: bool, optimal: bool, bound: f64 },
     Infeasible,
     Error(String),
 }
@@ -425,6 +430,9 @@ impl Formulation {
         let mut model = pv.minimise(objective).using(coin_cbc);
         model.set_parameter("log", "0");
         model.set_parameter("sec", &format!("{:.3}", options.time_limit.as_secs_f64()));
+        // CBC 2.10's integer preprocessing with a MIP start can declare a
+        // suboptimal plan optimal (seen on a 3-binary model): keep it off.
+        model.set_parameter("preprocess", "off");
         if options.relative_gap > 0.0 {
             model.set_parameter("ratioGap", &options.relative_gap.to_string());
         }
@@ -464,7 +472,7 @@ impl Formulation {
         }
         let _ = rows;
 
-        if let Some((warm, remat)) = warm {
+        if let Some((warm, remat)) = warm.filter(|_| options.warm_start) {
             let mut init: Vec<(Variable, f64)> = Vec::new();
             for i in 0..n {
                 if let Some(v) = x[i] {
@@ -478,14 +486,21 @@ impl Formulation {
             model = model.with_initial_solution(init);
         }
 
+        for (k, v) in &options.cbc_parameters {
+            model.set_parameter(k, v);
+        }
         match model.solve() {
             Ok(sol) => {
                 let optimal = matches!(sol.status(), SolutionStatus::Optimal);
                 let bound = sol.model().best_possible_value();
-                let incumbent = sol.model().obj_value();
                 let xs: Vec<bool> = (0..n).map(|i| x[i].is_some_and(|v| sol.value(v) > 0.5)).collect();
+                let integral = x.iter().flatten().all(|&v| {
+                    let value = sol.value(v);
+                    (value - value.round()).abs() <= 1e-6
+                });
                 let bound = if bound.is_finite() { bound } else { 0.0 };
-                Outcome::Solved { x: xs, optimal, bound, incumbent }
+                let stale = matches!(sol.model().secondary_status(), SecondaryStatus::LinearRelaxationInfeasible);
+                Outcome::Solved { x: xs, integral, stale, optimal, bound }
             }
             Err(ResolutionError::Infeasible) => Outcome::Infeasible,
             Err(e) => Outcome::Error(e.to_string()),

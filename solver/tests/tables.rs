@@ -204,3 +204,58 @@ fn per_block_keeps_first_of_each_block() {
     let plan = solve_per_block(&problem(&[0, 12, 12, 12, 12, 12, 6, 6, 6, 6, 6], cands, 10)).unwrap();
     assert_eq!(plan.recompute, vec![false, true, true, false, true, true]);
 }
+
+#[test]
+fn zero_cost_candidate_and_warm_start() {
+    let p = problem(
+        &[18, 41, 0, 0, 25, 0, 0, 0, 0, 0, 0, 0],
+        vec![cand(25, 0, 4, 5, &[], 0), cand(18, 1, 0, 2, &[], 0)],
+        24,
+    );
+    let plan = solve_ilp(&p).unwrap();
+    assert_eq!(plan.cost, 1, "{:?}", plan.info);
+    assert_eq!(plan.info.method, Method::Ilp, "{:?}", plan.info);
+}
+
+#[test]
+fn cbc_keeps_warm_start_as_incumbent() {
+    // Need 6 bytes at step 2: c alone (18) beats a (38) and b (11) + ... = 29.
+    let p = problem(
+        &[20, 20, 42, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        vec![cand(9, 38, 0, 3, &[], 0), cand(5, 11, 0, 3, &[], 0), cand(6, 18, 0, 3, &[], 0)],
+        36,
+    );
+    let plan = solve_ilp(&p).unwrap();
+    assert_eq!(plan.cost, 18, "{:?}", plan.info);
+    assert_eq!(plan.info.method, Method::Ilp, "{:?}", plan.info);
+    assert_eq!(plan.info.status, Status::Optimal, "{:?}", plan.info);
+}
+
+#[test]
+fn zero_cost_chain_with_transients() {
+    let p = problem(
+        &[33, 33, 29, 22, 27],
+        vec![cand(22, 0, 1, 2, &[1], 3), cand(6, 0, 0, 2, &[], 0), cand(26, 3, 0, 1, &[0], 9)],
+        31,
+    );
+    let plan = solve_ilp(&p).unwrap();
+    assert_eq!(plan.cost, 0, "{:?}", plan.info);
+    assert_eq!(plan.info.method, Method::Ilp, "{:?}", plan.info);
+}
+
+#[test]
+fn two_peaks() {
+    let p = problem(
+        &[5, 48, 18, 33, 0, 0, 0],
+        vec![
+            cand(1, 0, 2, 2, &[], 0),
+            cand(5, 16, 0, 4, &[], 0),
+            cand(1, 0, 4, 4, &[], 0),
+            cand(13, 41, 1, 4, &[], 0),
+            cand(25, 20, 1, 2, &[], 0),
+        ],
+        32,
+    );
+    let plan = solve_ilp(&p).unwrap();
+    assert_eq!(plan.cost, 36, "{:?}", plan.info);
+}

@@ -1,0 +1,124 @@
+//! Random small problems: the ILP matches brute force, no baseline beats it,
+//! every plan re-evaluates as fitting, and infeasibility agrees.
+
+use ckpt_solver::*;
+use proptest::prelude::*;
+
+/// A random problem: windows, transients, a random DAG of deps over a random
+/// permutation of indices, `base_live` = background + bytes inside windows,
+/// and a ceiling between the lowest conceivable and the unrecomputed peak.
+fn arb_problem(max_candidates: usize) -> impl Strategy<Value = Problem> {
+    (1..=max_candidates, 3usize..24).prop_flat_map(|(n, steps)| {
+        let cand = (0..steps, 0..steps, 1u64..40, 0u64..50, prop_oneof![3 => Just(0u64), 1 => 0u64..12]);
+        (
+            prop::collection::vec(cand, n),
+            prop::collection::vec(prop::collection::vec(any::<prop::sample::Index>(), 0..3), n),
+            prop::collection::vec(0u64..30, steps),
+            Just(n).prop_shuffle_helper(),
+            0.0f64..1.0,
+        )
+            .prop_map(move |(cands, deps, background, perm, frac)| {
+                let mut candidates: Vec<Candidate> = cands
+                    .into_iter()
+                    .zip(deps)
+                    .enumerate()
+                    .map(|(k, ((a, b, bytes, cost, transient), deps))| {
+                        // Deps on lower positions: acyclic before the permutation.
+                        let mut d: Vec<usize> = if k == 0 { vec![] } else { deps.iter().map(|ix| ix.index(k)).collect() };
+                        d.sort_unstable();
+                        d.dedup();
+                        Candidate {
+                            bytes,
+                            cost,
+                            free_from: a.min(b),
+                            needed_at: a.max(b),
+                            deps: d,
+                            transient,
+                            ..Default::default()
+                        }
+                    })
+                    .collect();
+                // Permute indices so deps are not always lower.
+                let mut permuted = vec![Candidate::default(); n];
+                for (k, c) in candidates.drain(..).enumerate() {
+                    let mut c = c;
+                    c.deps = c.deps.iter().map(|&d| perm[d]).collect();
+                    permuted[perm[k]] = c;
+                }
+                let mut base_live = background;
+                for c in &permuted {
+                    for t in c.free_from..c.needed_at {
+                        base_live[t] += c.bytes;
+                    }
+                }
+                let peak = *base_live.iter().max().unwrap_or(&0);
+                let ceiling = (peak as f64 * (0.4 + 0.6 * frac)) as u64;
+                Problem { base_live, candidates: permuted, ceiling }
+            })
+    })
+}
+
+trait ShuffleHelper {
+    fn prop_shuffle_helper(self) -> BoxedStrategy<Vec<usize>>;
+}
+impl ShuffleHelper for Just<usize> {
+    fn prop_shuffle_helper(self) -> BoxedStrategy<Vec<usize>> {
+        Just((0..self.0).collect::<Vec<usize>>()).prop_shuffle().boxed()
+    }
+}
+
+type Solver = fn(&Problem) -> Result<Plan, SolveError>;
+const BASELINES: [(&str, Solver); 5] = [
+    ("none", solve_none),
+    ("all", solve_all),
+    ("per_block", solve_per_block),
+    ("greedy", solve_greedy),
+    ("brute_force", solve_brute_force),
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(300), ..ProptestConfig::default() })]
+
+    #[test]
+    fn ilp_matches_brute_force(p in arb_problem(12)) {
+        p.validate().unwrap();
+        let exact = solve_brute_force(&p);
+        let ilp = solve_ilp(&p);
+        match (&exact, &ilp) {
+            (Ok(e), Ok(i)) => {
+                prop_assert_eq!(e.cost, i.cost, "ilp {:?}", i.info);
+                prop_assert!(i.check(&p));
+                prop_assert!(matches!(i.info.status, Status::Optimal | Status::NoRecomputeNeeded), "{:?}", i.info);
+                prop_assert_eq!(i.info.method == Method::Ilp, i.info.status == Status::Optimal);
+            }
+            (Err(SolveError::Infeasible { lowest_peak, .. }), Err(SolveError::Infeasible { lowest_peak: ilp_lowest, .. })) => {
+                // The ILP's lowest peak is a heuristic one: never below the true minimum.
+                prop_assert!(ilp_lowest >= lowest_peak);
+                prop_assert!(*lowest_peak > p.ceiling);
+            }
+            _ => prop_assert!(false, "brute force {:?} vs ilp {:?}", exact, ilp),
+        }
+        // Without the warm start CBC runs its own preprocessing: same optimum.
+        let cold = IlpOptions { warm_start: false, ..IlpOptions::default() };
+        match (&exact, solve_ilp_with(&p, &cold)) {
+            (Ok(e), Ok(i)) => {
+                prop_assert_eq!(e.cost, i.cost, "cold ilp {:?}", i.info);
+                prop_assert!(i.check(&p));
+            }
+            (Err(SolveError::Infeasible { .. }), Err(SolveError::Infeasible { .. })) => {}
+            (e, i) => prop_assert!(false, "brute force {:?} vs cold ilp {:?}", e, i),
+        }
+        for (name, solve) in BASELINES {
+            match solve(&p) {
+                Ok(plan) => {
+                    prop_assert!(plan.check(&p), "{} plan does not re-evaluate", name);
+                    let optimum = ilp.as_ref().map(|i| i.cost);
+                    prop_assert!(optimum.is_ok(), "{} fits where the ILP found nothing", name);
+                    prop_assert!(plan.cost >= optimum.unwrap(), "{} beats the ILP", name);
+                }
+                Err(SolveError::DoesNotFit { peak, .. }) => prop_assert!(peak > p.ceiling),
+                Err(e) => prop_assert!(matches!(e, SolveError::Infeasible { .. }), "{}: {:?}", name, e),
+            }
+        }
+    }
+}
