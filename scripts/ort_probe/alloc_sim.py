@@ -3,7 +3,9 @@ docs/ort-internals.md, and compare with the measured value (memprobe) on random 
 
 Model of ORT (see the doc for sources):
   order    = ort_default_order (reverse DFS from leaves, highest index first)
-  planner  = allocation_planner.cc ComputeReuseCount + ComputeSingleStreamReusePlan
+  planner  = allocation_planner.cc ComputeReuseCount + ComputeSingleStreamReusePlan, plus the
+             empirical rule that a value nobody reads never takes a freed buffer (DEAD_NO_REUSE=0
+             turns it off, to see the difference)
   runtime  = outputs allocated when their node runs; a buffer (origin kAllocate) is released right
              after the last node (in order) that reads any value sharing it; graph outputs and
              unconsumed values are never released during the run
@@ -24,6 +26,7 @@ from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 from ort_order import ort_default_order
 
+DEAD_NO_REUSE = os.environ.get("DEAD_NO_REUSE", "1") == "1"
 MEMPROBE = os.environ.get("MEMPROBE", "/tmp/memprobe/target/debug/memprobe")  # see memprobe/build.sh
 
 ALIAS_OPS = {"Reshape", "Identity", "Squeeze", "Unsqueeze", "Flatten"}  # output 0 aliases input 0
@@ -34,8 +37,9 @@ ELEM_SIZE = {TensorProto.FLOAT: 4, TensorProto.INT64: 8, TensorProto.FLOAT16: 2,
 
 
 # ---------------------------------------------------------------- planner + runtime
-def plan_and_trace(model):
-    """Returns the list of arena events [('alloc', buf, bytes) | ('free', buf)] for one Run."""
+def plan_and_trace(model, order=None):
+    """Returns the list of arena events [('alloc', buf, bytes) | ('free', buf)] for one Run.
+    `order`: node positions in execution order (default: ort_default_order of the file graph)."""
     g = model.graph
     nodes = [n for n in g.node]
     inits = {i.name for i in g.initializer}
@@ -52,7 +56,8 @@ def plan_and_trace(model):
         dims, es = shape(t)
         return int(np.prod(dims)) * es if dims else es
 
-    order = ort_default_order([{"inputs": list(n.input), "outputs": list(n.output)} for n in nodes])
+    if order is None:
+        order = ort_default_order([{"inputs": list(n.input), "outputs": list(n.output)} for n in nodes])
 
     use = {}
     def inc(t, k=1):
@@ -89,7 +94,8 @@ def plan_and_trace(model):
                 src = n.input[0]
                 if use[buf[src]] == 1 and shape(src) == shape(out):
                     reused = src
-            if reused is None and shape(out)[0]:
+            dead = use[out] == 1  # produced, read by nobody, not a graph output
+            if reused is None and shape(out)[0] and not (dead and DEAD_NO_REUSE):
                 for fi, f in enumerate(freelist):
                     if shape(f) == shape(out):
                         reused = f
@@ -235,9 +241,9 @@ class Arena:
                 self.chunks[c["next"]]["prev"] = pv
 
 
-def predict_peak(model):
+def predict_peak(model, order=None):
     a = Arena()
-    for ev in plan_and_trace(model):
+    for ev in plan_and_trace(model, order):
         if ev[0] == "alloc":
             a.alloc(ev[1], ev[2])
         else:
@@ -245,11 +251,11 @@ def predict_peak(model):
     return a.max_in_use
 
 
-def naive_peak(model):
+def naive_peak(model, order=None):
     """Sum of live requested bytes (no rounding, no arena) for comparison."""
     live, peak = 0, 0
     sizes = {}
-    for ev in plan_and_trace(model):
+    for ev in plan_and_trace(model, order):
         if ev[0] == "alloc":
             sizes[ev[1]] = ev[2]; live += ev[2]; peak = max(peak, live)
         else:
@@ -339,8 +345,20 @@ def main():
         C = rng.choice([256, 700, 1024])
         m = random_model(rng, R, C)
         got = measure(m, R, C, level)
-        pred = predict_peak(m)
-        naive = naive_peak(m)
+        order = None
+        if level != "disable":
+            # simulate the graph ORT runs: its optimized model, saved in execution order
+            from ort_order import make_session
+            opt_path = os.path.join(tempfile.mkdtemp(prefix="simopt"), "opt.onnx")
+            make_session(m.SerializeToString(), level=level, profile=False, optimized_path=opt_path)
+            opt = onnx.load(opt_path)
+            if [n.name for n in opt.graph.node] != [n.name for n in m.graph.node]:
+                # a transformer changed the graph: ORT re-serialized it in execution order
+                m = shape_inference.infer_shapes(opt)
+                order = list(range(len(m.graph.node)))
+            # else: unchanged graphs are saved as given, keep the emulated order
+        pred = predict_peak(m, order)
+        naive = naive_peak(m, order)
         exact += got == pred
         naive_exact += got == naive
         worst = max(worst, abs(got - pred) / max(got, 1))

@@ -1,0 +1,72 @@
+"""Truth test on the real fixtures: the allocation model of docs/ort-internals.md (alloc_sim.py)
+against ORT's measured arena peak (MaxInUse - InUse after load, memory pattern off).
+
+Usage: MEMPROBE=... python fixtures_mem.py [LEVEL]
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import onnx
+from onnx import shape_inference
+
+import alloc_sim as A
+from ort_order import make_session
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+def main():
+    level = sys.argv[1] if len(sys.argv) > 1 else "basic"
+    manifest = json.load(open(os.path.join(ROOT, "tests/fixtures/manifest.json")))
+    by_file = {os.path.basename(f["file"]): f for f in manifest["fixtures"]}
+    tmp = tempfile.mkdtemp(prefix="fixmem")
+    for path in sorted(glob.glob(os.path.join(ROOT, "tests/fixtures/*.onnx"))):
+        name = os.path.basename(path)
+        fx = by_file.get(name, {})
+        if fx.get("kind") == "ort_artifact":
+            continue
+        m = onnx.load(path)
+        inits = {i.name for i in m.graph.initializer}
+        ranges = {d["name"]: d.get("range", [0, 2]) for d in fx.get("data_inputs", [])}
+        specs = []
+        for i in m.graph.input:
+            if i.name in inits:
+                continue
+            dims = "x".join(str(d.dim_value) for d in i.type.tensor_type.shape.dim)
+            if i.type.tensor_type.elem_type == onnx.TensorProto.INT64:
+                lo, hi = ranges.get(i.name, [0, 2])
+                specs.append(f"{i.name}:i64:{dims}:{lo}:{hi}")
+            else:
+                specs.append(f"{i.name}:{dims}")
+        try:
+            out = subprocess.run([A.MEMPROBE, path, f"opt={level}"] + specs, capture_output=True, text=True,
+                                 check=True)
+        except subprocess.CalledProcessError as e:
+            print(f"{name:26s} measure failed: {e.stderr.strip().splitlines()[-1][:120]}")
+            continue
+        measured = json.loads(out.stdout.strip().splitlines()[-1])["peak_bytes"]
+        order = None
+        sim_model = shape_inference.infer_shapes(m)
+        if level != "disable":
+            opt_path = os.path.join(tmp, name)
+            make_session(path, level=level, profile=False, optimized_path=opt_path)
+            opt = onnx.load(opt_path)
+            if [n.name for n in opt.graph.node] != [n.name for n in m.graph.node]:
+                sim_model = shape_inference.infer_shapes(opt)
+                order = list(range(len(sim_model.graph.node)))
+        try:
+            pred = A.predict_peak(sim_model, order)
+            naive = A.naive_peak(sim_model, order)
+        except KeyError as e:
+            print(f"{name:26s} measured {measured:>9d}  sim failed: no shape for {e}")
+            continue
+        print(f"{name:26s} measured {measured:>9d}  predicted {pred:>9d} ({(pred - measured) / measured:+.2%})"
+              f"  naive live bytes {naive:>9d} ({(naive - measured) / measured:+.2%})")
+
+
+if __name__ == "__main__":
+    main()
