@@ -19,6 +19,7 @@ mod export;
 mod graph;
 mod ids;
 mod import;
+pub mod ops;
 mod patch;
 mod shape;
 mod text;

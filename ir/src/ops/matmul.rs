@@ -1,0 +1,176 @@
+//! Contractions: MatMul (numpy batching), Gemm, com.microsoft FusedMatMul, Conv.
+//! FLOPs count a multiply-add as 2: `2·batch·m·n·k`; Conv `2·N·Cout·spatial·(Cin/g)·kernel`.
+
+use crate::shape::{Dim, Shape};
+
+use super::cost::FlopError;
+use super::ctx::{out, FlopCtx, InferCtx};
+use super::infer::TensorType;
+use super::value::int_of;
+use super::{FlopRule, OpDef};
+
+type Out = Result<Vec<Option<TensorType>>, String>;
+
+/// Apply FusedMatMul's `transBatch` (move dim 0 to just before the matrix dims) and
+/// `trans` (swap the last two) to a rank ≥ 2 shape.
+fn transpose_operand(mut d: Vec<Dim>, trans_batch: bool, trans: bool) -> Vec<Dim> {
+    let r = d.len();
+    if trans_batch && r > 2 {
+        let first = d.remove(0);
+        d.insert(r - 2, first);
+    }
+    if trans && r >= 2 {
+        d.swap(r - 2, r - 1);
+    }
+    d
+}
+
+/// The output shape and contraction dim of a batched matmul of `a` by `b` (numpy rules:
+/// a 1-D operand is promoted and the promoted axis removed).
+fn matmul_shape(ctx: &InferCtx<'_>, a: Vec<Dim>, b: Vec<Dim>) -> Result<(Shape, Dim), String> {
+    if a.is_empty() || b.is_empty() {
+        return Err("MatMul of a scalar".into());
+    }
+    let (a1, b1) = (a.len() == 1, b.len() == 1);
+    let a = if a1 { vec![Dim::Known(1), a[0].clone()] } else { a };
+    let b = if b1 { vec![b[0].clone(), Dim::Known(1)] } else { b };
+    let (ra, rb) = (a.len(), b.len());
+    let (m, ka) = (&a[ra - 2], &a[ra - 1]);
+    let (kb, n) = (&b[rb - 2], &b[rb - 1]);
+    if let (Some(x), Some(y)) = (ka.known(), kb.known()) {
+        if x != y {
+            return Err(format!("contraction dims differ: {x} vs {y}"));
+        }
+    } else if ka != kb {
+        ctx.warn(format!("matmul assumes contraction dims {ka} == {kb}"));
+    }
+    let k = if ka.known().is_some() { ka.clone() } else { kb.clone() };
+    let batch = ctx.broadcast(&[&Shape(a[..ra - 2].to_vec()), &Shape(b[..rb - 2].to_vec())])?;
+    let mut dims = batch.0;
+    if !a1 {
+        dims.push(m.clone());
+    }
+    if !b1 {
+        dims.push(n.clone());
+    }
+    Ok((Shape(dims), k))
+}
+
+fn matmul(ctx: &InferCtx<'_>) -> Out {
+    let (s, _) = matmul_shape(ctx, ctx.shape(0)?.0.clone(), ctx.shape(1)?.0.clone())?;
+    Ok(vec![out(ctx.dtype(0)?, s)])
+}
+
+fn fused_operands(ctx: &InferCtx<'_>) -> Result<(Vec<Dim>, Vec<Dim>), String> {
+    let flag = |n: &str| ctx.attr_i(n).unwrap_or(0) != 0;
+    let a = ctx.shape(0)?.0.clone();
+    let b = ctx.shape(1)?.0.clone();
+    let a = if a.len() >= 2 { transpose_operand(a, flag("transBatchA"), flag("transA")) } else { a };
+    let b = if b.len() >= 2 { transpose_operand(b, flag("transBatchB"), flag("transB")) } else { b };
+    Ok((a, b))
+}
+
+fn fused_matmul(ctx: &InferCtx<'_>) -> Out {
+    let (a, b) = fused_operands(ctx)?;
+    let (s, _) = matmul_shape(ctx, a, b)?;
+    Ok(vec![out(ctx.dtype(0)?, s)])
+}
+
+fn gemm(ctx: &InferCtx<'_>) -> Out {
+    let (a, b) = (ctx.shape(0)?, ctx.shape(1)?);
+    if a.rank() != 2 || b.rank() != 2 {
+        return Err(format!("Gemm needs 2-D operands, got {a} and {b}"));
+    }
+    let m = if ctx.attr_i("transA").unwrap_or(0) != 0 { &a.0[1] } else { &a.0[0] };
+    let n = if ctx.attr_i("transB").unwrap_or(0) != 0 { &b.0[0] } else { &b.0[1] };
+    Ok(vec![out(ctx.dtype(0)?, Shape(vec![m.clone(), n.clone()]))])
+}
+
+/// One spatial output dim of a convolution or pooling window.
+fn window_dim(ctx: &InferCtx<'_>, input: &Dim, k: u64, stride: u64, dil: u64, pads: (i64, i64), auto_pad: &str) -> Result<Dim, String> {
+    let eff = dil * (k - 1) + 1;
+    match auto_pad {
+        "SAME_UPPER" | "SAME_LOWER" => {
+            if stride == 1 {
+                return Ok(input.clone());
+            }
+            match input.known() {
+                Some(i) => Ok(Dim::Known(i.div_ceil(stride))),
+                None => input.add(&Dim::Known(stride - 1)).div_exact(&Dim::Known(stride)).ok_or_else(|| format!("cannot divide {input} by stride {stride}")),
+            }
+        }
+        _ => {
+            let (pb, pe) = if auto_pad == "VALID" { (0, 0) } else { pads };
+            let span = input.add(&super::value::dim_of(pb + pe)).sub(&Dim::Known(eff));
+            match int_of(&span) {
+                Some(s) if s < 0 => Err(format!("window of {eff} does not fit input dim {input}")),
+                Some(s) => Ok(Dim::Known(s as u64 / stride + 1)),
+                None if stride == 1 => Ok(span.add(&Dim::Known(1))),
+                None => {
+                    ctx.warn(format!("strided window on symbolic dim {input}: assumes it divides"));
+                    span.div_exact(&Dim::Known(stride))
+                        .map(|d| d.add(&Dim::Known(1)))
+                        .ok_or_else(|| format!("cannot divide {span} by stride {stride}"))
+                }
+            }
+        }
+    }
+}
+
+fn conv(ctx: &InferCtx<'_>) -> Out {
+    let x = ctx.shape(0)?;
+    let w = ctx.shape(1)?;
+    if x.rank() < 3 || w.rank() != x.rank() {
+        return Err(format!("Conv input {x} and weight {w} ranks do not fit"));
+    }
+    let sp = x.rank() - 2;
+    let kernel: Vec<u64> = match ctx.attr_ints("kernel_shape") {
+        Some(k) if !k.is_empty() => k.iter().map(|&v| v as u64).collect(),
+        _ => w.0[2..].iter().map(|d| d.known().ok_or_else(|| format!("kernel dim {d} is symbolic"))).collect::<Result<_, _>>()?,
+    };
+    let strides = ctx.attr_ints("strides").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; sp]);
+    let dils = ctx.attr_ints("dilations").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; sp]);
+    let pads = ctx.attr_ints("pads").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![0; 2 * sp]);
+    let auto_pad = ctx.attr_s("auto_pad").unwrap_or_else(|| "NOTSET".into());
+    let mut dims = vec![x.0[0].clone(), w.0[0].clone()];
+    for i in 0..sp {
+        dims.push(window_dim(ctx, &x.0[2 + i], kernel[i], strides[i] as u64, dils[i] as u64, (pads[i], pads[i + sp]), &auto_pad)?);
+    }
+    Ok(vec![out(ctx.dtype(0)?, Shape(dims))])
+}
+
+fn matmul_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
+    let a = ctx.dims(ctx.in_shape(0)?)?;
+    let trans_a = ctx.node.attr_i("transA").unwrap_or(0) != 0 && a.len() >= 2;
+    let k = match (a.len(), trans_a) {
+        (0, _) => 1,
+        (r, false) => a[r - 1],
+        (r, true) => a[r - 2],
+    };
+    let out = ctx.numel(ctx.out_shape(0)?)?;
+    ctx.product(&[2, out, k])
+}
+
+fn gemm_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
+    let mnk2 = matmul_flops(ctx)?;
+    let bias = if ctx.has_input(2) { ctx.numel(ctx.out_shape(0)?)? } else { 0 };
+    mnk2.checked_add(bias).ok_or(FlopError::Overflow { node: ctx.node.display_name(ctx.id) })
+}
+
+fn conv_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
+    let y = ctx.numel(ctx.out_shape(0)?)?; // N·Cout·spatial
+    let w = ctx.dims(ctx.in_shape(1)?)?; // [Cout, Cin/g, k…]
+    let per_out: u64 = w[1..].iter().product();
+    let mac = ctx.product(&[2, y, per_out])?;
+    let bias = if ctx.has_input(2) { y } else { 0 };
+    mac.checked_add(bias).ok_or(FlopError::Overflow { node: ctx.node.display_name(ctx.id) })
+}
+
+pub(super) fn ops() -> Vec<OpDef> {
+    vec![
+        OpDef::onnx("MatMul", 1, matmul, FlopRule::Custom(matmul_flops)),
+        OpDef::onnx("Gemm", 7, gemm, FlopRule::Custom(gemm_flops)),
+        OpDef::onnx("Conv", 1, conv, FlopRule::Custom(conv_flops)),
+        OpDef::ms("FusedMatMul", fused_matmul, FlopRule::Custom(matmul_flops)),
+    ]
+}

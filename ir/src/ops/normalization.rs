@@ -1,0 +1,62 @@
+//! Normalizations: Softmax, LogSoftmax, LayerNormalization (ONNX 17 and ORT's earlier
+//! ai.onnx-domain contrib version), SimplifiedLayerNormalization, BatchNormalization.
+
+use crate::dtype::DType;
+use crate::shape::{Dim, Shape};
+
+use super::cost;
+use super::ctx::{norm_axis, out, InferCtx};
+use super::elementwise::same_as_input;
+use super::infer::TensorType;
+use super::{FlopRule, OpDef};
+
+type Out = Result<Vec<Option<TensorType>>, String>;
+
+/// The shape of LayerNorm's saved statistics: `X[:axis]` then ones.
+pub(crate) fn stats_shape(x: &Shape, axis: i64) -> Result<Shape, String> {
+    let a = norm_axis(axis, x.rank())?;
+    let mut d = x.0[..a].to_vec();
+    d.extend(std::iter::repeat_n(Dim::Known(1), x.rank() - a));
+    Ok(Shape(d))
+}
+
+fn stash_dtype(ctx: &InferCtx<'_>) -> Result<DType, String> {
+    let code = ctx.attr_i("stash_type").unwrap_or(1);
+    DType::from_code(code as i32).ok_or_else(|| format!("stash_type {code} is not a type code"))
+}
+
+/// LayerNormalization: Y like X; Mean and InvStdDev `X[:axis] + [1…]` in stash_type.
+fn layer_norm(ctx: &InferCtx<'_>) -> Out {
+    let x = ctx.input(0)?;
+    let stats = stats_shape(&x.shape, ctx.attr_i("axis").unwrap_or(-1))?;
+    let sd = stash_dtype(ctx)?;
+    Ok(vec![out(x.dtype, x.shape.clone()), out(sd, stats.clone()), out(sd, stats)])
+}
+
+/// SimplifiedLayerNormalization (RMSNorm): Y like X, InvStdDev.
+fn simplified_layer_norm(ctx: &InferCtx<'_>) -> Out {
+    let x = ctx.input(0)?;
+    let stats = stats_shape(&x.shape, ctx.attr_i("axis").unwrap_or(-1))?;
+    Ok(vec![out(x.dtype, x.shape.clone()), out(stash_dtype(ctx)?, stats)])
+}
+
+/// BatchNormalization: Y like X; in training mode running mean and var like the scale.
+fn batch_norm(ctx: &InferCtx<'_>) -> Out {
+    let x = ctx.input(0)?;
+    let c = ctx.shape(1)?.clone();
+    let mut v = vec![out(x.dtype, x.shape.clone())];
+    for _ in 1..ctx.n_outputs().min(3) {
+        v.push(out(ctx.dtype(3)?, c.clone()));
+    }
+    Ok(v)
+}
+
+pub(super) fn ops() -> Vec<OpDef> {
+    vec![
+        OpDef::onnx("Softmax", 1, same_as_input, FlopRule::PerOutput(cost::SOFTMAX)),
+        OpDef::onnx("LogSoftmax", 1, same_as_input, FlopRule::PerOutput(cost::SOFTMAX)),
+        OpDef::onnx("LayerNormalization", 1, layer_norm, FlopRule::PerOutput(cost::LAYER_NORM)),
+        OpDef::onnx("SimplifiedLayerNormalization", 1, simplified_layer_norm, FlopRule::PerOutput(cost::LAYER_NORM - 2)),
+        OpDef::onnx("BatchNormalization", 15, batch_norm, FlopRule::PerOutput(cost::LAYER_NORM)),
+    ]
+}
