@@ -6,7 +6,7 @@ use ckpt_ir::{type_str, Graph};
 use ckpt_passes::{classify, TensorKind};
 
 use crate::cli::{load, parse_bindings, InspectArgs};
-use crate::size::human;
+use ckpt_opt::size::human;
 use crate::Failure;
 
 pub fn run(a: &InspectArgs) -> Result<(), Failure> {

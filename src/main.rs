@@ -6,7 +6,6 @@
 
 mod cli;
 mod inspect;
-mod size;
 
 use std::process::ExitCode;
 

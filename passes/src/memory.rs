@@ -1,0 +1,524 @@
+//! The memory model, and its one source of truth: [`simulate`].
+//!
+//! It replays what ONNX Runtime 1.31's CPU EP does in one run (memory pattern off), as
+//! established in `docs/ort-internals.md`:
+//! - **order**: [`Schedule`] = ORT's default order over the graph as ORT loads it
+//!   (`Constant` nodes become initializers and are not steps);
+//! - **planner**: use counts; graph outputs get their own buffer, held to the end; alias
+//!   ops (Reshape, Identity, Squeeze, Unsqueeze, Flatten) share their input's buffer;
+//!   in-place ops (Relu, Sigmoid, Tanh, Softmax, … — `MayInplace`) take their input's
+//!   buffer when this node is its last reader and sizes match; otherwise the most recently
+//!   freed buffer of exactly the same dtype size and shape is reused (never for rank-0 or
+//!   never-read outputs); else a new buffer;
+//! - **runtime**: a buffer is allocated when its first value is produced and released right
+//!   after the last node that reads any value in it; never-read buffers and graph outputs stay
+//!   to the end; a node's inputs and outputs coexist during its step;
+//! - **arena**: requests are rounded up to 256 B. `live` is the sum of live rounded buffers
+//!   (what ORT reports with an always-splitting arena); `arena_peak` replays ORT's BFC arena
+//!   (bins, best fit, split rule, coalescing, power-of-two regions from 1 MiB).
+//!
+//! Graph inputs fed by the caller and initializers are ledger lines, not arena bytes.
+
+use std::collections::BTreeMap;
+
+use ckpt_ir::{Bindings, Graph, NodeId, ShapeError, TensorId, TensorSource};
+
+use crate::phases::{Classification, Phase};
+use crate::schedule::{try_ort_default_order, OrderNode};
+
+/// Ops whose output 0 shares input 0's buffer (ORT CPU kernels registered with `Alias(0, 0)`).
+pub const ALIAS_OPS: &[&str] = &["Reshape", "Identity", "Squeeze", "Unsqueeze", "Flatten"];
+/// Ops whose output 0 may take input 0's buffer (`MayInplace(0, 0)`), measured on ORT 1.31 CPU.
+pub const INPLACE_OPS: &[&str] =
+    &["Relu", "LeakyRelu", "Elu", "Sigmoid", "HardSigmoid", "Tanh", "Softplus", "Softmax", "LogSoftmax", "Clip", "Cast"];
+
+/// Arena allocation granularity (bytes).
+pub const ALIGN: u64 = 256;
+
+/// Round a request as ORT's arena does.
+pub fn rounded(bytes: u64) -> u64 {
+    bytes.div_ceil(ALIGN) * ALIGN
+}
+
+/// Why memory could not be simulated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MemoryError {
+    #[error("tensor `{tensor}` has no known dtype/shape; the memory model needs it (add value_info or bind its dims)")]
+    UnknownType { tensor: String },
+    #[error("tensor `{tensor}`: {source}")]
+    Shape { tensor: String, source: ShapeError },
+    #[error("cannot order the graph: {0}")]
+    Order(String),
+}
+
+/// The order ORT executes nodes in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    /// Executed nodes, in execution order (no `Constant` nodes).
+    pub order: Vec<NodeId>,
+    /// Step of each node, indexed by `NodeId::index` (`usize::MAX` for nodes that are not steps).
+    pub step: Vec<usize>,
+}
+
+impl Schedule {
+    pub fn step_of(&self, n: NodeId) -> Option<usize> {
+        self.step.get(n.index()).copied().filter(|&s| s != usize::MAX)
+    }
+
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+}
+
+/// True for nodes ORT folds into initializers at load.
+pub fn is_constant_node(graph: &Graph, n: NodeId) -> bool {
+    let node = graph.node(n);
+    node.domain == ckpt_ir::ONNX_DOMAIN && node.op_type == "Constant"
+}
+
+/// ORT's default execution order for `graph` as stored (no graph transformer applied).
+pub fn schedule(graph: &Graph) -> Result<Schedule, MemoryError> {
+    let mut ort_index = vec![usize::MAX; graph.node_bound()];
+    let mut by_index: Vec<NodeId> = Vec::new();
+    for &n in graph.nodes() {
+        if !is_constant_node(graph, n) {
+            ort_index[n.index()] = by_index.len();
+            by_index.push(n);
+        }
+    }
+    let table: Vec<OrderNode> = by_index
+        .iter()
+        .map(|&n| {
+            OrderNode::new(graph.node(n).inputs.iter().map(|i| {
+                i.and_then(|t| graph.tensor(t).producer()).map(|p| ort_index[p.index()]).filter(|&x| x != usize::MAX)
+            }))
+        })
+        .collect();
+    let order = try_ort_default_order(&table).map_err(|e| MemoryError::Order(e.to_string()))?;
+    let order: Vec<NodeId> = order.into_iter().map(|i| by_index[i]).collect();
+    let mut step = vec![usize::MAX; graph.node_bound()];
+    for (s, n) in order.iter().enumerate() {
+        step[n.index()] = s;
+    }
+    Ok(Schedule { order, step })
+}
+
+/// A planned buffer: one arena allocation shared by one or more values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Buffer {
+    /// Requested bytes (unrounded) of the value that created it.
+    pub bytes: u64,
+    pub values: Vec<TensorId>,
+    pub alloc_step: usize,
+    /// Released after this step; `None`: held to the end of the run.
+    pub free_after: Option<usize>,
+}
+
+/// The result of [`simulate`].
+#[derive(Clone, Debug)]
+pub struct Simulation {
+    pub schedule: Schedule,
+    /// Requested bytes of every tensor (0 where unknown or not a computed value).
+    pub tensor_bytes: Vec<u64>,
+    /// The buffer each computed tensor lives in (`None` for inputs, initializers and their aliases).
+    pub buffer_of: Vec<Option<usize>>,
+    pub buffers: Vec<Buffer>,
+    /// Live bytes (rounded buffers) at each step, the step's inputs and outputs included.
+    pub live: Vec<u64>,
+    /// max of `live`, and where.
+    pub peak_live: u64,
+    pub peak_step: usize,
+    /// Peak of ORT's BFC arena replayed on the same events (what `MaxInUse` reports with the
+    /// default session arena).
+    pub arena_peak: u64,
+}
+
+/// Live bytes per phase: the maximum over the steps of nodes in that phase.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PhasePeak {
+    pub bytes: u64,
+    pub step: usize,
+    pub node: Option<NodeId>,
+}
+
+impl Simulation {
+    /// Tensors whose buffers are live at `step` with their rounded bytes, largest first.
+    pub fn live_tensors_at(&self, step: usize) -> Vec<(TensorId, u64)> {
+        let mut v: Vec<(TensorId, u64)> = self
+            .buffers
+            .iter()
+            .filter(|b| b.alloc_step <= step && b.free_after.is_none_or(|f| f >= step))
+            .filter_map(|b| b.values.first().map(|&t| (t, rounded(b.bytes))))
+            .collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v
+    }
+
+    /// The peak of each phase present.
+    pub fn phase_peaks(&self, class: &Classification) -> BTreeMap<Phase, PhasePeak> {
+        let mut out: BTreeMap<Phase, PhasePeak> = BTreeMap::new();
+        for (s, &n) in self.schedule.order.iter().enumerate() {
+            let e = out.entry(class.phase(n)).or_default();
+            if e.node.is_none() || self.live[s] > e.bytes {
+                *e = PhasePeak { bytes: self.live[s], step: s, node: Some(n) };
+            }
+        }
+        out
+    }
+}
+
+fn tensor_bytes(graph: &Graph, t: TensorId, b: &Bindings) -> Result<u64, MemoryError> {
+    let tensor = graph.tensor(t);
+    let (Some(dtype), Some(shape)) = (tensor.dtype, tensor.shape.as_ref()) else {
+        return Err(MemoryError::UnknownType { tensor: tensor.name.clone() });
+    };
+    shape.bytes_under(dtype.bits(), b).map_err(|source| MemoryError::Shape { tensor: tensor.name.clone(), source })
+}
+
+/// Same element size and the same dims (equal values or equal symbols), as ORT's `SameSize`.
+fn same_size(graph: &Graph, a: TensorId, b: TensorId) -> bool {
+    let (ta, tb) = (graph.tensor(a), graph.tensor(b));
+    match (ta.dtype, tb.dtype, &ta.shape, &tb.shape) {
+        (Some(da), Some(db), Some(sa), Some(sb)) => {
+            da.bits() == db.bits() && da != ckpt_ir::DType::String && sa == sb && !sa.symbols().iter().any(|s| s.starts_with('?'))
+        }
+        _ => false,
+    }
+}
+
+/// Simulate one run of `graph` in `schedule` order under `bindings`.
+pub fn simulate(graph: &Graph, schedule: &Schedule, bindings: &Bindings) -> Result<Simulation, MemoryError> {
+    let nt = graph.tensor_count();
+    let mut bytes = vec![0u64; nt];
+    let mut computed = vec![false; nt];
+    for &n in &schedule.order {
+        for t in graph.node(n).output_tensors() {
+            bytes[t.index()] = tensor_bytes(graph, t, bindings)?;
+            computed[t.index()] = true;
+        }
+    }
+
+    // Use counts per value: readers (slots) + 1 produced + 1 graph output (+1 pre-existing).
+    let mut use_count = vec![0i64; nt];
+    for t in graph.tensor_ids() {
+        let tensor = graph.tensor(t);
+        if !computed[t.index()] {
+            use_count[t.index()] += 1; // inputs, initializers, Constant outputs: held for the caller
+        }
+        if tensor.is_output {
+            use_count[t.index()] += 1;
+        }
+    }
+    for &n in &schedule.order {
+        let node = graph.node(n);
+        for t in node.input_tensors() {
+            use_count[t.index()] += 1;
+        }
+        for t in node.output_tensors() {
+            use_count[t.index()] += 1;
+        }
+    }
+    let reads: Vec<i64> = {
+        let mut r = vec![0i64; nt];
+        for &n in &schedule.order {
+            for t in graph.node(n).input_tensors() {
+                r[t.index()] += 1;
+            }
+        }
+        r
+    };
+
+    // Planner. `origin[t]` = the value whose buffer t lives in (itself when it owns one).
+    let mut origin: Vec<TensorId> = graph.tensor_ids().collect();
+    let mut buf_count = use_count.clone(); // indexed by origin value
+    let mut free_list: Vec<TensorId> = Vec::new(); // most recently freed first
+    let mut owns = vec![false; nt]; // origin values that are arena buffers
+    let mut is_output_buf = vec![false; nt];
+    for &n in &schedule.order {
+        let node = graph.node(n);
+        for (slot, out) in node.outputs.iter().enumerate() {
+            let Some(out) = *out else { continue };
+            if graph.tensor(out).is_output {
+                owns[out.index()] = true;
+                is_output_buf[out.index()] = true;
+                continue;
+            }
+            let first_in = node.inputs.first().copied().flatten();
+            let mut reuse: Option<TensorId> = None;
+            if slot == 0 && ALIAS_OPS.contains(&node.op_type.as_str()) {
+                reuse = first_in;
+            } else if slot == 0 && INPLACE_OPS.contains(&node.op_type.as_str()) {
+                if let Some(src) = first_in {
+                    let o = origin[src.index()];
+                    if computed[o.index()] && buf_count[o.index()] == 1 && same_size(graph, src, out) {
+                        reuse = Some(src);
+                    }
+                }
+            }
+            let never_read = reads[out.index()] == 0;
+            let rank0 = graph.tensor(out).shape.as_ref().is_none_or(|s| s.rank() == 0);
+            if reuse.is_none() && !never_read && !rank0 {
+                if let Some(pos) = free_list.iter().position(|&f| same_size(graph, f, out)) {
+                    reuse = Some(free_list.remove(pos));
+                }
+            }
+            match reuse {
+                Some(r) => {
+                    let o = origin[r.index()];
+                    origin[out.index()] = o;
+                    buf_count[o.index()] += use_count[out.index()];
+                }
+                None => owns[out.index()] = true,
+            }
+        }
+        let release = |t: TensorId, buf_count: &mut Vec<i64>, free_list: &mut Vec<TensorId>| {
+            let o = origin[t.index()];
+            buf_count[o.index()] -= 1;
+            if buf_count[o.index()] == 0 && computed[o.index()] {
+                free_list.insert(0, o);
+            }
+        };
+        for t in node.input_tensors() {
+            release(t, &mut buf_count, &mut free_list);
+        }
+        for t in node.output_tensors() {
+            release(t, &mut buf_count, &mut free_list);
+        }
+    }
+
+    // Runtime: buffers, their allocation and release steps.
+    let mut buffer_index = vec![usize::MAX; nt];
+    let mut buffers: Vec<Buffer> = Vec::new();
+    let mut buffer_of = vec![None; nt];
+    for (s, &n) in schedule.order.iter().enumerate() {
+        for t in graph.node(n).output_tensors() {
+            let o = origin[t.index()];
+            if !owns[o.index()] {
+                continue; // alias of an input or initializer
+            }
+            if buffer_index[o.index()] == usize::MAX {
+                buffer_index[o.index()] = buffers.len();
+                buffers.push(Buffer { bytes: bytes[o.index()], values: Vec::new(), alloc_step: s, free_after: None });
+            }
+            let b = buffer_index[o.index()];
+            buffers[b].values.push(t);
+            buffer_of[t.index()] = Some(b);
+        }
+    }
+    for (s, &n) in schedule.order.iter().enumerate() {
+        for t in graph.node(n).input_tensors() {
+            if let Some(b) = buffer_of[t.index()] {
+                buffers[b].free_after = Some(buffers[b].free_after.map_or(s, |f| f.max(s)));
+            }
+        }
+    }
+    let mut events: Vec<Vec<(bool, usize)>> = vec![Vec::new(); schedule.len()]; // (alloc?, buffer) per step
+    let mut extra_allocs: Vec<(usize, usize)> = Vec::new();
+    for (b, buf) in buffers.iter_mut().enumerate() {
+        if buf.values.iter().any(|&v| is_output_buf[v.index()]) {
+            buf.free_after = None;
+        }
+        events[buf.alloc_step].push((true, b));
+        // A value planned into a buffer already released (never read): allocated again, kept.
+        if let Some(f) = buf.free_after {
+            let late = buf.values.iter().filter_map(|&v| graph.tensor(v).producer()).filter_map(|p| schedule.step_of(p)).max();
+            if let Some(l) = late.filter(|&l| l > f) {
+                extra_allocs.push((l, b));
+            }
+        }
+    }
+    for (b, buf) in buffers.iter().enumerate() {
+        if let Some(f) = buf.free_after {
+            events[f].push((false, b));
+        }
+    }
+    let mut live = vec![0u64; schedule.len()];
+    let mut current: u64 = 0;
+    let mut arena = Arena::default();
+    let mut held_again: u64 = 0;
+    for s in 0..schedule.len() {
+        for &(alloc, b) in events[s].iter().filter(|e| e.0) {
+            debug_assert!(alloc);
+            current += rounded(buffers[b].bytes);
+            arena.alloc(b, buffers[b].bytes);
+        }
+        for &(l, b) in &extra_allocs {
+            if l == s {
+                held_again += rounded(buffers[b].bytes);
+                arena.alloc(usize::MAX - b, buffers[b].bytes);
+            }
+        }
+        live[s] = current + held_again;
+        for &(_, b) in events[s].iter().filter(|e| !e.0) {
+            current -= rounded(buffers[b].bytes);
+            arena.free(b);
+        }
+    }
+    let (peak_step, peak_live) = live.iter().copied().enumerate().max_by_key(|&(s, v)| (v, std::cmp::Reverse(s))).unwrap_or((0, 0));
+    Ok(Simulation {
+        schedule: schedule.clone(),
+        tensor_bytes: bytes,
+        buffer_of,
+        buffers,
+        live,
+        peak_live,
+        peak_step,
+        arena_peak: arena.max_in_use,
+    })
+}
+
+/// ORT's BFC arena, reduced to what decides `InUse`: 256-byte rounding, 21 bins, best fit
+/// (smallest fitting chunk, lowest address), the split rule (split when the chunk is at least
+/// twice the request or the remainder is at least 128 MiB), coalescing on free, and regions
+/// that grow by powers of two from 1 MiB up to 1 GiB.
+#[derive(Debug)]
+struct Arena {
+    next_region: u64,
+    next_base: u64,
+    /// ptr -> chunk
+    chunks: BTreeMap<u64, Chunk>,
+    ptr_of: BTreeMap<usize, u64>,
+    in_use: u64,
+    max_in_use: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Chunk {
+    size: u64,
+    in_use: bool,
+    prev: Option<u64>,
+    next: Option<u64>,
+}
+
+const MAX_DEAD: u64 = 128 << 20;
+const MAX_POW2: u64 = 1 << 30;
+const NUM_BINS: u32 = 21;
+
+impl Default for Arena {
+    fn default() -> Arena {
+        Arena { next_region: 1 << 20, next_base: 1 << 40, chunks: BTreeMap::new(), ptr_of: BTreeMap::new(), in_use: 0, max_in_use: 0 }
+    }
+}
+
+impl Arena {
+    fn bin_of(size: u64) -> u32 {
+        let v = size.max(ALIGN) >> 8;
+        (63 - v.leading_zeros()).min(NUM_BINS - 1)
+    }
+
+    fn find(&mut self, r: u64) -> Option<u64> {
+        let want = Self::bin_of(r);
+        let mut best: Option<(u32, u64, u64)> = None; // (bin, size, ptr)
+        for (&p, c) in &self.chunks {
+            if c.in_use || c.size < r {
+                continue;
+            }
+            let key = (Self::bin_of(c.size).max(want), c.size, p);
+            if best.is_none_or(|b| key < b) {
+                best = Some(key);
+            }
+        }
+        let (_, size, p) = best?;
+        if size >= 2 * r || size - r >= MAX_DEAD {
+            let q = p + r;
+            let next = self.chunks.get(&p).and_then(|c| c.next);
+            self.chunks.insert(q, Chunk { size: size - r, in_use: false, prev: Some(p), next });
+            if let Some(n) = next {
+                if let Some(c) = self.chunks.get_mut(&n) {
+                    c.prev = Some(q);
+                }
+            }
+            if let Some(c) = self.chunks.get_mut(&p) {
+                c.next = Some(q);
+                c.size = r;
+            }
+        }
+        let c = self.chunks.get_mut(&p)?;
+        c.in_use = true;
+        self.in_use += c.size;
+        self.max_in_use = self.max_in_use.max(self.in_use);
+        Some(p)
+    }
+
+    fn extend(&mut self, r: u64) {
+        let mut increased = false;
+        while r > self.next_region {
+            self.next_region *= 2;
+            increased = true;
+        }
+        let size = self.next_region;
+        if !increased {
+            self.next_region = if self.next_region < MAX_POW2 / 2 { self.next_region * 2 } else { MAX_POW2 };
+        }
+        let base = self.next_base;
+        self.next_base += size + (1 << 30);
+        self.chunks.insert(base, Chunk { size, in_use: false, prev: None, next: None });
+    }
+
+    fn alloc(&mut self, key: usize, bytes: u64) {
+        let r = rounded(bytes.max(1));
+        let p = match self.find(r) {
+            Some(p) => p,
+            None => {
+                self.extend(r);
+                match self.find(r) {
+                    Some(p) => p,
+                    None => return,
+                }
+            }
+        };
+        self.ptr_of.insert(key, p);
+    }
+
+    fn free(&mut self, key: usize) {
+        let Some(p) = self.ptr_of.remove(&key) else { return };
+        let Some(c) = self.chunks.get_mut(&p) else { return };
+        c.in_use = false;
+        self.in_use -= c.size;
+        let (next, prev) = (c.next, c.prev);
+        if let Some(n) = next {
+            if self.chunks.get(&n).is_some_and(|c| !c.in_use) {
+                if let Some(n2) = self.chunks.remove(&n) {
+                    if let Some(after) = n2.next {
+                        if let Some(c) = self.chunks.get_mut(&after) {
+                            c.prev = Some(p);
+                        }
+                    }
+                    if let Some(c) = self.chunks.get_mut(&p) {
+                        c.size += n2.size;
+                        c.next = n2.next;
+                    }
+                }
+            }
+        }
+        if let Some(pv) = prev {
+            if self.chunks.get(&pv).is_some_and(|c| !c.in_use) {
+                if let Some(c) = self.chunks.remove(&p) {
+                    if let Some(after) = c.next {
+                        if let Some(a) = self.chunks.get_mut(&after) {
+                            a.prev = Some(pv);
+                        }
+                    }
+                    if let Some(cp) = self.chunks.get_mut(&pv) {
+                        cp.size += c.size;
+                        cp.next = c.next;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Node whose step is the peak, for reports.
+pub fn peak_node(sim: &Simulation) -> Option<NodeId> {
+    sim.schedule.order.get(sim.peak_step).copied()
+}
+
+/// A tensor is computed (has a buffer or aliases one) by some scheduled node.
+pub fn is_computed(graph: &Graph, t: TensorId) -> bool {
+    matches!(graph.tensor(t).source, TensorSource::Node(_))
+}

@@ -1,0 +1,4 @@
+//! The `ckpt-opt` pipeline pieces shared by the CLI, its tests and examples.
+
+pub mod inputs;
+pub mod size;
