@@ -1,0 +1,47 @@
+//! The memory model against ONNX Runtime: emulated order == profiled order, and predicted
+//! peak vs measured arena peak on every standard fixture.
+
+mod common;
+
+use ckpt_ir::{import_file, Bindings};
+use ckpt_opt::inputs::{make_inputs, InputOverrides};
+use ckpt_passes::memory::{schedule, simulate};
+use ckpt_runtime::{measure_peak, profile_order, Arena, Model, OptLevel, SessionConfig};
+use common::*;
+
+fn inputs_for(g: &ckpt_ir::Graph) -> Vec<ckpt_runtime::HostTensor> {
+    let o = InputOverrides::parse(&[], &["attention_mask=1:2".to_string()]).unwrap();
+    make_inputs(g, &Bindings::new(), 7, &o, &[]).unwrap().0
+}
+
+#[test]
+fn emulated_order_matches_ort_profile_on_every_std_fixture() {
+    for f in std_fixtures() {
+        let g = import_file(&f.path).unwrap();
+        let s = schedule(&g).unwrap();
+        let bytes = std::fs::read(&f.path).unwrap();
+        let cfg = SessionConfig { opt_level: OptLevel::Disable, intra_threads: Some(1), ..Default::default() };
+        let events = profile_order(Model::new(&f.name, &bytes), &inputs_for(&g), &cfg).unwrap();
+        let profiled: Vec<String> = events.iter().map(|e| e.node_name.clone()).collect();
+        let emulated: Vec<String> = s.order.iter().map(|&n| g.node(n).name.clone()).collect();
+        assert_eq!(profiled.len(), emulated.len(), "{}: node count", f.name);
+        assert_eq!(profiled, emulated, "{}: ORT's order differs from the emulation", f.name);
+    }
+}
+
+#[test]
+fn predicted_peak_is_within_10_percent_of_measured_on_every_std_fixture() {
+    for f in std_fixtures() {
+        let g = import_file(&f.path).unwrap();
+        let sim = simulate(&g, &schedule(&g).unwrap(), &Bindings::new()).unwrap();
+        let bytes = std::fs::read(&f.path).unwrap();
+        let inputs = inputs_for(&g);
+        for (arena, predicted) in [(Arena::Exact, sim.peak_live), (Arena::Session, sim.arena_peak)] {
+            let cfg = SessionConfig { opt_level: OptLevel::Disable, arena, ..Default::default() };
+            let measured = measure_peak(Model::new(&f.name, &bytes), &inputs, &cfg).unwrap().peak_bytes;
+            let ratio = predicted as f64 / measured as f64;
+            eprintln!("{:<24} {arena:?}: predicted {predicted} measured {measured} ratio {ratio:.4}", f.name);
+            assert!((ratio - 1.0).abs() <= 0.10, "{} {arena:?}: predicted {predicted}, measured {measured}", f.name);
+        }
+    }
+}
