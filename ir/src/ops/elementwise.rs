@@ -236,10 +236,15 @@ fn gelu_flops(ctx: &super::FlopCtx<'_>) -> Result<u64, super::FlopError> {
 pub(super) fn ops() -> Vec<OpDef> {
     let per = FlopRule::PerOutput(cost::ELEMENTWISE);
     let mut v = Vec::new();
+    // Kernels ONNX Runtime's CPU EP registers `.MayInplace(0, 0)` (measured in
+    // docs/ort-internals.md, rule 3.3).
+    for op in ["Relu", "Tanh", "Sigmoid", "Softplus", "LeakyRelu", "Elu", "HardSigmoid"] {
+        v.push(OpDef::onnx(op, 1, same_as_input, per).inplace(0, 0));
+    }
     for op in [
-        "Relu", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Sigmoid", "Sin", "Cos", "Tan", "Asin", "Acos",
-        "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Sign", "Softplus", "Softsign", "LeakyRelu", "Elu",
-        "Selu", "Celu", "HardSigmoid", "HardSwish", "Mish", "ThresholdedRelu", "BitwiseNot", "Shrink",
+        "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Tan", "Asin", "Acos",
+        "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Sign", "Softsign",
+        "Selu", "Celu", "HardSwish", "Mish", "ThresholdedRelu", "BitwiseNot", "Shrink",
     ] {
         v.push(OpDef::onnx(op, 1, same_as_input, per));
     }
@@ -250,7 +255,7 @@ pub(super) fn ops() -> Vec<OpDef> {
     v.push(OpDef::onnx("Not", 1, not, per));
     v.push(OpDef::onnx("IsNaN", 9, bool_of_input, per));
     v.push(OpDef::onnx("IsInf", 10, bool_of_input, per));
-    v.push(OpDef::onnx("Clip", 1, same_as_input, FlopRule::PerOutput(cost::CLIP)));
+    v.push(OpDef::onnx("Clip", 1, same_as_input, FlopRule::PerOutput(cost::CLIP)).inplace(0, 0));
     v.push(OpDef::onnx("Gelu", 20, same_as_input, FlopRule::Custom(gelu_flops)));
     // Binary ops with numpy broadcasting (opset 7 on; earlier versions had a `broadcast`
     // attribute and are not covered).
@@ -267,7 +272,7 @@ pub(super) fn ops() -> Vec<OpDef> {
         v.push(OpDef::onnx(op, 7, logical, per));
     }
     v.push(OpDef::onnx("Where", 9, where_op, per));
-    v.push(OpDef::onnx("Cast", 6, cast, per));
+    v.push(OpDef::onnx("Cast", 6, cast, per).inplace(0, 0));
     v.push(OpDef::onnx("CastLike", 15, cast_like, per));
     // Contrib activations (com.microsoft, version 1).
     v.push(OpDef::ms("Gelu", same_as_input, FlopRule::PerOutput(cost::GELU)));

@@ -107,6 +107,10 @@ pub struct OpDef {
     /// `(output slot, input slot)`: the output is the input's buffer in ONNX Runtime's CPU
     /// EP (a kernel registered with `.Alias(input, output)`), so it costs no new memory.
     pub alias: Option<(usize, usize)>,
+    /// `(output slot, input slot)`: the kernel is registered `.MayInplace(input, output)`;
+    /// ONNX Runtime's planner gives the output the input's buffer when this node is the
+    /// buffer's last reader and the sizes match (docs/ort-internals.md, rule 3.3).
+    pub may_inplace: Option<(usize, usize)>,
     pub policy: PolicyRule,
 }
 
@@ -121,6 +125,7 @@ impl OpDef {
             infer,
             flops,
             alias: None,
+            may_inplace: None,
             policy: PolicyRule::Fixed(Policy::Recomputable),
         }
     }
@@ -140,6 +145,11 @@ impl OpDef {
 
     pub(crate) fn alias(mut self, out: usize, input: usize) -> OpDef {
         self.alias = Some((out, input));
+        self
+    }
+
+    pub(crate) fn inplace(mut self, out: usize, input: usize) -> OpDef {
+        self.may_inplace = Some((out, input));
         self
     }
 
@@ -215,13 +225,24 @@ pub fn policy(graph: &Graph, node: NodeId) -> Policy {
     }
 }
 
-/// `(output slot, input slot)` when the node's output shares the input's buffer in ONNX
-/// Runtime's CPU EP; `None` when it allocates, or either slot is absent on this node.
-pub fn alias(graph: &Graph, node: NodeId) -> Option<(usize, usize)> {
-    let (o, i) = op_def(graph, node)?.alias?;
+fn present_pair(graph: &Graph, node: NodeId, pair: Option<(usize, usize)>) -> Option<(usize, usize)> {
+    let (o, i) = pair?;
     let n = graph.node(node);
     let present = |v: &Vec<Option<crate::ids::TensorId>>, k: usize| v.get(k).is_some_and(|t| t.is_some());
     (present(&n.outputs, o) && present(&n.inputs, i)).then_some((o, i))
+}
+
+/// `(output slot, input slot)` when the node's output always shares the input's buffer in
+/// ONNX Runtime's CPU EP; `None` when it allocates, or either slot is absent on this node.
+pub fn alias(graph: &Graph, node: NodeId) -> Option<(usize, usize)> {
+    present_pair(graph, node, op_def(graph, node)?.alias)
+}
+
+/// `(output slot, input slot)` when the node's kernel may run in place: ONNX Runtime reuses
+/// the input's buffer iff this node is its last reader and the element sizes and shapes
+/// match (the caller's memory model decides that).
+pub fn may_inplace(graph: &Graph, node: NodeId) -> Option<(usize, usize)> {
+    present_pair(graph, node, op_def(graph, node)?.may_inplace)
 }
 
 #[cfg(test)]

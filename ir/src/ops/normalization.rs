@@ -53,8 +53,8 @@ fn batch_norm(ctx: &InferCtx<'_>) -> Out {
 
 pub(super) fn ops() -> Vec<OpDef> {
     vec![
-        OpDef::onnx("Softmax", 1, same_as_input, FlopRule::PerOutput(cost::SOFTMAX)),
-        OpDef::onnx("LogSoftmax", 1, same_as_input, FlopRule::PerOutput(cost::SOFTMAX)),
+        OpDef::onnx("Softmax", 1, same_as_input, FlopRule::PerOutput(cost::SOFTMAX)).inplace(0, 0),
+        OpDef::onnx("LogSoftmax", 1, same_as_input, FlopRule::PerOutput(cost::SOFTMAX)).inplace(0, 0),
         OpDef::onnx("LayerNormalization", 1, layer_norm, FlopRule::PerOutput(cost::LAYER_NORM)),
         OpDef::onnx("SimplifiedLayerNormalization", 1, simplified_layer_norm, FlopRule::PerOutput(cost::LAYER_NORM - 2)),
         OpDef::onnx("BatchNormalization", 15, batch_norm, FlopRule::PerOutput(cost::LAYER_NORM)),

@@ -281,7 +281,8 @@ fn slice_axis(ctx: &InferCtx<'_>, axis: usize, d: &Dim, start: &Dim, end: &Dim, 
 fn slice(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.input(0)?;
     let r = x.shape.rank();
-    let (starts, ends, axes, steps): (Vec<Dim>, Vec<Dim>, Option<Vec<i64>>, Option<Vec<i64>>) = if ctx.opset < 10 {
+    type Bounds = (Vec<Dim>, Vec<Dim>, Option<Vec<i64>>, Option<Vec<i64>>);
+    let (starts, ends, axes, steps): Bounds = if ctx.opset < 10 {
         let a = |n: &str| ctx.attr_ints(n).unwrap_or_default();
         (a("starts").into_iter().map(dim_of).collect(), a("ends").into_iter().map(dim_of).collect(), ctx.attr_ints("axes"), None)
     } else {
