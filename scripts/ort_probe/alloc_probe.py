@@ -57,6 +57,17 @@ shape_init = numpy_helper.from_array(np.array([N], np.int64), "shp")
 axes0 = numpy_helper.from_array(np.array([0], np.int64), "ax0")
 wmat = numpy_helper.from_array(np.zeros((C, C), np.float32), "W")
 scale = numpy_helper.from_array(np.ones((C,), np.float32), "gamma")
+idx_e = numpy_helper.from_array(np.zeros((1, C), np.int64), "idx_e")
+upd_e = numpy_helper.from_array(np.ones((1, C), np.float32), "upd_e")
+idx_nd = numpy_helper.from_array(np.zeros((1, 1), np.int64), "idx_nd")
+upd_nd = numpy_helper.from_array(np.ones((1, C), np.float32), "upd_nd")
+cond = numpy_helper.from_array(np.ones((R, C), bool), "cond")
+zero = numpy_helper.from_array(np.zeros((1,), np.float32), "zero")
+full_shape = numpy_helper.from_array(np.array([R, C], np.int64), "full_shape")
+pads0 = numpy_helper.from_array(np.zeros((4,), np.int64), "pads0")
+st = numpy_helper.from_array(np.array([0], np.int64), "st")
+en = numpy_helper.from_array(np.array([R], np.int64), "en")
+ax1 = numpy_helper.from_array(np.array([0], np.int64), "axs")
 
 UNARY = {
     # op: (extra inputs, attrs, inits)
@@ -69,6 +80,12 @@ UNARY = {
     "Dropout": ([], {}, []), "Clip": ([], {}, []), "Transpose": ([], {"perm": [1, 0]}, []),
     "MatMul": (["W"], {}, [wmat]), "LayerNormalization": (["gamma"], {"axis": -1}, [scale]),
     "Reciprocal": ([], {}, []), "Log": ([], {}, []), "HardSigmoid": ([], {}, []),
+    "ScatterElements": (["idx_e", "upd_e"], {"axis": 0}, [idx_e, upd_e]),
+    "ScatterND": (["idx_nd", "upd_nd"], {}, [idx_nd, upd_nd]),
+    "Where": (None, {}, [cond, zero]), "Expand": (["full_shape"], {}, [full_shape]),
+    "Pad": (["pads0"], {}, [pads0]), "Slice": (["st", "en", "axs"], {}, [st, en, ax1]),
+    "Trilu": ([], {}, []), "Round": ([], {}, []), "Floor": ([], {}, []), "Selu": ([], {}, []),
+    "Shrink": ([], {}, []), "ThresholdedRelu": ([], {}, []), "Celu": ([], {}, []), "Mish": ([], {}, []),
 }
 BINARY = ["Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum"]
 
@@ -86,8 +103,9 @@ def main():
           f"(= rounded S + {small} B for the small output)")
     print("\n# unary U in  a=Neg(x); b=U(a); y=ReduceSum(b)   (1 buffer => U reuses/aliases a; 2 => new buffer)")
     for op, (extra, attrs, inits) in UNARY.items():
-        opset = 20 if op == "Gelu" else 17
-        m = model([n("Neg", ["x"], ["a"]), n(op, ["a"] + extra, ["b"], **attrs), rsum("b")], ["y"], inits,
+        opset = 20 if op in ("Gelu", "Mish") else 17
+        ins = ["cond", "a", "zero"] if extra is None else ["a"] + extra
+        m = model([n("Neg", ["x"], ["a"]), n(op, ins, ["b"], **attrs), rsum("b")], ["y"], inits,
                   opset=opset, out_shapes={"y": []})
         try:
             p = measure(m)["peak_bytes"]

@@ -31,7 +31,11 @@ MEMPROBE = os.environ.get("MEMPROBE", "/tmp/memprobe/target/debug/memprobe")  # 
 
 ALIAS_OPS = {"Reshape", "Identity", "Squeeze", "Unsqueeze", "Flatten"}  # output 0 aliases input 0
 INPLACE_OPS = {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "Elu", "Softplus", "HardSigmoid", "Softmax",
-               "LogSoftmax", "Clip", "Cast"}  # MayInplace(0, 0), measured (alloc_probe.py)
+               "LogSoftmax", "Clip", "Cast", "Selu", "Celu", "ThresholdedRelu", "Shrink", "Trilu",
+               "ScatterElements"}  # MayInplace(0, 0), measured (alloc_probe.py)
+# kernel-internal temporaries measured with alloc_probe.py: op -> [(output index it is sized like, 1)...],
+# all alive at the same time inside the kernel
+SCRATCH = {"Where": [(0, 1), (0, 1)]}  # plus Softmax/LogSoftmax on a non-last axis, see plan_and_trace
 ELEM_SIZE = {TensorProto.FLOAT: 4, TensorProto.INT64: 8, TensorProto.FLOAT16: 2, TensorProto.INT32: 4,
              TensorProto.BOOL: 1, TensorProto.DOUBLE: 8}
 
@@ -148,6 +152,17 @@ def plan_and_trace(model, order=None):
                 # release action being past, stays until the end of the run.
                 events.append(("alloc", buf[out], nbytes(out)))
                 live.add(buf[out])
+        # kernel scratch taken from the arena during the step and returned before it ends
+        scratch = SCRATCH.get(nodes[i].op_type, [])
+        if nodes[i].op_type in ("Softmax", "LogSoftmax"):
+            axis = next((a.i for a in nodes[i].attribute if a.name == "axis"), -1)
+            rank = len(shape(nodes[i].input[0])[0])
+            if axis not in (-1, rank - 1):  # the kernel transposes the axis last: two temporaries
+                scratch = [(0, 1), (0, 1)]
+        for k, (out, _) in enumerate(scratch):
+            events.append(("alloc", f"__scratch{pc}_{k}", nbytes(nodes[i].output[out])))
+        for k in range(len(scratch)):
+            events.append(("free", f"__scratch{pc}_{k}"))
         for b, lpc in last.items():
             if lpc == pc and b in live:
                 events.append(("free", b))
