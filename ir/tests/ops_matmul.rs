@@ -84,3 +84,21 @@ fn conv_output_dims() {
     assert_eq!(ty(&g, &t, "y"), "f32[n,16,16,16]");
     assert_eq!(ty(&g, &t, "ys"), "f32[n,16,h,w]");
 }
+
+#[test]
+fn pools() {
+    let m = ModelBuilder::new(20)
+        .input("x", DType::F32, "n,8,32,32")
+        .node_with("MaxPool", &["x"], &["y", "idx"], vec![attr_ints("kernel_shape", &[2, 2]), attr_ints("strides", &[2, 2])])
+        .node_with("AveragePool", &["x"], &["a"], vec![attr_ints("kernel_shape", &[3, 3]), attr_ints("pads", &[1, 1, 1, 1])])
+        .node("GlobalAveragePool", &["x"], &["g"])
+        .output("y", DType::F32, "")
+        .output("a", DType::F32, "")
+        .output("g", DType::F32, "")
+        .build();
+    let (g, t) = run(m);
+    assert_eq!(ty(&g, &t, "y"), "f32[n,8,16,16]");
+    assert_eq!(ty(&g, &t, "idx"), "i64[n,8,16,16]");
+    assert_eq!(ty(&g, &t, "a"), "f32[n,8,32,32]");
+    assert_eq!(ty(&g, &t, "g"), "f32[n,8,1,1]");
+}

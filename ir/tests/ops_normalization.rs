@@ -68,3 +68,21 @@ fn reduce_axes_attribute_before_opset_13() {
     let (g, t) = run(m);
     assert_eq!(ty(&g, &t, "y"), "f32[b,s,1]");
 }
+
+#[test]
+fn contrib_skip_layer_norm() {
+    let m = ModelBuilder::new(17)
+        .opset("com.microsoft", 1)
+        .input("x", DType::F16, "b,s,64")
+        .input("skip", DType::F16, "b,s,64")
+        .input("g", DType::F16, "64")
+        .node_in("com.microsoft", "SkipLayerNormalization", &["x", "skip", "g"], &["y", "mean", "istd", "sum"], vec![])
+        .node_in("com.microsoft", "SkipSimplifiedLayerNormalization", &["x", "skip", "g"], &["y2", "", "istd2", "sum2"], vec![])
+        .build();
+    let (gr, t) = run(m);
+    assert_eq!(ty(&gr, &t, "y"), "f16[b,s,64]");
+    assert_eq!(ty(&gr, &t, "mean"), "f32[b,s,1]");
+    assert_eq!(ty(&gr, &t, "sum"), "f16[b,s,64]");
+    assert_eq!(ty(&gr, &t, "istd2"), "f32[b,s,1]");
+    assert_eq!(ty(&gr, &t, "sum2"), "f16[b,s,64]");
+}

@@ -252,6 +252,7 @@ pub(super) fn ops() -> Vec<OpDef> {
         v.push(OpDef::onnx(op, 1, unary_keep, per));
     }
     v.push(OpDef::onnx("Neg", 1, neg, per));
+    v.push(OpDef::onnx("CumSum", 11, same_as_input, per));
     v.push(OpDef::onnx("Not", 1, not, per));
     v.push(OpDef::onnx("IsNaN", 9, bool_of_input, per));
     v.push(OpDef::onnx("IsInf", 10, bool_of_input, per));

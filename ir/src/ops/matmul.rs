@@ -1,5 +1,6 @@
-//! Contractions: MatMul (numpy batching), Gemm, com.microsoft FusedMatMul, Conv.
-//! FLOPs count a multiply-add as 2: `2·batch·m·n·k`; Conv `2·N·Cout·spatial·(Cin/g)·kernel`.
+//! Contractions and windows: MatMul (numpy batching), Gemm, com.microsoft FusedMatMul,
+//! Conv, pools. FLOPs count a multiply-add as 2: `2·batch·m·n·k`; Conv
+//! `2·N·Cout·spatial·(Cin/g)·kernel` (+ bias); pools one per window element.
 
 use crate::shape::{Dim, Shape};
 
@@ -117,26 +118,64 @@ fn window_dim(ctx: &InferCtx<'_>, input: &Dim, k: u64, stride: u64, dil: u64, pa
     }
 }
 
+/// Spatial output dims of a window op (Conv, pools) over input `x` with `kernel`.
+fn window_dims(ctx: &InferCtx<'_>, x: &Shape, kernel: &[u64]) -> Result<Vec<Dim>, String> {
+    let sp = x.rank() - 2;
+    if kernel.len() != sp {
+        return Err(format!("kernel {kernel:?} does not fit input {x}"));
+    }
+    let strides = ctx.attr_ints("strides").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; sp]);
+    let dils = ctx.attr_ints("dilations").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; sp]);
+    let pads = ctx.attr_ints("pads").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![0; 2 * sp]);
+    let auto_pad = ctx.attr_s("auto_pad").unwrap_or_else(|| "NOTSET".into());
+    if ctx.attr_i("ceil_mode").unwrap_or(0) != 0 {
+        return Err("ceil_mode is not supported".into());
+    }
+    (0..sp)
+        .map(|i| window_dim(ctx, &x.0[2 + i], kernel[i], strides[i] as u64, dils[i] as u64, (pads[i], pads[i + sp]), &auto_pad))
+        .collect()
+}
+
 fn conv(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.shape(0)?;
     let w = ctx.shape(1)?;
     if x.rank() < 3 || w.rank() != x.rank() {
         return Err(format!("Conv input {x} and weight {w} ranks do not fit"));
     }
-    let sp = x.rank() - 2;
     let kernel: Vec<u64> = match ctx.attr_ints("kernel_shape") {
         Some(k) if !k.is_empty() => k.iter().map(|&v| v as u64).collect(),
         _ => w.0[2..].iter().map(|d| d.known().ok_or_else(|| format!("kernel dim {d} is symbolic"))).collect::<Result<_, _>>()?,
     };
-    let strides = ctx.attr_ints("strides").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; sp]);
-    let dils = ctx.attr_ints("dilations").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; sp]);
-    let pads = ctx.attr_ints("pads").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![0; 2 * sp]);
-    let auto_pad = ctx.attr_s("auto_pad").unwrap_or_else(|| "NOTSET".into());
     let mut dims = vec![x.0[0].clone(), w.0[0].clone()];
-    for i in 0..sp {
-        dims.push(window_dim(ctx, &x.0[2 + i], kernel[i], strides[i] as u64, dils[i] as u64, (pads[i], pads[i + sp]), &auto_pad)?);
-    }
+    dims.extend(window_dims(ctx, x, &kernel)?);
     Ok(vec![out(ctx.dtype(0)?, Shape(dims))])
+}
+
+/// MaxPool / AveragePool / LpPool: [N, C, spatial…]; MaxPool's optional indices are i64.
+fn pool(ctx: &InferCtx<'_>) -> Out {
+    let x = ctx.shape(0)?;
+    if x.rank() < 3 {
+        return Err(format!("pool input {x} needs rank ≥ 3"));
+    }
+    let kernel: Vec<u64> = ctx.attr_ints("kernel_shape").ok_or("no kernel_shape")?.iter().map(|&v| v as u64).collect();
+    let mut dims = vec![x.0[0].clone(), x.0[1].clone()];
+    dims.extend(window_dims(ctx, x, &kernel)?);
+    let s = Shape(dims);
+    Ok(vec![out(ctx.dtype(0)?, s.clone()), out(crate::dtype::DType::I64, s)])
+}
+
+/// GlobalAveragePool / GlobalMaxPool: spatial dims become 1.
+fn global_pool(ctx: &InferCtx<'_>) -> Out {
+    let x = ctx.shape(0)?;
+    let dims = x.0.iter().enumerate().map(|(i, d)| if i < 2 { d.clone() } else { Dim::Known(1) }).collect();
+    Ok(vec![out(ctx.dtype(0)?, Shape(dims))])
+}
+
+/// Pools: one op per input element of each window position ≈ output elements × kernel.
+fn pool_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
+    let y = ctx.numel(ctx.out_shape(0)?)?;
+    let k: u64 = ctx.node.attr_ints("kernel_shape").map_or(1, |k| k.iter().map(|&v| v.max(1) as u64).product());
+    ctx.product(&[y, k])
 }
 
 fn matmul_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
@@ -171,6 +210,11 @@ pub(super) fn ops() -> Vec<OpDef> {
         OpDef::onnx("MatMul", 1, matmul, FlopRule::Custom(matmul_flops)),
         OpDef::onnx("Gemm", 7, gemm, FlopRule::Custom(gemm_flops)),
         OpDef::onnx("Conv", 1, conv, FlopRule::Custom(conv_flops)),
+        OpDef::onnx("MaxPool", 1, pool, FlopRule::Custom(pool_flops)),
+        OpDef::onnx("AveragePool", 1, pool, FlopRule::Custom(pool_flops)),
+        OpDef::onnx("LpPool", 1, pool, FlopRule::Custom(pool_flops)),
+        OpDef::onnx("GlobalAveragePool", 1, global_pool, FlopRule::PerInput(0, 1)),
+        OpDef::onnx("GlobalMaxPool", 1, global_pool, FlopRule::PerInput(0, 1)),
         OpDef::ms("FusedMatMul", fused_matmul, FlopRule::Custom(matmul_flops)),
     ]
 }

@@ -1,5 +1,7 @@
 //! Normalizations: Softmax, LogSoftmax, LayerNormalization (ONNX 17 and ORT's earlier
-//! ai.onnx-domain contrib version), SimplifiedLayerNormalization, BatchNormalization.
+//! ai.onnx-domain contrib version), SimplifiedLayerNormalization, BatchNormalization,
+//! Instance/Group/MeanVariance/Lp normalization, com.microsoft SkipLayerNormalization,
+//! SkipSimplifiedLayerNormalization and BiasSoftmax.
 
 use crate::dtype::DType;
 use crate::shape::{Dim, Shape};
@@ -51,6 +53,25 @@ fn batch_norm(ctx: &InferCtx<'_>) -> Out {
     Ok(v)
 }
 
+/// com.microsoft SkipLayerNormalization / SkipSimplifiedLayerNormalization: output like the
+/// input, then mean and inv-std (stats shape over the last axis, f32; the simplified
+/// variant leaves mean empty), then the input+skip(+bias) sum like the input.
+fn skip_layer_norm(ctx: &InferCtx<'_>) -> Out {
+    let x = ctx.input(0)?;
+    let stats = stats_shape(&x.shape, -1)?;
+    let mut v = vec![out(x.dtype, x.shape.clone())];
+    for k in 1..ctx.n_outputs() {
+        v.push(if k < 3 { out(DType::F32, stats.clone()) } else { out(x.dtype, x.shape.clone()) });
+    }
+    Ok(v)
+}
+
+/// InstanceNormalization, GroupNormalization, LpNormalization, MeanVarianceNormalization:
+/// output like the input.
+fn like_input(ctx: &InferCtx<'_>) -> Out {
+    same_as_input(ctx)
+}
+
 pub(super) fn ops() -> Vec<OpDef> {
     vec![
         OpDef::onnx("Softmax", 1, same_as_input, FlopRule::PerOutput(cost::SOFTMAX)).inplace(0, 0),
@@ -58,5 +79,12 @@ pub(super) fn ops() -> Vec<OpDef> {
         OpDef::onnx("LayerNormalization", 1, layer_norm, FlopRule::PerOutput(cost::LAYER_NORM)),
         OpDef::onnx("SimplifiedLayerNormalization", 1, simplified_layer_norm, FlopRule::PerOutput(cost::LAYER_NORM - 2)),
         OpDef::onnx("BatchNormalization", 15, batch_norm, FlopRule::PerOutput(cost::LAYER_NORM)),
+        OpDef::onnx("InstanceNormalization", 6, like_input, FlopRule::PerOutput(cost::LAYER_NORM)),
+        OpDef::onnx("GroupNormalization", 18, like_input, FlopRule::PerOutput(cost::LAYER_NORM)),
+        OpDef::onnx("MeanVarianceNormalization", 9, like_input, FlopRule::PerOutput(cost::LAYER_NORM)),
+        OpDef::onnx("LpNormalization", 1, like_input, FlopRule::PerOutput(cost::LAYER_NORM - 3)),
+        OpDef::ms("SkipLayerNormalization", skip_layer_norm, FlopRule::PerOutput(cost::LAYER_NORM + 2)),
+        OpDef::ms("SkipSimplifiedLayerNormalization", skip_layer_norm, FlopRule::PerOutput(cost::LAYER_NORM)),
+        OpDef::ms("BiasSoftmax", like_input, FlopRule::PerOutput(cost::SOFTMAX + cost::ELEMENTWISE)),
     ]
 }

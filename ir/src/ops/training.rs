@@ -77,13 +77,24 @@ fn mirror(ctx: &InferCtx<'_>) -> Out {
     (0..ctx.n_outputs()).map(|i| Ok(out(ctx.dtype(i)?, ctx.shape(i)?.clone()))).collect()
 }
 
-/// YieldOp: output k has the shape and dtype of input `full_shape_outputs[k]`.
+/// YieldOp: output i is the gradient of input i (its dtype); its shape is input i's when
+/// i is listed in `full_shape_outputs`, else the one value_info declares (ORT leaves it
+/// open), else input i's with a warning.
 fn yield_op(ctx: &InferCtx<'_>) -> Out {
     let full = ctx.attr_ints("full_shape_outputs").unwrap_or_default();
     (0..ctx.n_outputs())
-        .map(|k| {
-            let i = *full.get(k).ok_or_else(|| format!("output {k} is not in full_shape_outputs"))? as usize;
-            Ok(out(ctx.dtype(i)?, ctx.shape(i)?.clone()))
+        .map(|i| {
+            let x = ctx.input(i)?;
+            let declared = ctx.node.outputs[i].map(|t| ctx.graph.tensor(t)).and_then(|t| t.shape.clone());
+            let shape = match declared {
+                Some(s) if !full.contains(&(i as i64)) => s,
+                None if !full.contains(&(i as i64)) => {
+                    ctx.warn(format!("output {i} is not full-shape and has no value_info: assumed like input {i}"));
+                    x.shape.clone()
+                }
+                _ => x.shape.clone(),
+            };
+            Ok(out(x.dtype, shape))
         })
         .collect()
 }
