@@ -1,40 +1,49 @@
 //! The exact solver: a MILP over compressed time, solved by CBC through
-//! good_lp, warm-started with the greedy plan, re-checked with [`evaluate`].
+//! good_lp, warm-started with the greedy plan, refined until its answer
+//! re-evaluates as fitting under [`evaluate`].
 //!
 //! # Formulation
 //!
-//! `x_i ∈ {0,1}`: candidate `i` is recomputed. `p_{i,s} ∈ [0,1]`: `i` has been
-//! rematerialised by segment `s` (`r_i <= start_s`). Minimise `Σ cost_i x_i`.
-//!
-//! Time is cut into segments at every event step (each `free_from`,
-//! `needed_at`, 0). Inside a segment the absent set is constant, so a
-//! segment needs at most two memory rows: one at its first step (the only
-//! step where a transient can land, since every `r_i` is some `needed_at`)
-//! and one for the largest `base_live` of the rest. Rows whose base plus
-//! every transient that could land there stays under the ceiling are
-//! dropped, and so are candidates that cover no kept row (recomputing them
-//! can only add cost, transients, and earlier rematerialisation).
-//!
-//! `p_{i,s}` is a constant where it can be: `x_i` once `start_s >= needed_at_i`,
-//! 0 before `rmin_i` (the earliest `needed_at` among `i` and everything that
-//! depends on it, transitively). Otherwise it is a variable with
-//!
-//! - `p_{i,s} <= x_i`,
-//! - `p_{i,s} >= p_{k,s} + x_i - 1` for each dependent `k` (a recomputed dep is
-//!   back no later than its dependent),
-//! - `p_{i,s} <= Σ_k p_{k,s}` (and no earlier than that),
-//!
-//! which, for integral `x`, force `p` to the exact 0/1 value of [`evaluate`]
-//! (by induction from the candidates nothing depends on), so `p` needs no
-//! integrality. Variables are created only for the segments a kept row reads
-//! and, transitively, the dependents those read. A row at segment `s` is
+//! `x_i ∈ {0,1}`: candidate `i` is recomputed. `p_{i,s} ∈ [0,1]`: `i` is back
+//! by segment `s` (`r_i <= start_s`). Minimise `Σ cost_i x_i` subject to one
+//! or two memory rows per kept segment:
 //!
 //! `base - Σ_{i: free_from_i <= start_s < needed_at_i} bytes_i (x_i - p_{i,s})
 //!        + Σ_i transient_i (p_{i,s} - p_{i,s-1}) <= ceiling`.
 //!
+//! **Time compression.** Segments are cut at every event step (each
+//! `free_from`, `needed_at`, 0); inside one the absent set is constant, so a
+//! segment needs a row at its first step (the only step where a transient
+//! can land, every `r_i` being some `needed_at`) and one for the largest
+//! base of the rest (merged when no transient can land, dropped when
+//! dominated). Rows whose base plus every transient that could land there
+//! stays under the ceiling are dropped, and so are candidates that cover no
+//! kept row (recomputing them only adds cost, transients and earlier
+//! rematerialisation).
+//!
+//! **Rematerialisation.** `p_{i,s}` is `x_i` once `start_s >= needed_at_i` and 0
+//! before `rmin_i` (the earliest `needed_at` among `i` and everything that
+//! depends on it). Otherwise it is a variable with `p_{i,s} <= x_i`,
+//! `p_{i,s} >= p_{k,s} + x_i - 1` for each dependent `k`, `p_{i,s} <= Σ_k p_{k,s}`
+//! and `p_{i,s} >= p_{i,s-1}`; for integral `x` these force the exact 0/1 value
+//! of [`evaluate`] (by induction from the candidates nothing depends on), so
+//! `p` needs no integrality.
+//!
+//! **Depth-limited relaxation.** Exact `p` for every candidate at every
+//! backward segment is quadratic (a 12-layer transformer needs ~100k
+//! variables). A candidate at dependency distance `d` from the segment's
+//! frontier (the candidates already needed) can only be back if a chain of
+//! `d` recomputes reaches that frontier, so each segment models `p` only up
+//! to a depth and fixes it to 0 beyond ("truncated": counted absent). Upper
+//! bounds and transient terms that read a truncated value are left out.
+//! Every truly fitting plan stays feasible, so this is a relaxation: its
+//! optimum is a lower bound, and if it re-evaluates as fitting it is
+//! optimal. Otherwise the violated segments are deepened to cover the
+//! chains the answer used and the model is solved again.
+//!
 //! Rows are scaled by the largest byte count, the objective by the largest cost.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,12 +57,13 @@ use good_lp::{
 
 use crate::baseline::{greedy_set, lowest_peak, no_recompute_needed};
 use crate::problem::{dependents, topological_order};
+use crate::Evaluation;
 use crate::{evaluate, Fallback, Method, ModelSize, Plan, Problem, SolveError, Status};
 
 /// Limits for [`solve_ilp_with`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct IlpOptions {
-    /// CBC's time limit.
+    /// Time for all refinement rounds of CBC together.
     pub time_limit: Duration,
     /// How long past `time_limit` the watchdog waits for CBC before
     /// returning the greedy plan.
@@ -63,6 +73,9 @@ pub struct IlpOptions {
     /// Pass the greedy plan to CBC as its initial solution (it is always
     /// kept as the fallback either way).
     pub warm_start: bool,
+    /// Dependency depth to which each segment models rematerialisation in
+    /// the first round (0 = only candidates already needed).
+    pub initial_depth: usize,
     /// Extra CBC parameters, applied last (e.g. `("cuts", "off")`).
     pub cbc_parameters: Vec<(String, String)>,
 }
@@ -74,6 +87,7 @@ impl Default for IlpOptions {
             watchdog_slack: Duration::from_secs(5),
             relative_gap: 0.0,
             warm_start: true,
+            initial_depth: 2,
             cbc_parameters: Vec::new(),
         }
     }
@@ -86,8 +100,8 @@ pub fn solve_ilp(problem: &Problem) -> Result<Plan, SolveError> {
 
 /// Minimum-cost recompute set whose peak fits the ceiling.
 ///
-/// Returns the ILP's plan when CBC's values re-evaluate as fitting and cost
-/// no more than the greedy warm start; otherwise the greedy plan with
+/// Returns the ILP's plan when it re-evaluates as fitting and costs no more
+/// than the greedy warm start; otherwise the greedy plan with
 /// [`SolveInfo::fallback`](crate::SolveInfo) saying why. A stuck CBC is
 /// abandoned after `time_limit + watchdog_slack` (its thread is detached).
 pub fn solve_ilp_with(problem: &Problem, options: &IlpOptions) -> Result<Plan, SolveError> {
@@ -97,112 +111,170 @@ pub fn solve_ilp_with(problem: &Problem, options: &IlpOptions) -> Result<Plan, S
         return Ok(plan);
     }
     let warm = greedy_set(problem).ok();
-    let model = Formulation::build(problem);
-    let size = model.size;
-
-    let greedy_plan = |fallback: Fallback, bound: f64| -> Option<Plan> {
-        let set = warm.clone()?;
-        let e = evaluate(problem, &set);
-        let status = if matches!(fallback, Fallback::Watchdog) { Status::FeasibleOnTimeout } else { Status::Heuristic };
-        let mut plan = Plan::from_evaluation(set, e, Method::Greedy, status, bound, start.elapsed());
-        plan.info.fallback = Some(fallback);
-        plan.info.model = size;
-        Some(plan)
-    };
-    let no_plan = |bound_known: bool| -> SolveError {
-        let l = lowest_peak(problem);
-        if bound_known {
-            SolveError::Infeasible { ceiling: problem.ceiling, lowest_peak: l.peak, at_step: l.peak_step }
-        } else {
-            SolveError::NoPlanWithinTimeLimit {
-                seconds: options.time_limit.as_secs_f64(),
-                lowest_peak: l.peak,
-                at_step: l.peak_step,
-            }
-        }
-    };
 
     // Solve on a thread so a stuck CBC cannot hang the caller.
     let (tx, rx) = mpsc::channel();
-    let model = Arc::new(model);
-    let warm_start = warm.as_ref().map(|set| (set.clone(), evaluate(problem, set).remat_at));
-    let opts = options.clone();
-    let solve_model = Arc::clone(&model);
+    let shared = Arc::new((problem.clone(), warm.clone(), options.clone()));
     let spawned = std::thread::Builder::new().name("ckpt-solver-cbc".into()).spawn(move || {
-        let _ = tx.send(solve_model.solve(warm_start.as_ref(), &opts));
+        let (problem, warm, options) = &*shared;
+        let _ = tx.send(search(problem, warm.as_deref(), options, start + options.time_limit));
     });
-    if let Err(e) = spawned {
-        return greedy_plan(Fallback::SolverError(format!("cannot start the solve thread: {e}")), 0.0)
-            .ok_or_else(|| no_plan(false));
-    }
-    let deadline = options.time_limit + options.watchdog_slack;
-    let outcome = match rx.recv_timeout(deadline.saturating_sub(start.elapsed())) {
-        Ok(o) => o,
-        Err(_) => return greedy_plan(Fallback::Watchdog, 0.0).ok_or_else(|| no_plan(false)),
+    let search = match spawned {
+        Err(e) => None.ok_or(Fallback::SolverError(format!("cannot start the solve thread: {e}"))),
+        Ok(_) => rx.recv_timeout((options.time_limit + options.watchdog_slack).saturating_sub(start.elapsed()))
+            .map_err(|_| Fallback::Watchdog),
     };
 
-    match outcome {
-        Outcome::Infeasible => match greedy_plan(Fallback::SolverError("CBC reports infeasible".into()), 0.0) {
-            // The warm start fits, so CBC's claim is numerical noise.
-            Some(plan) => Ok(plan),
-            None => Err(no_plan(true)),
-        },
-        Outcome::Error(msg) => greedy_plan(Fallback::SolverError(msg), 0.0).ok_or_else(|| no_plan(false)),
-        Outcome::Solved { x, integral, stale, optimal, bound } => {
-            let bound = bound * model.cost_unit;
+    let greedy_plan = |fallback: Fallback, bound: f64, size: ModelSize| -> Result<Plan, SolveError> {
+        let Some(set) = warm.clone() else {
+            let l = lowest_peak(problem);
+            return Err(SolveError::NoPlanWithinTimeLimit {
+                seconds: options.time_limit.as_secs_f64(),
+                lowest_peak: l.peak,
+                at_step: l.peak_step,
+            });
+        };
+        let e = evaluate(problem, &set);
+        let status = match fallback {
+            Fallback::Watchdog | Fallback::TimeLimit => Status::FeasibleOnTimeout,
+            _ => Status::Heuristic,
+        };
+        let mut plan = Plan::from_evaluation(set, e, Method::Greedy, status, bound, start.elapsed());
+        plan.info.fallback = Some(fallback);
+        plan.info.model = size;
+        Ok(plan)
+    };
+    let search = match search {
+        Ok(s) => s,
+        Err(fallback) => return greedy_plan(fallback, 0.0, ModelSize::default()),
+    };
+    let size = search.size;
+    let ilp_plan = |x: Vec<bool>, e: Evaluation, optimal: bool, bound: f64| {
+        let status = if optimal { Status::Optimal } else { Status::FeasibleOnTimeout };
+        let mut plan = Plan::from_evaluation(x, e, Method::Ilp, status, bound, start.elapsed());
+        plan.info.model = size;
+        plan
+    };
+    match search.outcome {
+        Outcome::Fits { x, optimal, bound } => {
             let e = evaluate(problem, &x);
-            let warm_eval = warm.as_ref().map(|s| evaluate(problem, s));
-            let status = if optimal { Status::Optimal } else { Status::FeasibleOnTimeout };
-            let ilp_plan = |x: Vec<bool>, e: crate::Evaluation| {
-                let mut plan = Plan::from_evaluation(x, e, Method::Ilp, status, bound, start.elapsed());
-                plan.info.model = size;
-                plan
-            };
-            let beats_warm = warm_eval.as_ref().is_none_or(|w| e.cost <= w.cost);
-            if integral && e.fits(problem.ceiling) && beats_warm {
-                return Ok(ilp_plan(x, e));
-            }
-            match (warm.clone(), warm_eval) {
-                // CBC finished without a better plan than the warm start; its
-                // columns are then stale (often the last LP's), and the warm
-                // start is its proven-optimal incumbent.
-                (Some(w), Some(we)) if optimal && (stale || !integral || !beats_warm) => Ok(ilp_plan(w, we)),
-                (Some(_), Some(_)) => {
-                    let fallback = if !e.fits(problem.ceiling) {
-                        Fallback::ViolatesCeiling { peak: e.peak }
-                    } else {
-                        Fallback::WorseThanWarmStart { ilp_cost: e.cost }
-                    };
-                    greedy_plan(fallback, bound).ok_or_else(|| no_plan(false))
+            match &warm {
+                Some(w) if evaluate(problem, w).cost < e.cost => {
+                    greedy_plan(Fallback::WorseThanWarmStart { ilp_cost: e.cost }, bound, size)
                 }
-                // No warm start: a fitting CBC answer is used even if fractional
-                // columns had to be rounded.
-                _ if e.fits(problem.ceiling) => Ok(ilp_plan(x, e)),
-                // Relaxation infeasible and nothing to fall back on.
-                _ if stale && optimal => Err(no_plan(true)),
-                _ => Err(no_plan(false)),
+                _ => Ok(ilp_plan(x, e, optimal, bound)),
             }
         }
+        Outcome::WarmOptimal => {
+            let w = warm.clone().unwrap_or_default();
+            let e = evaluate(problem, &w);
+            Ok(ilp_plan(w, e, true, 0.0))
+        }
+        Outcome::Infeasible => match &warm {
+            // The warm start fits, so CBC's claim is numerical noise.
+            Some(_) => greedy_plan(Fallback::SolverError("CBC reports infeasible".into()), 0.0, size),
+            None => {
+                let l = lowest_peak(problem);
+                Err(SolveError::Infeasible { ceiling: problem.ceiling, lowest_peak: l.peak, at_step: l.peak_step })
+            }
+        },
+        Outcome::Stopped { reason, bound } => greedy_plan(reason, bound, size),
     }
 }
 
+/// How the refinement loop ended.
 enum Outcome {
-    /// `x`: CBC's columns, rounded; `integral`: whether they were within
-    /// 1e-6 of 0/1; `bound`: CBC's best possible objective (scaled).
-    /// `stale`: CBC's secondary status says the relaxation was infeasible
-    /// or worse than the cutoff (the warm start): the columns are not a plan.
+    /// CBC's answer, re-evaluated as fitting; `optimal` when CBC proved it
+    /// optimal for the relaxation (hence for the problem).
+    Fits { x: Vec<bool>, optimal: bool, bound: f64 },
+    /// CBC proved no plan cheaper than the warm start exists.
+    WarmOptimal,
+    /// CBC proved the relaxation, hence the problem, infeasible.
+    Infeasible,
+    /// No fitting answer; `bound` is the best proven lower bound.
+    Stopped { reason: Fallback, bound: f64 },
+}
+
+struct Search {
+    outcome: Outcome,
+    size: ModelSize,
+}
+
+/// What one CBC solve returned.
+enum Cbc {
+    /// `x`: the columns, rounded; `integral`: within 1e-6 of 0/1; `stale`:
+    /// CBC's secondary status says the relaxation was infeasible or worse
+    /// than the cutoff (the warm start), and the columns are then not a plan
+    /// (often the last LP's); `bound`: best possible objective, in FLOPs.
     Solved { x: Vec<bool>, integral: bool, stale: bool, optimal: bool, bound: f64 },
     Infeasible,
     Error(String),
 }
 
-/// `p_{i,s}` as a term: a constant or a variable.
-#[derive(Clone, Copy, Debug)]
+/// The refinement loop: solve the depth-limited relaxation, deepen the
+/// segments whose rows the answer violates, repeat until it fits.
+fn search(problem: &Problem, warm: Option<&[bool]>, options: &IlpOptions, deadline: Instant) -> Search {
+    let skeleton = Skeleton::build(problem);
+    let warm = warm.map(|w| (w.to_vec(), evaluate(problem, w).remat_at));
+    let mut depth = vec![options.initial_depth; skeleton.seg_start.len()];
+    let mut best_bound = 0.0f64;
+    for round in 1.. {
+        let formulation = Formulation::build(&skeleton, &depth);
+        let size = formulation.size(&skeleton, round);
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Search { outcome: Outcome::Stopped { reason: Fallback::TimeLimit, bound: best_bound }, size };
+        }
+        let (x, integral, stale, optimal, bound) =
+            match formulation.solve(&skeleton, warm.as_ref(), remaining, options) {
+                Cbc::Solved { x, integral, stale, optimal, bound } => (x, integral, stale, optimal, bound),
+                Cbc::Infeasible => return Search { outcome: Outcome::Infeasible, size },
+                Cbc::Error(msg) => {
+                    return Search {
+                        outcome: Outcome::Stopped { reason: Fallback::SolverError(msg), bound: best_bound },
+                        size,
+                    }
+                }
+            };
+        if !stale {
+            best_bound = best_bound.max(bound);
+        }
+        let e = evaluate(problem, &x);
+        let warm_cost = warm.as_ref().map(|(w, _)| evaluate(problem, w).cost);
+        let beats_warm = warm_cost.is_none_or(|wc| e.cost <= wc);
+        if !stale && integral && e.fits(problem.ceiling) && beats_warm {
+            return Search { outcome: Outcome::Fits { x, optimal, bound: best_bound }, size };
+        }
+        if !optimal {
+            return Search { outcome: Outcome::Stopped { reason: Fallback::TimeLimit, bound: best_bound }, size };
+        }
+        if warm.is_some() && (stale || !beats_warm) {
+            // The relaxation cannot beat the warm start, which fits.
+            return Search { outcome: Outcome::WarmOptimal, size };
+        }
+        if stale {
+            return Search { outcome: Outcome::Infeasible, size };
+        }
+        if !skeleton.deepen(&mut depth, &e) {
+            return Search {
+                outcome: Outcome::Stopped { reason: Fallback::ViolatesCeiling { peak: e.peak }, bound: best_bound },
+                size,
+            };
+        }
+    }
+    unreachable!("the refinement loop returns")
+}
+
+/// `p_{i,s}` as a term.
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Remat {
+    /// Exactly 0 (before `rmin_i`, or `i` is never recomputed).
     Zero,
     /// Equals `x_i` (the segment is at or past `needed_at_i`).
     X(usize),
     Var(usize),
+    /// Beyond the segment's depth: taken as 0, which may be too low.
+    Truncated,
 }
 
 /// One memory row: `absent bytes - landing transients >= excess` (scaled).
@@ -216,42 +288,59 @@ struct Row {
     transients: Vec<usize>,
 }
 
-/// The compressed model, built from numbers only; solved on any thread.
-struct Formulation {
+/// Everything about the compressed problem that does not depend on depth.
+struct Skeleton {
     bytes: Vec<f64>,
     transient: Vec<f64>,
     cost: Vec<f64>,
     cost_unit: f64,
+    ceiling: u64,
     /// Candidates that get a binary (the others are fixed to 0).
     useful: Vec<bool>,
-    /// `(candidate, segment)` of each continuous variable.
-    vars: Vec<(usize, usize)>,
-    var_of: HashMap<(usize, usize), usize>,
     seg_start: Vec<usize>,
+    seg_end: Vec<usize>,
     needed_at: Vec<usize>,
     rmin: Vec<usize>,
+    deps: Vec<Vec<usize>>,
     dependents: Vec<Vec<usize>>,
+    /// Position in a deps-first topological order.
+    topo_pos: Vec<usize>,
     rows: Vec<Row>,
-    size: ModelSize,
+    /// Segments with at least one row.
+    kept: Vec<usize>,
+    /// Segments whose rows read transients (and so `p` at the segment before).
+    reads_before: Vec<bool>,
 }
 
-impl Formulation {
-    fn build(problem: &Problem) -> Formulation {
+impl Skeleton {
+    fn build(problem: &Problem) -> Skeleton {
         let cands = &problem.candidates;
         let n = cands.len();
         let t_len = problem.steps();
         let ceiling = problem.ceiling;
         let dependents = dependents(cands);
+        let order = topological_order(cands);
+        let mut topo_pos = vec![0; n];
+        for (pos, &i) in order.iter().enumerate() {
+            topo_pos[i] = pos;
+        }
+        let deps: Vec<Vec<usize>> = (0..n)
+            .map(|k| {
+                let mut d: Vec<usize> = cands[k].deps.iter().copied().filter(|&d| d < n && d != k).collect();
+                d.sort_unstable();
+                d.dedup();
+                d
+            })
+            .collect();
 
         // rmin_i: earliest possible rematerialisation (dependents first).
         let mut rmin: Vec<usize> = cands.iter().map(|c| c.needed_at).collect();
-        for &i in topological_order(cands).iter().rev() {
+        for &i in order.iter().rev() {
             for &k in &dependents[i] {
                 rmin[i] = rmin[i].min(rmin[k]);
             }
         }
 
-        // Segments.
         let mut events: Vec<usize> = vec![0];
         for c in cands {
             events.push(c.free_from);
@@ -261,12 +350,12 @@ impl Formulation {
         events.sort_unstable();
         events.dedup();
         let seg_count = events.len();
-        let seg_end = |s: usize| if s + 1 < seg_count { events[s + 1] } else { t_len };
+        let seg_end: Vec<usize> = (0..seg_count).map(|s| if s + 1 < seg_count { events[s + 1] } else { t_len }).collect();
         let is_needed: BTreeSet<usize> = cands.iter().map(|c| c.needed_at).collect();
         let seg_of = |step: usize| events.partition_point(|&e| e <= step).saturating_sub(1);
 
-        // Transients that may land at each segment's first step: candidate i
-        // at step e with rmin_i <= e <= needed_at_i and e some needed_at.
+        // Transients that may land at a segment's first step e: rmin_i <= e
+        // <= needed_at_i and e is some needed_at.
         let mut may_land: Vec<Vec<usize>> = vec![Vec::new(); seg_count];
         for (i, c) in cands.iter().enumerate() {
             if c.transient == 0 {
@@ -282,7 +371,6 @@ impl Formulation {
             }
         }
 
-        // Windows opening / closing per segment (window [free_from, needed_at)).
         let mut opens: Vec<Vec<usize>> = vec![Vec::new(); seg_count];
         let mut closes: Vec<Vec<usize>> = vec![Vec::new(); seg_count];
         for (i, c) in cands.iter().enumerate() {
@@ -293,184 +381,255 @@ impl Formulation {
         }
 
         let unit = cands.iter().map(|c| c.bytes.max(c.transient)).max().unwrap_or(1).max(1) as f64;
+        let excess = |b: u64| (b as f64 - ceiling as f64) / unit;
         let mut rows = Vec::new();
-        let mut memory_rows = 0;
         let mut active: BTreeSet<usize> = BTreeSet::new();
         for s in 0..seg_count {
             for &i in &closes[s] {
                 active.remove(&i);
             }
             active.extend(opens[s].iter().copied());
-            let start = events[s];
-            let base = problem.base_live[start];
-            let interior = (start + 1..seg_end(s)).map(|t| problem.base_live[t]).max();
+            let base = problem.base_live[events[s]];
+            let interior = (events[s] + 1..seg_end[s]).map(|t| problem.base_live[t]).max().unwrap_or(0);
             let max_transient: u64 = may_land[s].iter().map(|&i| cands[i].transient).sum();
             let event_hot = base.saturating_add(max_transient) > ceiling;
-            let interior_hot = interior.is_some_and(|m| m > ceiling);
+            let interior_hot = interior > ceiling;
             let covering: Vec<usize> = active.iter().copied().collect();
-            let excess = |b: u64| (b as f64 - ceiling as f64) / unit;
-            match (event_hot, interior_hot) {
-                (false, false) => {}
-                (true, true) if may_land[s].is_empty() => {
-                    rows.push(Row { excess: excess(base.max(interior.unwrap_or(0))), seg: s, covering, transients: vec![] });
+            if event_hot && may_land[s].is_empty() {
+                rows.push(Row { excess: excess(base.max(interior)), seg: s, covering, transients: vec![] });
+            } else {
+                if interior_hot && (!event_hot || interior > base) {
+                    rows.push(Row { excess: excess(interior), seg: s, covering: covering.clone(), transients: vec![] });
                 }
-                (true, ih) => {
-                    let interior = interior.unwrap_or(0);
-                    if ih && interior > base {
-                        rows.push(Row { excess: excess(interior), seg: s, covering: covering.clone(), transients: vec![] });
-                    }
+                if event_hot {
                     rows.push(Row { excess: excess(base), seg: s, covering, transients: may_land[s].clone() });
                 }
-                (false, true) => {
-                    rows.push(Row { excess: excess(interior.unwrap_or(0)), seg: s, covering, transients: vec![] });
-                }
             }
-            memory_rows = rows.len();
         }
 
-        // Candidates that cover no kept row never help: fix them to 0.
         let mut useful = vec![false; n];
         for row in &rows {
             for &i in &row.covering {
                 useful[i] = true;
             }
         }
-
-        let mut f = Formulation {
+        let mut kept: Vec<usize> = rows.iter().map(|r| r.seg).collect();
+        kept.dedup();
+        let mut reads_before = vec![false; seg_count];
+        for row in &rows {
+            reads_before[row.seg] |= !row.transients.is_empty() && row.seg > 0;
+        }
+        let cost_unit = cands.iter().map(|c| c.cost).max().unwrap_or(1).max(1) as f64;
+        Skeleton {
             bytes: cands.iter().map(|c| c.bytes as f64 / unit).collect(),
             transient: cands.iter().map(|c| c.transient as f64 / unit).collect(),
-            cost_unit: cands.iter().map(|c| c.cost).max().unwrap_or(1).max(1) as f64,
-            cost: Vec::new(),
+            cost: cands.iter().map(|c| c.cost as f64 / cost_unit).collect(),
+            cost_unit,
+            ceiling,
             useful,
-            vars: Vec::new(),
-            var_of: HashMap::new(),
-            seg_start: events.clone(),
+            seg_start: events,
+            seg_end,
             needed_at: cands.iter().map(|c| c.needed_at).collect(),
             rmin,
+            deps,
             dependents,
-            rows: Vec::new(),
-            size: ModelSize::default(),
-        };
-        f.cost = cands.iter().map(|c| c.cost as f64 / f.cost_unit).collect();
-        // Create the continuous variables every kept row reads, and their
-        // dependents' transitively.
-        let mut work = Vec::new();
-        for row in &rows {
-            for &i in row.covering.iter().chain(&row.transients) {
-                work.push((i, row.seg));
+            topo_pos,
+            rows,
+            kept,
+            reads_before,
+        }
+    }
+
+    /// Dependency distance, up to `limit`, from each candidate not yet needed
+    /// at segment `s` to the frontier (candidates with `needed_at <= start_s`).
+    fn distances(&self, s: usize, limit: usize) -> Vec<(usize, usize)> {
+        let e = self.seg_start[s];
+        let n = self.needed_at.len();
+        let mut dist = vec![usize::MAX; n];
+        let mut queue = VecDeque::new();
+        for k in 0..n {
+            if self.needed_at[k] <= e {
+                dist[k] = 0;
+                queue.push_back(k);
             }
-            if row.seg > 0 {
-                for &i in &row.transients {
-                    work.push((i, row.seg - 1));
+        }
+        let mut out = Vec::new();
+        while let Some(k) = queue.pop_front() {
+            if dist[k] >= limit {
+                continue;
+            }
+            for &i in &self.deps[k] {
+                if dist[i] == usize::MAX {
+                    dist[i] = dist[k] + 1;
+                    out.push((i, dist[i]));
+                    queue.push_back(i);
                 }
             }
         }
-        while let Some((i, s)) = work.pop() {
-            if f.var_of.contains_key(&(i, s)) || !f.is_variable(i, s) {
+        out
+    }
+
+    /// Raises the depth of every kept segment whose steps the evaluated
+    /// answer violates to cover the chains it used. False if none could be
+    /// raised (the violated rows were already exact).
+    fn deepen(&self, depth: &mut [usize], e: &Evaluation) -> bool {
+        let n = self.needed_at.len();
+        let mut changed = false;
+        for &s in &self.kept {
+            let violated = (self.seg_start[s]..self.seg_end[s]).any(|t| e.live[t] > self.ceiling);
+            if !violated || depth[s] >= n {
                 continue;
             }
-            let v = f.vars.len();
-            f.vars.push((i, s));
-            f.var_of.insert((i, s), v);
-            for &k in &f.dependents[i] {
-                work.push((k, s));
+            let mut needed = 0;
+            for seg in [Some(s), s.checked_sub(1)].into_iter().flatten() {
+                let start = self.seg_start[seg];
+                for (i, d) in self.distances(seg, n) {
+                    if e.remat_at[i].is_some_and(|r| r <= start) {
+                        needed = needed.max(d);
+                    }
+                }
+            }
+            depth[s] = needed.max(2 * depth[s]).max(1).min(n);
+            changed = true;
+        }
+        changed
+    }
+}
+
+/// The depth-limited model: which `p_{i,s}` are variables.
+struct Formulation {
+    /// `(candidate, segment)` of each continuous variable.
+    vars: Vec<(usize, usize)>,
+    var_of: HashMap<(usize, usize), usize>,
+    /// Whether each variable's upper bound is exact (no truncated dependent).
+    exact: Vec<bool>,
+}
+
+impl Formulation {
+    fn build(sk: &Skeleton, depth: &[usize]) -> Formulation {
+        let mut f = Formulation { vars: Vec::new(), var_of: HashMap::new(), exact: Vec::new() };
+        let add = |f: &mut Formulation, s: usize, limit: usize| {
+            for (i, _) in sk.distances(s, limit) {
+                if sk.useful[i] && !f.var_of.contains_key(&(i, s)) {
+                    f.var_of.insert((i, s), f.vars.len());
+                    f.vars.push((i, s));
+                }
+            }
+        };
+        for &s in &sk.kept {
+            add(&mut f, s, depth[s]);
+            if sk.reads_before[s] {
+                add(&mut f, s - 1, depth[s]);
             }
         }
-        f.size = ModelSize {
-            steps: t_len,
-            segments: seg_count,
-            memory_rows,
-            binaries: f.useful.iter().filter(|&&u| u).count(),
-            continuous: f.vars.len(),
-            rows: 0,
-        };
-        f.rows = rows;
+        // Exactness, dependents first.
+        let mut order: Vec<usize> = (0..f.vars.len()).collect();
+        order.sort_by_key(|&v| std::cmp::Reverse(sk.topo_pos[f.vars[v].0]));
+        f.exact = vec![false; f.vars.len()];
+        for v in order {
+            let (i, s) = f.vars[v];
+            f.exact[v] = sk.dependents[i].iter().all(|&k| match f.remat(sk, k, s) {
+                Remat::Zero | Remat::X(_) => true,
+                Remat::Var(w) => f.exact[w],
+                Remat::Truncated => false,
+            });
+        }
         f
     }
 
-    fn is_variable(&self, i: usize, s: usize) -> bool {
-        let e = self.seg_start[s];
-        self.useful[i] && self.rmin[i] <= e && e < self.needed_at[i]
-    }
-
-    fn remat(&self, i: usize, s: usize) -> Remat {
-        if !self.useful[i] {
-            return Remat::Zero;
-        }
-        let e = self.seg_start[s];
-        if e >= self.needed_at[i] {
-            Remat::X(i)
-        } else if e < self.rmin[i] {
+    fn remat(&self, sk: &Skeleton, i: usize, s: usize) -> Remat {
+        let e = sk.seg_start[s];
+        if !sk.useful[i] || e < sk.rmin[i] {
             Remat::Zero
+        } else if e >= sk.needed_at[i] {
+            Remat::X(i)
         } else {
-            match self.var_of.get(&(i, s)) {
-                Some(&v) => Remat::Var(v),
-                None => Remat::Zero, // unreachable after build: every read is created
-            }
+            self.var_of.get(&(i, s)).map_or(Remat::Truncated, |&v| Remat::Var(v))
         }
     }
 
-    /// `warm`: a fitting recompute set and its rematerialisation steps.
-    fn solve(&self, warm: Option<&(Vec<bool>, Vec<Option<usize>>)>, options: &IlpOptions) -> Outcome {
-        let n = self.useful.len();
+    fn size(&self, sk: &Skeleton, rounds: usize) -> ModelSize {
+        ModelSize {
+            steps: sk.seg_end.last().copied().unwrap_or(0),
+            segments: sk.seg_start.len(),
+            memory_rows: sk.rows.len(),
+            binaries: sk.useful.iter().filter(|&&u| u).count(),
+            continuous: self.vars.len(),
+            truncated: self.exact.iter().filter(|&&e| !e).count(),
+            rounds,
+        }
+    }
+
+    fn solve(
+        &self,
+        sk: &Skeleton,
+        warm: Option<&(Vec<bool>, Vec<Option<usize>>)>,
+        time_limit: Duration,
+        options: &IlpOptions,
+    ) -> Cbc {
+        let n = sk.useful.len();
         let mut pv = ProblemVariables::new();
-        let x: Vec<Option<Variable>> = (0..n)
-            .map(|i| self.useful[i].then(|| pv.add(variable().binary())))
-            .collect();
+        let x: Vec<Option<Variable>> = (0..n).map(|i| sk.useful[i].then(|| pv.add(variable().binary()))).collect();
         let p: Vec<Variable> = self.vars.iter().map(|_| pv.add(variable().min(0.0).max(1.0))).collect();
         let x_term = |i: usize| -> Expression { x[i].map(Expression::from).unwrap_or_default() };
         let term = |r: Remat| -> Expression {
             match r {
-                Remat::Zero => Expression::default(),
+                Remat::Zero | Remat::Truncated => Expression::default(),
                 Remat::X(i) => x_term(i),
                 Remat::Var(v) => p[v].into(),
             }
         };
-        let objective: Expression = (0..n).filter_map(|i| x[i].map(|v| self.cost[i] * v)).sum();
+        let objective: Expression = (0..n).filter_map(|i| x[i].map(|v| sk.cost[i] * v)).sum();
         let mut model = pv.minimise(objective).using(coin_cbc);
         model.set_parameter("log", "0");
-        model.set_parameter("sec", &format!("{:.3}", options.time_limit.as_secs_f64()));
-        // CBC 2.10's integer preprocessing with a MIP start can declare a
-        // suboptimal plan optimal (seen on a 3-binary model): keep it off.
+        model.set_parameter("sec", &format!("{:.3}", time_limit.as_secs_f64()));
+        // CBC 2.10's integer preprocessing declared suboptimal plans optimal
+        // on 3- and 4-binary models, with and without a MIP start: keep it off.
         model.set_parameter("preprocess", "off");
         if options.relative_gap > 0.0 {
             model.set_parameter("ratioGap", &options.relative_gap.to_string());
         }
+        for (k, v) in &options.cbc_parameters {
+            model.set_parameter(k, v);
+        }
 
-        let mut rows = 0;
         for (v, &(i, s)) in self.vars.iter().enumerate() {
             let pi: Expression = p[v].into();
             model.add_constraint(pi.clone().leq(x_term(i)));
             let mut upper = Expression::default();
-            for &k in &self.dependents[i] {
-                let pk = self.remat(k, s);
-                if let Remat::Zero = pk {
+            for &k in &sk.dependents[i] {
+                let pk = self.remat(sk, k, s);
+                if matches!(pk, Remat::Zero | Remat::Truncated) {
                     continue;
                 }
                 model.add_constraint(pi.clone().geq(term(pk) + x_term(i) - 1.0));
                 upper += term(pk);
-                rows += 1;
             }
-            model.add_constraint(pi.leq(upper));
-            rows += 2;
+            if self.exact[v] {
+                model.add_constraint(pi.clone().leq(upper));
+            }
+            if s > 0 {
+                if let Some(&w) = self.var_of.get(&(i, s - 1)) {
+                    model.add_constraint(pi.geq(p[w]));
+                }
+            }
         }
-        for row in &self.rows {
+        for row in &sk.rows {
             let mut lhs = Expression::default();
             for &i in &row.covering {
-                if self.useful[i] {
-                    lhs += self.bytes[i] * (x_term(i) - term(self.remat(i, row.seg)));
+                if sk.useful[i] {
+                    lhs += sk.bytes[i] * (x_term(i) - term(self.remat(sk, i, row.seg)));
                 }
             }
             for &i in &row.transients {
-                if self.useful[i] {
-                    let before = if row.seg > 0 { term(self.remat(i, row.seg - 1)) } else { Expression::default() };
-                    lhs -= self.transient[i] * (term(self.remat(i, row.seg)) - before);
+                let now = self.remat(sk, i, row.seg);
+                let before = if row.seg > 0 { self.remat(sk, i, row.seg - 1) } else { Remat::Zero };
+                if sk.useful[i] && now != Remat::Truncated && before != Remat::Truncated {
+                    lhs -= sk.transient[i] * (term(now) - term(before));
                 }
             }
             model.add_constraint(lhs.geq(row.excess));
-            rows += 1;
         }
-        let _ = rows;
 
         if let Some((warm, remat)) = warm.filter(|_| options.warm_start) {
             let mut init: Vec<(Variable, f64)> = Vec::new();
@@ -480,30 +639,27 @@ impl Formulation {
                 }
             }
             for (v, &(i, s)) in self.vars.iter().enumerate() {
-                let on = remat[i].is_some_and(|r| r <= self.seg_start[s]);
-                init.push((p[v], if on { 1.0 } else { 0.0 }));
+                let back = remat[i].is_some_and(|r| r <= sk.seg_start[s]);
+                init.push((p[v], if back { 1.0 } else { 0.0 }));
             }
             model = model.with_initial_solution(init);
         }
 
-        for (k, v) in &options.cbc_parameters {
-            model.set_parameter(k, v);
-        }
         match model.solve() {
             Ok(sol) => {
                 let optimal = matches!(sol.status(), SolutionStatus::Optimal);
                 let bound = sol.model().best_possible_value();
+                let bound = if bound.is_finite() { bound.max(0.0) * sk.cost_unit } else { 0.0 };
                 let xs: Vec<bool> = (0..n).map(|i| x[i].is_some_and(|v| sol.value(v) > 0.5)).collect();
                 let integral = x.iter().flatten().all(|&v| {
                     let value = sol.value(v);
                     (value - value.round()).abs() <= 1e-6
                 });
-                let bound = if bound.is_finite() { bound } else { 0.0 };
                 let stale = matches!(sol.model().secondary_status(), SecondaryStatus::LinearRelaxationInfeasible);
-                Outcome::Solved { x: xs, integral, stale, optimal, bound }
+                Cbc::Solved { x: xs, integral, stale, optimal, bound }
             }
-            Err(ResolutionError::Infeasible) => Outcome::Infeasible,
-            Err(e) => Outcome::Error(e.to_string()),
+            Err(ResolutionError::Infeasible) => Cbc::Infeasible,
+            Err(e) => Cbc::Error(e.to_string()),
         }
     }
 }

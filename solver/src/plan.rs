@@ -48,6 +48,8 @@ pub enum Status {
 pub enum Fallback {
     /// The solve thread did not answer within the time limit plus slack.
     Watchdog,
+    /// The time limit ended the search before a fitting answer.
+    TimeLimit,
     /// CBC answered with an error (the message) or no solution.
     SolverError(String),
     /// CBC's values, re-evaluated, exceed the ceiling.
@@ -84,9 +86,13 @@ pub struct ModelSize {
     pub memory_rows: usize,
     /// Candidates that can help at some kept row (binary variables).
     pub binaries: usize,
-    /// Continuous "rematerialised by segment s" variables.
+    /// Continuous "rematerialised by segment s" variables (last round).
     pub continuous: usize,
-    pub rows: usize,
+    /// Of those, the ones whose value may be too low (a dependent beyond
+    /// the modelled depth).
+    pub truncated: usize,
+    /// Refinement rounds (CBC solves).
+    pub rounds: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]

@@ -98,15 +98,20 @@ proptest! {
             }
             _ => prop_assert!(false, "brute force {:?} vs ilp {:?}", exact, ilp),
         }
-        // Without the warm start CBC runs its own preprocessing: same optimum.
-        let cold = IlpOptions { warm_start: false, ..IlpOptions::default() };
-        match (&exact, solve_ilp_with(&p, &cold)) {
-            (Ok(e), Ok(i)) => {
-                prop_assert_eq!(e.cost, i.cost, "cold ilp {:?}", i.info);
-                prop_assert!(i.check(&p));
+        // Without the warm start, and with every chain left to refinement: same optimum.
+        let variants = [
+            IlpOptions { warm_start: false, ..IlpOptions::default() },
+            IlpOptions { initial_depth: 0, ..IlpOptions::default() },
+        ];
+        for options in variants {
+            match (&exact, solve_ilp_with(&p, &options)) {
+                (Ok(e), Ok(i)) => {
+                    prop_assert_eq!(e.cost, i.cost, "{:?}: {:?}", options, i.info);
+                    prop_assert!(i.check(&p));
+                }
+                (Err(SolveError::Infeasible { .. }), Err(SolveError::Infeasible { .. })) => {}
+                (e, i) => prop_assert!(false, "brute force {:?} vs {:?}: {:?}", e, options, i),
             }
-            (Err(SolveError::Infeasible { .. }), Err(SolveError::Infeasible { .. })) => {}
-            (e, i) => prop_assert!(false, "brute force {:?} vs cold ilp {:?}", e, i),
         }
         for (name, solve) in BASELINES {
             match solve(&p) {

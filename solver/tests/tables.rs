@@ -259,3 +259,25 @@ fn two_peaks() {
     let plan = solve_ilp(&p).unwrap();
     assert_eq!(plan.cost, 36, "{:?}", plan.info);
 }
+
+#[test]
+fn zero_cost_dependent_pulls_dep_back() {
+    // c4 (free) saves 39 at step 5; it pulls c0 back at step 6, where c3 (cost 1) covers.
+    let p = problem(
+        &[42, 42, 42, 42, 42, 74, 50, 0, 0, 0, 0, 0],
+        vec![
+            cand(1, 0, 0, 7, &[], 0),
+            cand(19, 9, 5, 7, &[], 0),
+            cand(1, 0, 1, 1, &[], 0),
+            cand(2, 1, 0, 7, &[], 0),
+            cand(39, 0, 0, 6, &[0], 0),
+            cand(1, 0, 7, 7, &[], 0),
+        ],
+        49,
+    );
+    // CBC's preprocessing returns cost 9 as optimal here without the warm start.
+    for warm_start in [true, false] {
+        let plan = solve_ilp_with(&p, &IlpOptions { warm_start, ..IlpOptions::default() }).unwrap();
+        assert_eq!(plan.cost, 1, "warm start {warm_start}");
+    }
+}
