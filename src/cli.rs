@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{anyhow, Context};
+
 use clap::{Args, Parser, Subcommand};
 
 use ckpt_ir::Bindings;
@@ -29,6 +30,53 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Print the graph in the stable text form.
     Print(PrintArgs),
+    /// Compare a rewritten graph with its original on ONNX Runtime (exit 3 on mismatch).
+    Validate(ValidateArgs),
+}
+
+/// How to run graphs on ONNX Runtime.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Seed for inputs and random ops.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Feed an input from a .npy file: `--input NAME=file.npy` (repeatable).
+    #[arg(long = "input", value_name = "NAME=FILE")]
+    pub inputs: Vec<String>,
+    /// Range of an integer input when no consumer implies one: `--int-range NAME=LO:HI`.
+    #[arg(long = "int-range", value_name = "NAME=LO:HI")]
+    pub int_ranges: Vec<String>,
+    /// Relative tolerance for float outputs (default by dtype: f32 1e-4, f16 1e-2, bf16 5e-2).
+    #[arg(long)]
+    pub rtol: Option<f64>,
+    /// Absolute tolerance for float outputs (default by dtype: f32 1e-6, f16 1e-3, bf16 1e-2).
+    #[arg(long)]
+    pub atol: Option<f64>,
+    /// Execution provider.
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
+    pub provider: String,
+    /// ORT graph optimization level. Default `disable`: ORT runs exactly the graph that was planned
+    /// (level basic folds constants and fuses nodes, which changes the graph the prediction is for).
+    #[arg(long = "ort-opt-level", default_value = "disable", value_parser = ["disable", "basic", "extended", "all"])]
+    pub ort_opt_level: String,
+    /// The ONNX Runtime library to use (default: ORT_DYLIB_PATH, .venv, python3's onnxruntime).
+    #[arg(long = "ort-lib")]
+    pub ort_lib: Option<PathBuf>,
+    /// Timed runs for p50/p95 (after 2 discarded warm-ups).
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+}
+
+#[derive(Args, Debug)]
+pub struct ValidateArgs {
+    pub original: PathBuf,
+    pub rewritten: PathBuf,
+    #[command(flatten)]
+    pub model_args: ModelArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options shared by every command that analyses a model.
@@ -40,9 +88,27 @@ pub struct ModelArgs {
     /// The loss output (default: the first floating-point scalar output).
     #[arg(long)]
     pub loss: Option<String>,
+    /// An optimizer that runs outside the graph, for its state in the ledger.
+    #[arg(long, default_value = "none", value_parser = ["none", "sgd", "adam", "adamw"])]
+    pub optimizer: String,
+    /// Element type of the optimizer state.
+    #[arg(long = "optimizer-dtype", default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
+    pub optimizer_dtype: String,
 }
 
-#[derive(Args, Debug, Default)]
+impl ModelArgs {
+    pub fn optimizer(&self) -> (ckpt_passes::ledger::Optimizer, u64) {
+        use ckpt_passes::ledger::Optimizer;
+        let o = match self.optimizer.as_str() {
+            "adam" | "adamw" => Optimizer::Adam,
+            "sgd" => Optimizer::Sgd,
+            _ => Optimizer::None,
+        };
+        (o, if self.optimizer_dtype == "f32" { 32 } else { 16 })
+    }
+}
+
+#[derive(Args, Debug)]
 pub struct OptimizeArgs {
     /// The ONNX training graph (forward + loss + backward).
     pub model: Option<PathBuf>,
@@ -54,6 +120,20 @@ pub struct OptimizeArgs {
     pub output: Option<PathBuf>,
     #[command(flatten)]
     pub model_args: ModelArgs,
+    /// Keep this percentage of the ceiling free (allocator slack, other buffers).
+    #[arg(long, default_value_t = 0.0)]
+    pub reserve: f64,
+    /// Solver time limit in seconds (the best plan found so far is returned, labelled).
+    #[arg(long = "time-limit", default_value_t = 30.0)]
+    pub time_limit: f64,
+    /// Validate the rewritten graph against the original on ONNX Runtime.
+    #[arg(long)]
+    pub validate: bool,
+    /// Write the receipt (JSON) here.
+    #[arg(long)]
+    pub receipt: Option<PathBuf>,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// Emit JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -103,12 +183,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
             print!("{}", ckpt_ir::print_graph(&g));
             Ok(())
         }
-        None => {
-            let args = cli.optimize;
-            let Some(_model) = args.model else {
-                return Err(Failure::input(anyhow!("no model given: ckpt-opt MODEL --ceiling SIZE (see --help)")));
-            };
-            Err(Failure::input(anyhow!("the main job is not available yet")))
-        }
+        Some(Command::Validate(a)) => crate::main_job::run_validate(&a),
+        None => crate::main_job::run(cli.optimize),
     }
 }

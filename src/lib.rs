@@ -1,4 +1,6 @@
 //! The `ckpt-opt` pipeline pieces shared by the CLI, its tests and examples.
 
 pub mod inputs;
+pub mod optimize;
 pub mod size;
+pub mod validate;

@@ -6,6 +6,7 @@
 
 mod cli;
 mod inspect;
+mod main_job;
 
 use std::process::ExitCode;
 

@@ -4,8 +4,10 @@
 //! recompute insertion, returns a `ckpt_ir::Patch` value.
 
 pub mod inputs;
+pub mod ledger;
 pub mod memory;
 pub mod phases;
+pub mod recompute;
 pub mod schedule;
 
 pub use phases::{classify, find_loss, Classification, ClassifyError, Phase, TensorKind};

@@ -1,0 +1,117 @@
+//! The memory ledger of one training step: what is held outside ORT's arena (parameters,
+//! optimizer state and buffers, data inputs), what the arena holds at its peak (saved
+//! activations, gradients, transients), and which line dominates.
+
+use ckpt_ir::{Bindings, Graph, TensorId};
+
+use crate::memory::{rounded, Simulation};
+use crate::phases::{Classification, TensorKind};
+
+/// An optimizer that runs outside the graph, declared by the user.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Optimizer {
+    None,
+    Sgd,
+    /// Two moments per parameter.
+    Adam,
+}
+
+/// The ledger. Byte counts are exact under the bindings.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ledger {
+    pub parameters_count: u64,
+    pub parameters_bytes: u64,
+    /// Gradients: outputs of the step, or accumulation buffers.
+    pub gradients_bytes: u64,
+    pub optimizer_state_bytes: u64,
+    pub data_bytes: u64,
+    pub saved_activations_count: u64,
+    pub saved_activations_bytes: u64,
+    /// The largest saved activations (name, bytes).
+    pub largest_saved: Vec<(String, u64)>,
+    /// Predicted arena peak of one step (live tensors, 256-B rounded).
+    pub arena_peak_bytes: u64,
+    /// Arena bytes at the peak that are neither saved activations nor gradients.
+    pub transient_at_peak_bytes: u64,
+    /// Held outside the arena for the whole step: parameters, optimizer state, data, gradient buffers.
+    pub fixed_bytes: u64,
+    /// `fixed_bytes + arena_peak_bytes`.
+    pub total_bytes: u64,
+}
+
+impl Ledger {
+    /// (line, bytes) pairs, for printing and for naming the dominant line.
+    pub fn lines(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("parameters", self.parameters_bytes),
+            ("gradients", self.gradients_bytes),
+            ("optimizer state", self.optimizer_state_bytes),
+            ("data inputs", self.data_bytes),
+            ("saved activations", self.saved_activations_bytes),
+            ("transient at peak", self.transient_at_peak_bytes),
+        ]
+    }
+
+    pub fn dominant(&self) -> &'static str {
+        self.lines().into_iter().max_by_key(|l| l.1).map_or("parameters", |l| l.0)
+    }
+}
+
+fn bytes_of(graph: &Graph, t: TensorId, b: &Bindings) -> u64 {
+    let tensor = graph.tensor(t);
+    match (tensor.dtype, tensor.shape.as_ref()) {
+        (Some(d), Some(s)) => s.bytes_under(d.bits(), b).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Build the ledger. `optimizer` adds state for an optimizer outside the graph, in
+/// `optimizer_bits` per element (Adam: two moments per parameter element).
+pub fn ledger(graph: &Graph, class: &Classification, sim: &Simulation, b: &Bindings, optimizer: Optimizer, optimizer_bits: u64) -> Ledger {
+    let mut l = Ledger::default();
+    let mut param_elems = 0u64;
+    let mut grad_in_arena = 0u64;
+    for t in graph.tensor_ids() {
+        let bytes = bytes_of(graph, t, b);
+        let tensor = graph.tensor(t);
+        let computed = tensor.producer().is_some();
+        match class.kind(t) {
+            TensorKind::Parameter => {
+                l.parameters_count += 1;
+                l.parameters_bytes += bytes;
+                param_elems += tensor.shape.as_ref().and_then(|s| s.numel_under(b).ok()).unwrap_or(0);
+            }
+            TensorKind::Gradient => {
+                l.gradients_bytes += bytes;
+                if computed && tensor.is_output {
+                    grad_in_arena += rounded(bytes);
+                }
+            }
+            TensorKind::OptimizerState => l.optimizer_state_bytes += bytes,
+            TensorKind::Data if tensor.is_graph_input() => l.data_bytes += bytes,
+            TensorKind::SavedActivation => {
+                l.saved_activations_count += 1;
+                l.saved_activations_bytes += bytes;
+                l.largest_saved.push((tensor.name.clone(), bytes));
+            }
+            _ => {}
+        }
+    }
+    l.optimizer_state_bytes += match optimizer {
+        Optimizer::None | Optimizer::Sgd => 0,
+        Optimizer::Adam => (2 * param_elems * optimizer_bits).div_ceil(8),
+    };
+    l.largest_saved.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    l.largest_saved.truncate(5);
+    l.arena_peak_bytes = sim.peak_live;
+    let saved_at_peak: u64 = sim
+        .live_tensors_at(sim.peak_step)
+        .iter()
+        .filter(|(t, _)| class.kind(*t) == TensorKind::SavedActivation)
+        .map(|(_, b)| *b)
+        .sum();
+    l.transient_at_peak_bytes = sim.peak_live.saturating_sub(saved_at_peak).saturating_sub(grad_in_arena);
+    l.fixed_bytes = l.parameters_bytes + l.optimizer_state_bytes + l.data_bytes;
+    l.total_bytes = l.fixed_bytes + l.arena_peak_bytes;
+    l
+}

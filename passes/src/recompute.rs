@@ -1,0 +1,356 @@
+//! Recompute: which activations can be dropped and rebuilt, what that costs, the solver's
+//! [`Problem`], and the rewrite of a [`Plan`] into one labelled [`Patch`].
+//!
+//! A **candidate** is a forward-allocated buffer (see [`crate::memory`]) holding an
+//! activation saved for backward. Dropping it frees its bytes from just after its last
+//! forward reader to just before its first backward reader. Rebuilding it re-runs the
+//! producers of its values and, transitively, of every input that is not kept (a value
+//! freed during forward, or in the same buffer); inputs held in another candidate make that
+//! candidate a dependency. Ops whose policy is not `Recomputable` (random, stateful,
+//! unknown) end a candidate: it is excluded, with the reason.
+//!
+//! The rewrite clones each recomputed chain (`<name>.recompute`), rewires only backward
+//! readers, and places every clone in the file right after the producers of its inputs:
+//! ORT expands a node's highest-index input first, so a low-index clone is expanded last and
+//! runs right before its first backward reader — not during the forward pass.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ckpt_ir::ops::{flops, policy, Types};
+use ckpt_ir::{Bindings, Graph, NewNode, NewTensor, NodeId, Patch, Rewire, TensorId, TensorRef, TensorSource};
+use ckpt_solver::{Candidate as SolverCandidate, Plan, Problem};
+
+use crate::memory::{rounded, Simulation};
+use crate::phases::{Classification, Phase};
+
+/// One droppable buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    /// The buffer in the simulation.
+    pub buffer: usize,
+    /// The saved activations in it that backward reads (for reports).
+    pub saved: Vec<TensorId>,
+    /// Values the recompute rebuilds, in file order.
+    pub values: Vec<TensorId>,
+    /// Nodes to clone, in file order.
+    pub nodes: Vec<NodeId>,
+    /// Values in the dropped buffer: their backward readers are rewired to the clones.
+    pub rewire: Vec<TensorId>,
+    pub bytes: u64,
+    pub cost: u64,
+    pub free_from: usize,
+    pub needed_at: usize,
+    /// Candidates whose values the recompute reads.
+    pub deps: Vec<usize>,
+    /// Bytes of rebuilt values outside this buffer, live while recomputing.
+    pub transient: u64,
+}
+
+/// An activation that may not be recomputed, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Excluded {
+    pub tensor: TensorId,
+    pub node: NodeId,
+    pub op: String,
+    pub reason: String,
+}
+
+/// Candidates and exclusions of a simulated graph.
+#[derive(Clone, Debug, Default)]
+pub struct Candidates {
+    pub list: Vec<Candidate>,
+    pub excluded: Vec<Excluded>,
+}
+
+fn is_forward(class: &Classification, n: NodeId) -> bool {
+    matches!(class.phase(n), Phase::Forward | Phase::Loss)
+}
+
+/// Find candidates: forward buffers holding saved activations, with their recompute chains.
+pub fn candidates(graph: &Graph, class: &Classification, sim: &Simulation, types: &Types, b: &Bindings) -> Candidates {
+    let sched = &sim.schedule;
+    let pos = graph.file_positions();
+    // Buffers that hold a saved activation and are allocated by forward nodes.
+    let mut cand_of_buffer: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut starts: Vec<BTreeSet<TensorId>> = Vec::new();
+    let mut buffers: Vec<usize> = Vec::new();
+    for (bi, buf) in sim.buffers.iter().enumerate() {
+        let saved: BTreeSet<TensorId> = buf
+            .values
+            .iter()
+            .copied()
+            .filter(|&v| class.kind(v) == crate::TensorKind::SavedActivation && !graph.tensor(v).is_output)
+            .collect();
+        let all_forward = buf.values.iter().all(|&v| graph.tensor(v).producer().is_some_and(|p| is_forward(class, p)));
+        let any_output = buf.values.iter().any(|&v| graph.tensor(v).is_output);
+        if saved.is_empty() || !all_forward || any_output || buf.free_after.is_none() {
+            continue;
+        }
+        cand_of_buffer.insert(bi, buffers.len());
+        buffers.push(bi);
+        starts.push(saved);
+    }
+    let n = buffers.len();
+    let mut excluded_map: BTreeMap<usize, Excluded> = BTreeMap::new();
+    let mut closures: Vec<(BTreeSet<NodeId>, BTreeSet<usize>)> = vec![Default::default(); n];
+    // Fixpoint: a dependency's recompute must also rebuild the values its dependents read.
+    loop {
+        let mut grew = false;
+        for c in 0..n {
+            if excluded_map.contains_key(&c) {
+                continue;
+            }
+            let mut nodes = BTreeSet::new();
+            let mut deps = BTreeSet::new();
+            let mut stack: Vec<TensorId> = starts[c].iter().copied().collect();
+            let mut seen: BTreeSet<TensorId> = stack.iter().copied().collect();
+            let mut bad: Option<Excluded> = None;
+            while let Some(v) = stack.pop() {
+                let Some(p) = graph.tensor(v).producer() else { continue };
+                let pol = policy(graph, p);
+                if !pol.is_recomputable() {
+                    bad = Some(Excluded {
+                        tensor: v,
+                        node: p,
+                        op: graph.node(p).op_label(),
+                        reason: pol.reason().to_string(),
+                    });
+                    break;
+                }
+                if !nodes.insert(p) {
+                    continue;
+                }
+                for u in graph.node(p).input_tensors() {
+                    if seen.contains(&u) {
+                        continue;
+                    }
+                    let tensor = graph.tensor(u);
+                    if !matches!(tensor.source, TensorSource::Node(_)) || tensor.is_output {
+                        continue; // inputs, initializers, outputs: always there
+                    }
+                    let ub = sim.buffer_of[u.index()];
+                    if ub == Some(buffers[c]) {
+                        seen.insert(u);
+                        stack.push(u); // same buffer: rebuilt with it
+                        continue;
+                    }
+                    if let Some(&d) = ub.and_then(|x| cand_of_buffer.get(&x)) {
+                        if !excluded_map.contains_key(&d) {
+                            deps.insert(d);
+                            if starts[d].insert(u) {
+                                grew = true;
+                            }
+                            continue;
+                        }
+                    }
+                    // Kept anyway when it lives to a backward reader (saved but not a candidate).
+                    let read_later = tensor.consumers().iter().any(|&r| !is_forward(class, r));
+                    if read_later && ub.is_none_or(|x| !cand_of_buffer.contains_key(&x) || excluded_map.contains_key(&cand_of_buffer[&x])) {
+                        continue;
+                    }
+                    if ub.is_none() && tensor.producer().is_some_and(|p| sched.step_of(p).is_none()) {
+                        continue; // Constant node output: an initializer in ORT
+                    }
+                    seen.insert(u);
+                    stack.push(u);
+                }
+            }
+            match bad {
+                Some(e) => {
+                    excluded_map.insert(c, e);
+                    grew = true;
+                }
+                None => closures[c] = (nodes, deps),
+            }
+        }
+        if !grew {
+            break;
+        }
+    }
+    let mut out = Candidates::default();
+    let mut index_of: BTreeMap<usize, usize> = BTreeMap::new();
+    for c in 0..n {
+        if let Some(e) = excluded_map.get(&c) {
+            out.excluded.push(e.clone());
+            continue;
+        }
+        let buf = &sim.buffers[buffers[c]];
+        let (nodes, _) = &closures[c];
+        let mut node_list: Vec<NodeId> = nodes.iter().copied().collect();
+        node_list.sort_by_key(|n| pos[n.index()]);
+        let values: Vec<TensorId> = node_list.iter().flat_map(|&m| graph.node(m).output_tensors().collect::<Vec<_>>()).collect();
+        let mut last_fwd = buf.alloc_step;
+        let mut first_bwd = usize::MAX;
+        for &v in &buf.values {
+            for &r in graph.tensor(v).consumers() {
+                let Some(s) = sched.step_of(r) else { continue };
+                if is_forward(class, r) {
+                    last_fwd = last_fwd.max(s);
+                } else {
+                    first_bwd = first_bwd.min(s);
+                }
+            }
+        }
+        if first_bwd == usize::MAX || first_bwd <= last_fwd + 1 {
+            continue;
+        }
+        let cost: u64 = node_list
+            .iter()
+            .map(|&m| {
+                flops(graph, m, types, b).unwrap_or_else(|_| graph.node(m).output_tensors().map(|t| sim.tensor_bytes[t.index()] / 4).sum())
+            })
+            .sum::<u64>()
+            .max(1);
+        let transient: u64 = values
+            .iter()
+            .filter(|v| sim.buffer_of[v.index()] != Some(buffers[c]))
+            .map(|v| rounded(sim.tensor_bytes[v.index()]))
+            .sum();
+        index_of.insert(c, out.list.len());
+        out.list.push(Candidate {
+            buffer: buffers[c],
+            saved: starts[c].iter().copied().filter(|&v| buf.values.contains(&v)).collect(),
+            values,
+            nodes: node_list,
+            rewire: buf.values.clone(),
+            bytes: rounded(buf.bytes),
+            cost,
+            free_from: last_fwd + 1,
+            needed_at: first_bwd,
+            deps: Vec::new(),
+            transient,
+        });
+    }
+    // Map dependencies to final indices; a candidate whose dependency was dropped keeps it.
+    let finals: Vec<usize> = index_of.keys().copied().collect();
+    for c in finals {
+        let i = index_of[&c];
+        out.list[i].deps = closures[c].1.iter().filter_map(|d| index_of.get(d).copied()).collect();
+    }
+    out
+}
+
+/// The solver's problem: live bytes per step, candidates, and the arena budget.
+pub fn problem(graph: &Graph, sim: &Simulation, cands: &Candidates, arena_ceiling: u64) -> Problem {
+    Problem {
+        base_live: sim.live.clone(),
+        candidates: cands
+            .list
+            .iter()
+            .map(|c| SolverCandidate {
+                label: c.saved.first().map(|&t| graph.tensor(t).name.clone()).unwrap_or_default(),
+                bytes: c.bytes,
+                cost: c.cost,
+                free_from: c.free_from,
+                needed_at: c.needed_at,
+                deps: c.deps.clone(),
+                transient: c.transient,
+                block: None,
+            })
+            .collect(),
+        ceiling: arena_ceiling,
+    }
+}
+
+/// Ops whose outputs after the first are optional: a clone omits the ones nobody reads
+/// (an unread output would stay allocated to the end of the run).
+const OPTIONAL_OUTPUTS: &[&str] = &["LayerNormalization", "SimplifiedLayerNormalization", "Dropout", "BatchNormalization", "MaxPool"];
+
+/// Free tensor/node names: `base.recompute`, then `base.recompute2`, …
+fn fresh_name(graph: &Graph, taken: &BTreeSet<String>, base: &str) -> String {
+    let mut name = format!("{base}.recompute");
+    let mut k = 2;
+    while graph.tensor_id(&name).is_some() || taken.contains(&name) {
+        name = format!("{base}.recompute{k}");
+        k += 1;
+    }
+    name
+}
+
+/// The plan as one patch: clones of every recomputed chain, backward readers rewired.
+pub fn rewrite(graph: &Graph, class: &Classification, cands: &Candidates, plan: &Plan, label: &str) -> Patch {
+    let mut patch = Patch::new(label);
+    let pos = graph.file_positions();
+    let order = graph.nodes();
+    let mut clone_of: BTreeMap<TensorId, usize> = BTreeMap::new(); // original value -> new tensor index
+    let mut anchor_of_new: Vec<usize> = Vec::new(); // new tensor -> file position its producer sits after
+    let mut taken: BTreeSet<String> = BTreeSet::new();
+    // Dependencies first: by rematerialisation step, then index.
+    let mut chosen: Vec<usize> = (0..cands.list.len()).filter(|&i| plan.recompute.get(i).copied().unwrap_or(false)).collect();
+    chosen.sort_by_key(|&i| (plan.remat_at.get(i).copied().flatten().unwrap_or(usize::MAX), i));
+    let mut rewired: BTreeSet<(NodeId, usize)> = BTreeSet::new();
+    // Values some clone or rewire needs; other outputs of cloned nodes are omitted where optional.
+    let mut needed: BTreeSet<TensorId> = BTreeSet::new();
+    for &i in &chosen {
+        let c = &cands.list[i];
+        needed.extend(c.rewire.iter().copied());
+        for &m in &c.nodes {
+            needed.extend(graph.node(m).input_tensors());
+        }
+    }
+    for &i in &chosen {
+        let c = &cands.list[i];
+        for &m in &c.nodes {
+            let node = graph.node(m);
+            if node.output_tensors().all(|t| clone_of.contains_key(&t)) {
+                continue; // already rebuilt for another candidate
+            }
+            let mut after = 0usize; // file position the clone must follow
+            let inputs: Vec<Option<TensorRef>> = node
+                .inputs
+                .iter()
+                .map(|inp| {
+                    inp.map(|u| match clone_of.get(&u) {
+                        Some(&k) => {
+                            after = after.max(anchor_of_new[k]);
+                            TensorRef::New(k)
+                        }
+                        None => {
+                            if let Some(p) = graph.tensor(u).producer() {
+                                after = after.max(pos[p.index()]);
+                            }
+                            TensorRef::Existing(u)
+                        }
+                    })
+                })
+                .collect();
+            let optional_tail = OPTIONAL_OUTPUTS.contains(&node.op_type.as_str());
+            let outputs: Vec<Option<TensorRef>> = node
+                .outputs
+                .iter()
+                .enumerate()
+                .map(|(slot, o)| {
+                    o.filter(|t| slot == 0 || !optional_tail || needed.contains(t)).map(|t| {
+                        let name = fresh_name(graph, &taken, &graph.tensor(t).name);
+                        taken.insert(name.clone());
+                        patch.tensors.push(NewTensor { name, like: t });
+                        anchor_of_new.push(after);
+                        let k = patch.tensors.len() - 1;
+                        clone_of.insert(t, k);
+                        TensorRef::New(k)
+                    })
+                })
+                .collect();
+            let base = if node.name.is_empty() { format!("{}_{}", node.op_type, m) } else { node.name.clone() };
+            let name = fresh_name(graph, &taken, &base);
+            taken.insert(name.clone());
+            let before = order.get(after + 1).copied().unwrap_or(order[order.len() - 1]);
+            patch.nodes.push(NewNode { name, copy_of: m, inputs, outputs, before });
+        }
+        // Rewire backward readers of the dropped buffer's values.
+        for &v in &c.rewire {
+            let Some(&k) = clone_of.get(&v) else { continue };
+            for &r in graph.tensor(v).consumers() {
+                if is_forward(class, r) {
+                    continue;
+                }
+                for (slot, inp) in graph.node(r).inputs.iter().enumerate() {
+                    if *inp == Some(v) && rewired.insert((r, slot)) {
+                        patch.rewires.push(Rewire { node: r, slot, from: v, to: TensorRef::New(k) });
+                    }
+                }
+            }
+        }
+    }
+    patch
+}

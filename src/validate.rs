@@ -1,0 +1,188 @@
+//! Paired validation of an original and a rewritten training graph on ONNX Runtime:
+//! the same seeded inputs, the same seeds for random ops (set in memory, never in the
+//! user's files), every output compared within dtype-aware tolerances, a deliberately
+//! broken control that must be rejected, measured peaks and step times side by side.
+
+use anyhow::{anyhow, Context, Result};
+use serde::Serialize;
+
+use ckpt_ir::onnx::{self, attribute_proto::AttributeType};
+use ckpt_ir::{Bindings, Message};
+use ckpt_runtime::{compare, measure_peak, run, time_steps, Arena, Comparison, HostTensor, Model, SessionConfig, Tolerances};
+
+/// Random ops whose seed attribute is set identically in both graphs.
+const RANDOM_OPS: &[(&str, bool)] = &[
+    // (op, seed is an int attribute)
+    ("Dropout", true),
+    ("RandomUniformLike", false),
+    ("RandomNormalLike", false),
+    ("RandomUniform", false),
+    ("RandomNormal", false),
+    ("Bernoulli", false),
+    ("Multinomial", false),
+];
+
+/// The policy printed with every validation.
+pub const RNG_POLICY: &str = "random ops (Dropout, RandomUniform(Like), RandomNormal(Like), Bernoulli, Multinomial) get the same seed in both graphs, derived from the run seed and the node name, set in memory only; each graph is compared on the first run of a fresh session; random ops are never recomputed";
+
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+}
+
+/// Set the seed of every random op from `seed` and the node's name. Returns how many.
+pub fn seed_random_ops(model: &mut onnx::ModelProto, seed: u64) -> usize {
+    let Some(g) = model.graph.as_mut() else { return 0 };
+    let mut count = 0;
+    for n in &mut g.node {
+        let op = n.op_type.as_deref().unwrap_or("");
+        let Some(&(_, int_seed)) = RANDOM_OPS.iter().find(|(o, _)| *o == op) else { continue };
+        let s = (fnv(n.name.as_deref().unwrap_or("")) ^ seed) % 1_000_000_007;
+        n.attribute.retain(|a| a.name.as_deref() != Some("seed"));
+        n.attribute.push(if int_seed {
+            onnx::AttributeProto { name: Some("seed".into()), r#type: Some(AttributeType::Int as i32), i: Some(s as i64), ..Default::default() }
+        } else {
+            onnx::AttributeProto { name: Some("seed".into()), r#type: Some(AttributeType::Float as i32), f: Some(s as f32), ..Default::default() }
+        });
+        count += 1;
+    }
+    count
+}
+
+/// A broken variant: one float tensor read in the graph's second half is scaled by
+/// 1 + 1e-3 before its readers there. Returns the model and the tensor's name.
+pub fn broken_control(model: &onnx::ModelProto) -> Result<(onnx::ModelProto, String)> {
+    let mut m = model.clone();
+    let g = m.graph.as_mut().ok_or_else(|| anyhow!("model has no graph"))?;
+    let float_names: std::collections::HashSet<String> = g
+        .value_info
+        .iter()
+        .chain(g.output.iter())
+        .filter(|v| matches!(v.r#type.as_ref().and_then(|t| t.value.as_ref()), Some(onnx::type_proto::Value::TensorType(t)) if t.elem_type == Some(1)))
+        .filter_map(|v| v.name.clone())
+        .collect();
+    let outputs: std::collections::HashSet<String> = g.output.iter().filter_map(|o| o.name.clone()).collect();
+    // The first float node output, read by a node in the second half of the file, that is not a graph output.
+    let half = g.node.len() / 2;
+    let target = g.node[half..]
+        .iter()
+        .flat_map(|n| n.input.iter())
+        .find(|t| float_names.contains(*t) && !outputs.contains(*t) && g.node.iter().any(|n| n.output.contains(t)))
+        .cloned()
+        .ok_or_else(|| anyhow!("no float tensor to perturb for the control"))?;
+    let scaled = format!("{target}.ckpt_opt_control");
+    let scale = "ckpt_opt_control_scale".to_string();
+    for n in g.node[half..].iter_mut() {
+        for i in n.input.iter_mut() {
+            if *i == target {
+                *i = scaled.clone();
+            }
+        }
+    }
+    g.initializer.push(onnx::TensorProto {
+        name: Some(scale.clone()),
+        data_type: Some(1),
+        raw_data: Some(1.001f32.to_le_bytes().to_vec().into()),
+        ..Default::default()
+    });
+    let mul = onnx::NodeProto {
+        input: vec![target.clone(), scale],
+        output: vec![scaled],
+        name: Some("ckpt_opt_control_mul".into()),
+        op_type: Some("Mul".into()),
+        domain: Some(String::new()),
+        ..Default::default()
+    };
+    g.node.insert(half, mul);
+    Ok((m, target))
+}
+
+/// Measured numbers of one graph.
+#[derive(Clone, Debug, Serialize)]
+pub struct Measured {
+    /// Arena peak of one run (always-splitting arena: live tensors rounded to 256 B).
+    pub peak_bytes: u64,
+    /// Arena peak with ORT's default BFC arena.
+    pub peak_bytes_default_arena: u64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+}
+
+/// The validation result (JSON keys are relied on by tests and receipts).
+#[derive(Clone, Debug, Serialize)]
+pub struct Validation {
+    pub passed: bool,
+    pub outputs: Vec<ckpt_runtime::OutputComparison>,
+    pub control_rejected: bool,
+    pub control_tensor: String,
+    pub rng_policy: &'static str,
+    pub random_ops_seeded: usize,
+    pub original: Measured,
+    pub rewritten: Measured,
+    pub ort: serde_json::Value,
+    pub session: serde_json::Value,
+    pub input_generation: Vec<String>,
+}
+
+/// Options of a validation.
+#[derive(Clone, Debug)]
+pub struct ValidateOptions {
+    pub cfg: SessionConfig,
+    pub tol: Tolerances,
+    pub seed: u64,
+    pub warmup: usize,
+    pub runs: usize,
+}
+
+fn measure(label: &str, bytes: &[u8], inputs: &[HostTensor], o: &ValidateOptions) -> Result<Measured> {
+    let exact_cfg = SessionConfig { arena: Arena::Exact, ..o.cfg.clone() };
+    let exact = if o.cfg.provider == ckpt_runtime::Provider::Cpu {
+        measure_peak(Model::new(label, bytes), inputs, &exact_cfg)?.peak_bytes
+    } else {
+        0
+    };
+    let default_arena = measure_peak(Model::new(label, bytes), inputs, &o.cfg)?.peak_bytes;
+    let t = time_steps(Model::new(label, bytes), inputs, &o.cfg, o.warmup, o.runs)?;
+    Ok(Measured { peak_bytes: exact, peak_bytes_default_arena: default_arena, p50_ms: t.p50_ms, p95_ms: t.p95_ms })
+}
+
+/// Validate `rewritten` against `original` (both already imported from these models).
+pub fn validate(
+    original: &onnx::ModelProto,
+    rewritten: &onnx::ModelProto,
+    inputs: &[HostTensor],
+    input_generation: Vec<String>,
+    o: &ValidateOptions,
+) -> Result<Validation> {
+    let mut a = original.clone();
+    let mut b = rewritten.clone();
+    let seeded = seed_random_ops(&mut a, o.seed);
+    seed_random_ops(&mut b, o.seed);
+    let (a_bytes, b_bytes) = (a.encode_to_vec(), b.encode_to_vec());
+    let info = ckpt_runtime::init(None).context("finding ONNX Runtime")?.clone();
+    let ref_out = run(Model::new("original", &a_bytes), inputs, &o.cfg).context("running the original graph")?;
+    let cand_out = run(Model::new("rewritten", &b_bytes), inputs, &o.cfg).context("running the rewritten graph")?;
+    let cmp: Comparison = compare(&ref_out, &cand_out, &o.tol);
+    let (control, control_tensor) = broken_control(&b)?;
+    let control_out = run(Model::new("control", &control.encode_to_vec()), inputs, &o.cfg).context("running the control")?;
+    let control_rejected = !compare(&ref_out, &control_out, &o.tol).passed;
+    let original_m = measure("original", &a_bytes, inputs, o)?;
+    let rewritten_m = measure("rewritten", &b_bytes, inputs, o)?;
+    Ok(Validation {
+        passed: cmp.passed && control_rejected,
+        outputs: cmp.outputs,
+        control_rejected,
+        control_tensor,
+        rng_policy: RNG_POLICY,
+        random_ops_seeded: seeded,
+        original: original_m,
+        rewritten: rewritten_m,
+        ort: serde_json::json!({"library": info.library.display().to_string(), "version": info.version}),
+        session: serde_json::to_value(&o.cfg).unwrap_or_default(),
+        input_generation,
+    })
+}
+
+/// Bindings as the runtime wants them.
+pub fn runtime_dims(b: &Bindings) -> std::collections::BTreeMap<String, usize> {
+    b.iter().map(|(k, v)| (k.clone(), *v as usize)).collect()
+}
