@@ -102,3 +102,31 @@ fn pools() {
     assert_eq!(ty(&g, &t, "a"), "f32[n,8,32,32]");
     assert_eq!(ty(&g, &t, "g"), "f32[n,8,1,1]");
 }
+
+#[test]
+fn einsum_shapes_and_flops() {
+    use ckpt_ir::build::attr_s;
+    use ckpt_ir::ops::flops;
+    let m = ModelBuilder::new(20)
+        .input("q", DType::F32, "b,h,s,d")
+        .input("k", DType::F32, "b,h,t,d")
+        .input("x", DType::F32, "b,s,64")
+        .input("w", DType::F32, "64,32")
+        .node_with("Einsum", &["q", "k"], &["att"], vec![attr_s("equation", "bhsd,bhtd->bhst")])
+        .node_with("Einsum", &["x", "w"], &["proj"], vec![attr_s("equation", "...i,ij->...j")])
+        .node_with("Einsum", &["w"], &["wt"], vec![attr_s("equation", "ij")])
+        .node_with("Einsum", &["w"], &["tr"], vec![attr_s("equation", "ji")])
+        .output("att", DType::F32, "")
+        .output("proj", DType::F32, "")
+        .output("wt", DType::F32, "")
+        .output("tr", DType::F32, "")
+        .build();
+    let (g, t) = run(m);
+    assert_eq!(ty(&g, &t, "att"), "f32[b,h,s,t]");
+    assert_eq!(ty(&g, &t, "proj"), "f32[b,s,32]");
+    assert_eq!(ty(&g, &t, "wt"), "f32[64,32]");
+    assert_eq!(ty(&g, &t, "tr"), "f32[32,64]", "implicit output: letters sorted");
+    let b = ops_common::bind(&[("b", 2), ("h", 4), ("s", 8), ("t", 8), ("d", 16)]);
+    let att = ops_common::producer(&g, "att");
+    assert_eq!(flops(&g, att, &t, &b).expect("flops"), 2 * 2 * 4 * 8 * 8 * 16);
+}

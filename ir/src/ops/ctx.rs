@@ -162,6 +162,23 @@ pub(crate) fn out_v(dtype: DType, shape: Shape, value: Option<Vec<Dim>>) -> Opti
     Some(TensorType { dtype, shape, value })
 }
 
+/// Outputs whose shapes depend on data or on the outside (NonZero, optimizers, PythonOp):
+/// their dtypes and shapes as value_info declares them, else an error.
+pub(crate) fn declared(ctx: &InferCtx<'_>) -> Result<Vec<Option<TensorType>>, String> {
+    ctx.node
+        .outputs
+        .iter()
+        .map(|slot| {
+            let Some(t) = slot else { return Ok(None) };
+            let tensor = ctx.graph.tensor(*t);
+            match (tensor.dtype, &tensor.shape) {
+                (Some(d), Some(s)) => Ok(out(d, s.clone())),
+                _ => Err(format!("output `{}` depends on data; give it a dtype and shape in value_info", tensor.name)),
+            }
+        })
+        .collect()
+}
+
 /// What a FLOP rule sees: the node and the inferred types under bindings.
 pub struct FlopCtx<'a> {
     pub graph: &'a Graph,

@@ -178,6 +178,108 @@ fn pool_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
     ctx.product(&[y, k])
 }
 
+/// Parse an Einsum equation into per-operand index letters (an ellipsis is `.`, one entry
+/// standing for any number of dims) and the output letters (implicit mode: the letters
+/// used once, sorted, after the ellipsis).
+fn einsum_terms(eq: &str, n_inputs: usize) -> Result<(Vec<Vec<char>>, Vec<char>), String> {
+    let eq: String = eq.chars().filter(|c| !c.is_whitespace()).collect::<String>().replace("...", ".");
+    let (lhs, rhs) = match eq.split_once("->") {
+        Some((l, r)) => (l.to_string(), Some(r.to_string())),
+        None => (eq.clone(), None),
+    };
+    let ins: Vec<Vec<char>> = lhs.split(',').map(|t| t.chars().collect()).collect();
+    if ins.len() != n_inputs {
+        return Err(format!("equation has {} operands, node has {n_inputs} inputs", ins.len()));
+    }
+    let out = match rhs {
+        Some(r) => r.chars().collect(),
+        None => {
+            let mut once: Vec<char> = ins
+                .iter()
+                .flatten()
+                .copied()
+                .filter(|&c| c != '.' && ins.iter().flatten().filter(|&&d| d == c).count() == 1)
+                .collect();
+            once.sort();
+            let mut o: Vec<char> = if ins.iter().flatten().any(|&c| c == '.') { vec!['.'] } else { vec![] };
+            o.extend(once);
+            o
+        }
+    };
+    Ok((ins, out))
+}
+
+fn einsum(ctx: &InferCtx<'_>) -> Out {
+    let eq = ctx.attr_s("equation").ok_or("Einsum has no equation")?;
+    let (ins, outs) = einsum_terms(&eq, ctx.n_inputs())?;
+    let mut sizes: std::collections::HashMap<char, Dim> = Default::default();
+    let mut ellipsis: Vec<Shape> = Vec::new();
+    for (k, term) in ins.iter().enumerate() {
+        let s = ctx.shape(k)?;
+        let n_ell = s.rank() + 1 - term.len().min(s.rank() + 1);
+        let mut dims = s.0.iter();
+        for &c in term {
+            if c == '.' {
+                ellipsis.push(Shape(dims.by_ref().take(n_ell).cloned().collect()));
+                continue;
+            }
+            let d = dims.next().ok_or_else(|| format!("operand {k} has fewer dims than `{}`", term.iter().collect::<String>()))?;
+            match sizes.get(&c) {
+                Some(prev) if prev != d && *d != Dim::Known(1) => {
+                    if *prev == Dim::Known(1) {
+                        sizes.insert(c, d.clone());
+                    } else if prev.known().is_some() && d.known().is_some() {
+                        return Err(format!("index {c} is {prev} and {d}"));
+                    } else {
+                        ctx.warn(format!("einsum assumes index {c}: {prev} == {d}"));
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    sizes.insert(c, d.clone());
+                }
+            }
+        }
+    }
+    let ell = ctx.broadcast(&ellipsis.iter().collect::<Vec<_>>())?;
+    let mut dims = Vec::new();
+    for c in outs {
+        if c == '.' {
+            dims.extend(ell.0.iter().cloned());
+        } else {
+            dims.push(sizes.get(&c).cloned().ok_or_else(|| format!("output index {c} is not in any operand"))?);
+        }
+    }
+    Ok(vec![out(ctx.dtype(0)?, Shape(dims))])
+}
+
+/// Einsum: 2 × the product of every distinct index (and the broadcast ellipsis) — one
+/// multiply-add per point of the joint index space.
+fn einsum_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
+    let label = || ctx.node.display_name(ctx.id);
+    let eq = ctx.node.attr_s("equation").unwrap_or_default();
+    let n = ctx.node.inputs.len();
+    let (ins, _) = einsum_terms(&eq, n).map_err(|what| FlopError::Missing { node: label(), what })?;
+    let mut sizes: std::collections::HashMap<char, u64> = Default::default();
+    let mut ell = 1u64;
+    for (k, term) in ins.iter().enumerate() {
+        let dims = ctx.dims(ctx.in_shape(k)?)?;
+        let n_ell = dims.len() + 1 - term.len().min(dims.len() + 1);
+        let mut it = dims.iter();
+        for &c in term {
+            if c == '.' {
+                ell = ell.max(it.by_ref().take(n_ell).product());
+            } else if let Some(&d) = it.next() {
+                let e = sizes.entry(c).or_insert(d);
+                *e = (*e).max(d);
+            }
+        }
+    }
+    let mut f: Vec<u64> = sizes.into_values().collect();
+    f.extend([2, ell]);
+    ctx.product(&f)
+}
+
 fn matmul_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
     let a = ctx.dims(ctx.in_shape(0)?)?;
     let trans_a = ctx.node.attr_i("transA").unwrap_or(0) != 0 && a.len() >= 2;
@@ -215,6 +317,7 @@ pub(super) fn ops() -> Vec<OpDef> {
         OpDef::onnx("LpPool", 1, pool, FlopRule::Custom(pool_flops)),
         OpDef::onnx("GlobalAveragePool", 1, global_pool, FlopRule::PerInput(0, 1)),
         OpDef::onnx("GlobalMaxPool", 1, global_pool, FlopRule::PerInput(0, 1)),
+        OpDef::onnx("Einsum", 12, einsum, FlopRule::Custom(einsum_flops)),
         OpDef::ms("FusedMatMul", fused_matmul, FlopRule::Custom(matmul_flops)),
     ]
 }

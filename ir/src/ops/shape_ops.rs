@@ -1,6 +1,7 @@
 //! Shape and data-movement ops (0 FLOPs): Shape, Size, Reshape, Flatten, Squeeze,
 //! Unsqueeze, Transpose, Concat, Split, Slice, Gather*, Scatter*, Expand, Tile, Pad,
-//! Trilu, ConstantOfShape, Constant, Range, Identity, EyeLike, OneHot, TopK.
+//! Trilu, ConstantOfShape, Constant, Range, Identity, EyeLike, OneHot, TopK, and the
+//! data-dependent NonZero, Compress, Unique (typed from value_info).
 //!
 //! These carry small integer tensors' elements symbolically (`Shape` yields a tensor's
 //! dims as elements), which is what makes `Reshape`/`Expand`/`Slice` targets computable.
@@ -12,7 +13,7 @@ use crate::dtype::DType;
 use crate::shape::{Dim, Shape};
 
 use super::cost;
-use super::ctx::{norm_axis, out, out_v, InferCtx};
+use super::ctx::{declared, norm_axis, out, out_v, InferCtx};
 use super::infer::TensorType;
 use super::value::{constant_node_value, dim_of, int_of, ConstData};
 use super::{FlopRule, OpDef};
@@ -518,5 +519,9 @@ pub(super) fn ops() -> Vec<OpDef> {
         OpDef::onnx("EyeLike", 9, eye_like, z),
         OpDef::onnx("OneHot", 9, one_hot, z),
         OpDef::onnx("TopK", 1, top_k, FlopRule::PerInput(0, cost::REDUCTION)),
+        // Data-dependent output shapes: deterministic, typed from value_info.
+        OpDef::onnx("NonZero", 9, declared, FlopRule::PerInput(0, cost::ELEMENTWISE)),
+        OpDef::onnx("Compress", 9, declared, FlopRule::PerInput(0, cost::ELEMENTWISE)),
+        OpDef::onnx("Unique", 11, declared, FlopRule::PerInput(0, cost::REDUCTION)),
     ]
 }

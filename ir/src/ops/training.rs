@@ -12,7 +12,7 @@ use crate::dtype::DType;
 use crate::shape::{Dim, Shape};
 
 use super::cost;
-use super::ctx::{out, InferCtx};
+use super::ctx::{declared, out, InferCtx};
 use super::infer::TensorType;
 use super::{FlopRule, OpDef, Policy};
 
@@ -95,22 +95,6 @@ fn yield_op(ctx: &InferCtx<'_>) -> Out {
                 _ => x.shape.clone(),
             };
             Ok(out(x.dtype, shape))
-        })
-        .collect()
-}
-
-/// Ops whose output shapes are opaque to us: take them from value_info.
-fn declared(ctx: &InferCtx<'_>) -> Out {
-    ctx.node
-        .outputs
-        .iter()
-        .map(|slot| {
-            let Some(t) = slot else { return Ok(None) };
-            let tensor = ctx.graph.tensor(*t);
-            match (tensor.dtype, &tensor.shape) {
-                (Some(d), Some(s)) => Ok(out(d, s.clone())),
-                _ => Err(format!("output `{}` has no dtype and shape in value_info", tensor.name)),
-            }
         })
         .collect()
 }
