@@ -33,9 +33,6 @@ ALIAS_OPS = {"Reshape", "Identity", "Squeeze", "Unsqueeze", "Flatten"}  # output
 INPLACE_OPS = {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "Elu", "Softplus", "HardSigmoid", "Softmax",
                "LogSoftmax", "Clip", "Cast", "Selu", "Celu", "ThresholdedRelu", "Shrink", "Trilu",
                "ScatterElements"}  # MayInplace(0, 0), measured (alloc_probe.py)
-# kernel-internal temporaries measured with alloc_probe.py: op -> [(output index it is sized like, 1)...],
-# all alive at the same time inside the kernel
-SCRATCH = {"Where": [(0, 1), (0, 1)]}  # plus Softmax/LogSoftmax on a non-last axis, see plan_and_trace
 ELEM_SIZE = {TensorProto.FLOAT: 4, TensorProto.INT64: 8, TensorProto.FLOAT16: 2, TensorProto.INT32: 4,
              TensorProto.BOOL: 1, TensorProto.DOUBLE: 8}
 
@@ -51,7 +48,11 @@ def plan_and_trace(model, order=None):
     outputs = [o.name for o in g.output]
     vi = {v.name: v for v in list(g.value_info) + list(g.output) + list(g.input)}
 
+    init_shapes = {i.name: (tuple(i.dims), ELEM_SIZE[i.data_type]) for i in g.initializer}
+
     def shape(t):
+        if t not in vi and t in init_shapes:
+            return init_shapes[t]
         tt = vi[t].type.tensor_type
         return tuple(d.dim_value if d.HasField("dim_value") else ("?" + d.dim_param) for d in tt.shape.dim), \
             ELEM_SIZE[tt.elem_type]
@@ -138,7 +139,31 @@ def plan_and_trace(model, order=None):
                 last[buf[t]] = pc
     events = []
     live = set()
+
+    def scratch_of(n):
+        """Kernel temporaries (sizes in bytes) and whether they are taken before the outputs."""
+        if n.op_type == "Where":
+            # where_op.cc: X_selection = bcast(cond, X) and Y_selection = bcast(cond, Y) are
+            # allocated first, then the output (UntypedMerge); both die when the kernel returns
+            c = shape(n.input[0])[0]
+            sizes = []
+            for t in n.input[1:3]:
+                dims, es = shape(t)
+                b = np.broadcast_shapes(tuple(c), tuple(dims))
+                sizes.append(int(np.prod(b)) * es if b else es)
+            return sizes, True
+        if n.op_type in ("Softmax", "LogSoftmax"):
+            axis = next((a.i for a in n.attribute if a.name == "axis"), -1)
+            rank = len(shape(n.input[0])[0])
+            if axis not in (-1, rank - 1):  # the kernel transposes the axis last: two temporaries
+                return [nbytes(n.input[0])] * 2, False
+        return [], False
+
     for pc, i in enumerate(order):
+        scratch, before = scratch_of(nodes[i])
+        keys = [f"__scratch{pc}_{k}" for k in range(len(scratch))]
+        if before:
+            events.extend(("alloc", key, size) for key, size in zip(keys, scratch))
         for out in nodes[i].output:
             if not out:
                 continue
@@ -147,22 +172,14 @@ def plan_and_trace(model, order=None):
                 live.add(out)
             elif kind[out] == "reuse" and kind.get(buf[out]) == "alloc" and buf[out] not in live:
                 # ExecutionFrame::AllocateReusedOrtValueIfNotAllocatedHelper: the buffer this value was
-                # planned into was already released (its last reader ran before this writer, which
-                # happens when the writer's output is never read): it is allocated again and, its
-                # release action being past, stays until the end of the run.
+                # planned into was already released: it is allocated again and, its release action
+                # being past, stays until the end of the run (rule 8 of the doc; does not arise
+                # once values nobody reads stay out of freed buffers)
                 events.append(("alloc", buf[out], nbytes(out)))
                 live.add(buf[out])
-        # kernel scratch taken from the arena during the step and returned before it ends
-        scratch = SCRATCH.get(nodes[i].op_type, [])
-        if nodes[i].op_type in ("Softmax", "LogSoftmax"):
-            axis = next((a.i for a in nodes[i].attribute if a.name == "axis"), -1)
-            rank = len(shape(nodes[i].input[0])[0])
-            if axis not in (-1, rank - 1):  # the kernel transposes the axis last: two temporaries
-                scratch = [(0, 1), (0, 1)]
-        for k, (out, _) in enumerate(scratch):
-            events.append(("alloc", f"__scratch{pc}_{k}", nbytes(nodes[i].output[out])))
-        for k in range(len(scratch)):
-            events.append(("free", f"__scratch{pc}_{k}"))
+        if not before:
+            events.extend(("alloc", key, size) for key, size in zip(keys, scratch))
+        events.extend(("free", key) for key in keys)
         for b, lpc in last.items():
             if lpc == pc and b in live:
                 events.append(("free", b))

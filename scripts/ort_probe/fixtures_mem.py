@@ -1,7 +1,7 @@
 """Truth test on the real fixtures: the allocation model of docs/ort-internals.md (alloc_sim.py)
 against ORT's measured arena peak (MaxInUse - InUse after load, memory pattern off).
 
-Usage: MEMPROBE=... python fixtures_mem.py [LEVEL]
+Usage: MEMPROBE=... python fixtures_mem.py [LEVEL] [EXTRA.onnx ...]
 """
 import glob
 import json
@@ -14,7 +14,8 @@ import onnx
 from onnx import shape_inference
 
 import alloc_sim as A
-from ort_order import make_session
+from fixtures_order import feeds_for
+from ort_order import make_session, profiled_order
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
@@ -24,7 +25,7 @@ def main():
     manifest = json.load(open(os.path.join(ROOT, "tests/fixtures/manifest.json")))
     by_file = {os.path.basename(f["file"]): f for f in manifest["fixtures"]}
     tmp = tempfile.mkdtemp(prefix="fixmem")
-    for path in sorted(glob.glob(os.path.join(ROOT, "tests/fixtures/*.onnx"))):
+    for path in sorted(glob.glob(os.path.join(ROOT, "tests/fixtures/*.onnx"))) + sys.argv[2:]:
         name = os.path.basename(path)
         fx = by_file.get(name, {})
         if fx.get("kind") == "ort_artifact":
@@ -49,15 +50,19 @@ def main():
             print(f"{name:26s} measure failed: {e.stderr.strip().splitlines()[-1][:120]}")
             continue
         measured = json.loads(out.stdout.strip().splitlines()[-1])["peak_bytes"]
-        order = None
-        sim_model = shape_inference.infer_shapes(m)
-        if level != "disable":
-            opt_path = os.path.join(tmp, name)
-            make_session(path, level=level, profile=False, optimized_path=opt_path)
-            opt = onnx.load(opt_path)
-            if [n.name for n in opt.graph.node] != [n.name for n in m.graph.node]:
-                sim_model = shape_inference.infer_shapes(opt)
-                order = list(range(len(sim_model.graph.node)))
+        # simulate the graph ORT ran (level-1 transformers, function inlining, Constant removal), in
+        # the order ORT ran it: its saved optimized model, ordered by a profiled run
+        opt_path = os.path.join(tmp, name)
+        sess = make_session(path, level=level, profile=True, optimized_path=opt_path)
+        ran = profiled_order(sess, feeds_for(sess, fx))
+        opt = onnx.load(opt_path)
+        sim_model = shape_inference.infer_shapes(opt)
+        if all(n.op_type == r[2] and (n.name == r[1] or not n.name) for n, r in zip(opt.graph.node, ran)) \
+                and len(ran) == len(opt.graph.node):
+            order = list(range(len(opt.graph.node)))
+        else:
+            pos = {n.name: k for k, n in enumerate(opt.graph.node)}
+            order = [pos[r[1]] for r in ran]
         try:
             pred = A.predict_peak(sim_model, order)
             naive = A.naive_peak(sim_model, order)
