@@ -110,3 +110,15 @@ fn measured_in_place_kernels() {
     assert_eq!(may_inplace(&g, producer(&g, "e")), None);
     assert_eq!(may_inplace(&g, producer(&g, "a")), None);
 }
+
+#[test]
+fn legacy_broadcast_before_opset_7_follows_a() {
+    let m = ModelBuilder::new(6)
+        .input("x", DType::F32, "n,3,8,8")
+        .input("b", DType::F32, "3")
+        .node_with("Add", &["x", "b"], &["y"], vec![attr_i("broadcast", 1), attr_i("axis", 1)])
+        .output("y", DType::F32, "")
+        .build();
+    let (g, t) = run(m);
+    assert_eq!(ty(&g, &t, "y"), "f32[n,3,8,8]");
+}

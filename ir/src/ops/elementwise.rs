@@ -121,10 +121,11 @@ fn logic(op: &str, a: &Dim, b: &Dim) -> Option<Dim> {
     Some(Dim::Known(r as u64))
 }
 
-/// Add, Sub, Mul, Div, Pow, Mod, PRelu, BitShift…: broadcast, dtype of input 0.
+/// Add, Sub, Mul, Div, Pow, Mod, PRelu, BitShift…: broadcast, dtype of input 0. Before
+/// opset 7, B broadcasts to A (the `broadcast`/`axis` attributes): the output is A's shape.
 fn binary(ctx: &InferCtx<'_>) -> Out {
     let ins = all_inputs(ctx);
-    let shape = bcast_shape(ctx, &ins)?;
+    let shape = if ctx.opset < 7 && ctx.node.domain == crate::graph::ONNX_DOMAIN { ctx.shape(0)?.clone() } else { bcast_shape(ctx, &ins)? };
     let op = ctx.node.op_type.as_str();
     let value = bcast_value(ctx, &shape, &ins, |a| arith(op, a[0], a[1]));
     Ok(vec![out_v(ctx.dtype(0)?, shape, value)])
@@ -143,14 +144,14 @@ fn variadic(ctx: &InferCtx<'_>) -> Out {
 }
 
 fn comparison(ctx: &InferCtx<'_>) -> Out {
-    let shape = bcast_shape(ctx, &[0, 1])?;
+    let shape = if ctx.opset < 7 { ctx.shape(0)?.clone() } else { bcast_shape(ctx, &[0, 1])? };
     let op = ctx.node.op_type.as_str();
     let value = bcast_value(ctx, &shape, &[0, 1], |a| compare(op, a[0], a[1]));
     Ok(vec![out_v(DType::Bool, shape, value)])
 }
 
 fn logical(ctx: &InferCtx<'_>) -> Out {
-    let shape = bcast_shape(ctx, &[0, 1])?;
+    let shape = if ctx.opset < 7 { ctx.shape(0)?.clone() } else { bcast_shape(ctx, &[0, 1])? };
     let op = ctx.node.op_type.as_str();
     let value = bcast_value(ctx, &shape, &[0, 1], |a| logic(op, a[0], a[1]));
     Ok(vec![out_v(DType::Bool, shape, value)])
@@ -258,19 +259,18 @@ pub(super) fn ops() -> Vec<OpDef> {
     v.push(OpDef::onnx("IsInf", 10, bool_of_input, per));
     v.push(OpDef::onnx("Clip", 1, same_as_input, FlopRule::PerOutput(cost::CLIP)).inplace(0, 0));
     v.push(OpDef::onnx("Gelu", 20, same_as_input, FlopRule::Custom(gelu_flops)));
-    // Binary ops with numpy broadcasting (opset 7 on; earlier versions had a `broadcast`
-    // attribute and are not covered).
+    // Binary ops with numpy broadcasting (opset 7 on; before, B broadcast to A).
     for op in ["Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"] {
-        v.push(OpDef::onnx(op, 7, binary, per));
+        v.push(OpDef::onnx(op, 1, binary, per));
     }
     for op in ["Sum", "Max", "Min", "Mean"] {
-        v.push(OpDef::onnx(op, 8, variadic, per));
+        v.push(OpDef::onnx(op, 1, variadic, per));
     }
     for op in ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"] {
-        v.push(OpDef::onnx(op, 7, comparison, per));
+        v.push(OpDef::onnx(op, 1, comparison, per));
     }
     for op in ["And", "Or", "Xor"] {
-        v.push(OpDef::onnx(op, 7, logical, per));
+        v.push(OpDef::onnx(op, 1, logical, per));
     }
     v.push(OpDef::onnx("Where", 9, where_op, per));
     v.push(OpDef::onnx("Cast", 6, cast, per).inplace(0, 0));

@@ -310,7 +310,7 @@ fn conv_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
 pub(super) fn ops() -> Vec<OpDef> {
     vec![
         OpDef::onnx("MatMul", 1, matmul, FlopRule::Custom(matmul_flops)),
-        OpDef::onnx("Gemm", 7, gemm, FlopRule::Custom(gemm_flops)),
+        OpDef::onnx("Gemm", 1, gemm, FlopRule::Custom(gemm_flops)),
         OpDef::onnx("Conv", 1, conv, FlopRule::Custom(conv_flops)),
         OpDef::onnx("MaxPool", 1, pool, FlopRule::Custom(pool_flops)),
         OpDef::onnx("AveragePool", 1, pool, FlopRule::Custom(pool_flops)),
