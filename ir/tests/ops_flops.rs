@@ -68,6 +68,16 @@ fn per_element_constants() {
     assert_eq!(cost::SOFTMAX, 5);
     assert_eq!(cost::LAYER_NORM, 7);
     assert_eq!(cost::REDUCTION, 1);
+    assert_eq!(cost::SOFTMAX_GRAD, 4);
+    assert_eq!(cost::LAYER_NORM_GRAD, 18);
+    assert_eq!(cost::GELU_GRAD, 14);
+    assert_eq!(cost::ACTIVATION_GRAD, 3);
+    assert_eq!(cost::SOFTMAX_CROSS_ENTROPY, 6);
+    assert_eq!(cost::DROPOUT, 3);
+    // Derived: a fused bias or skip add costs one more op per element.
+    assert_eq!(cost::BIAS_GELU, cost::GELU + cost::ELEMENTWISE);
+    assert_eq!(cost::BIAS_SOFTMAX, cost::SOFTMAX + cost::ELEMENTWISE);
+    assert_eq!(cost::RMS_NORM, 5);
     const { assert!(cost::GELU_GRAD > cost::GELU_TANH) };
     const { assert!(cost::LAYER_NORM_GRAD > cost::LAYER_NORM) };
 }

@@ -278,7 +278,7 @@ pub(super) fn ops() -> Vec<OpDef> {
     // Contrib activations (com.microsoft, version 1).
     v.push(OpDef::ms("Gelu", same_as_input, FlopRule::PerOutput(cost::GELU)));
     v.push(OpDef::ms("FastGelu", biased, FlopRule::PerOutput(cost::GELU_TANH)));
-    v.push(OpDef::ms("BiasGelu", biased, FlopRule::PerOutput(cost::GELU + cost::ELEMENTWISE)));
+    v.push(OpDef::ms("BiasGelu", biased, FlopRule::PerOutput(cost::BIAS_GELU)));
     v.push(OpDef::ms("QuickGelu", same_as_input, FlopRule::PerOutput(cost::GELU)));
     v
 }

@@ -4,7 +4,7 @@
 
 use crate::shape::{Dim, Shape};
 
-use super::cost::FlopError;
+use super::cost::{self, FlopError};
 use super::ctx::{out, FlopCtx, InferCtx};
 use super::infer::TensorType;
 use super::value::int_of;
@@ -175,7 +175,7 @@ fn global_pool(ctx: &InferCtx<'_>) -> Out {
 fn pool_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
     let y = ctx.numel(ctx.out_shape(0)?)?;
     let k: u64 = ctx.node.attr_ints("kernel_shape").map_or(1, |k| k.iter().map(|&v| v.max(1) as u64).product());
-    ctx.product(&[y, k])
+    ctx.product(&[y, k, cost::POOL])
 }
 
 /// Parse an Einsum equation into per-operand index letters (an ellipsis is `.`, one entry
@@ -315,8 +315,8 @@ pub(super) fn ops() -> Vec<OpDef> {
         OpDef::onnx("MaxPool", 1, pool, FlopRule::Custom(pool_flops)),
         OpDef::onnx("AveragePool", 1, pool, FlopRule::Custom(pool_flops)),
         OpDef::onnx("LpPool", 1, pool, FlopRule::Custom(pool_flops)),
-        OpDef::onnx("GlobalAveragePool", 1, global_pool, FlopRule::PerInput(0, 1)),
-        OpDef::onnx("GlobalMaxPool", 1, global_pool, FlopRule::PerInput(0, 1)),
+        OpDef::onnx("GlobalAveragePool", 1, global_pool, FlopRule::PerInput(0, cost::REDUCTION)),
+        OpDef::onnx("GlobalMaxPool", 1, global_pool, FlopRule::PerInput(0, cost::REDUCTION)),
         OpDef::onnx("Einsum", 12, einsum, FlopRule::Custom(einsum_flops)),
         OpDef::ms("FusedMatMul", fused_matmul, FlopRule::Custom(matmul_flops)),
     ]

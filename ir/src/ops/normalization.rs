@@ -77,14 +77,14 @@ pub(super) fn ops() -> Vec<OpDef> {
         OpDef::onnx("Softmax", 1, same_as_input, FlopRule::PerOutput(cost::SOFTMAX)).inplace(0, 0),
         OpDef::onnx("LogSoftmax", 1, same_as_input, FlopRule::PerOutput(cost::SOFTMAX)).inplace(0, 0),
         OpDef::onnx("LayerNormalization", 1, layer_norm, FlopRule::PerOutput(cost::LAYER_NORM)),
-        OpDef::onnx("SimplifiedLayerNormalization", 1, simplified_layer_norm, FlopRule::PerOutput(cost::LAYER_NORM - 2)),
+        OpDef::onnx("SimplifiedLayerNormalization", 1, simplified_layer_norm, FlopRule::PerOutput(cost::RMS_NORM)),
         OpDef::onnx("BatchNormalization", 15, batch_norm, FlopRule::PerOutput(cost::LAYER_NORM)),
         OpDef::onnx("InstanceNormalization", 6, like_input, FlopRule::PerOutput(cost::LAYER_NORM)),
         OpDef::onnx("GroupNormalization", 18, like_input, FlopRule::PerOutput(cost::LAYER_NORM)),
         OpDef::onnx("MeanVarianceNormalization", 9, like_input, FlopRule::PerOutput(cost::LAYER_NORM)),
-        OpDef::onnx("LpNormalization", 1, like_input, FlopRule::PerOutput(cost::LAYER_NORM - 3)),
-        OpDef::ms("SkipLayerNormalization", skip_layer_norm, FlopRule::PerOutput(cost::LAYER_NORM + 2)),
+        OpDef::onnx("LpNormalization", 1, like_input, FlopRule::PerOutput(cost::LP_NORM)),
+        OpDef::ms("SkipLayerNormalization", skip_layer_norm, FlopRule::PerOutput(cost::SKIP_LAYER_NORM)),
         OpDef::ms("SkipSimplifiedLayerNormalization", skip_layer_norm, FlopRule::PerOutput(cost::LAYER_NORM)),
-        OpDef::ms("BiasSoftmax", like_input, FlopRule::PerOutput(cost::SOFTMAX + cost::ELEMENTWISE)),
+        OpDef::ms("BiasSoftmax", like_input, FlopRule::PerOutput(cost::BIAS_SOFTMAX)),
     ]
 }

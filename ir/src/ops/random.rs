@@ -102,8 +102,8 @@ pub(super) fn ops() -> Vec<OpDef> {
     vec![
         OpDef::onnx("Dropout", 1, dropout, FlopRule::PerOutput(cost::DROPOUT)).dynamic(dropout_policy),
         OpDef::ms("BitmaskDropout", dropout, FlopRule::PerOutput(cost::DROPOUT)).dynamic(ms_dropout_policy),
-        OpDef::ms("BiasDropout", dropout, FlopRule::PerOutput(cost::DROPOUT + 2)).dynamic(bias_dropout_policy),
-        OpDef::ms("BitmaskBiasDropout", dropout, FlopRule::PerOutput(cost::DROPOUT + 2)).dynamic(bias_dropout_policy),
+        OpDef::ms("BiasDropout", dropout, FlopRule::PerOutput(cost::BIAS_DROPOUT)).dynamic(bias_dropout_policy),
+        OpDef::ms("BitmaskBiasDropout", dropout, FlopRule::PerOutput(cost::BIAS_DROPOUT)).dynamic(bias_dropout_policy),
         OpDef::onnx("RandomUniformLike", 1, random_like, per).policy(stochastic),
         OpDef::onnx("RandomNormalLike", 1, random_like, per).policy(stochastic),
         OpDef::onnx("RandomUniform", 1, random_shaped, per).policy(stochastic),
