@@ -48,8 +48,8 @@ pub fn seed_random_ops(model: &mut onnx::ModelProto, seed: u64) -> usize {
     count
 }
 
-/// A broken variant: one float tensor read in the graph's second half is scaled by
-/// 1 + 1e-3 before its readers there. Returns the model and the tensor's name.
+/// A broken variant: the first floating-point input of the node that computes the first
+/// graph output (the loss) is scaled by 1 + 1e-3. Returns the model and the tensor's name.
 pub fn broken_control(model: &onnx::ModelProto) -> Result<(onnx::ModelProto, String)> {
     let mut m = model.clone();
     let g = m.graph.as_mut().ok_or_else(|| anyhow!("model has no graph"))?;
@@ -57,27 +57,26 @@ pub fn broken_control(model: &onnx::ModelProto) -> Result<(onnx::ModelProto, Str
         .value_info
         .iter()
         .chain(g.output.iter())
+        .chain(g.input.iter())
         .filter(|v| matches!(v.r#type.as_ref().and_then(|t| t.value.as_ref()), Some(onnx::type_proto::Value::TensorType(t)) if t.elem_type == Some(1)))
         .filter_map(|v| v.name.clone())
         .collect();
-    let outputs: std::collections::HashSet<String> = g.output.iter().filter_map(|o| o.name.clone()).collect();
-    // The first float node output, read by a node in the second half of the file, that is not a graph output.
-    let half = g.node.len() / 2;
-    let target = g.node[half..]
+    let first_out = g.output.first().and_then(|o| o.name.clone()).ok_or_else(|| anyhow!("model has no outputs"))?;
+    let producer = g
+        .node
         .iter()
-        .flat_map(|n| n.input.iter())
-        .find(|t| float_names.contains(*t) && !outputs.contains(*t) && g.node.iter().any(|n| n.output.contains(t)))
-        .cloned()
-        .ok_or_else(|| anyhow!("no float tensor to perturb for the control"))?;
+        .position(|n| n.output.contains(&first_out))
+        .ok_or_else(|| anyhow!("output `{first_out}` has no producer to perturb for the control"))?;
+    let (slot, target) = g.node[producer]
+        .input
+        .iter()
+        .enumerate()
+        .find(|(_, t)| float_names.contains(*t))
+        .map(|(s, t)| (s, t.clone()))
+        .ok_or_else(|| anyhow!("the node computing `{first_out}` has no float input to perturb for the control"))?;
     let scaled = format!("{target}.ckpt_opt_control");
     let scale = "ckpt_opt_control_scale".to_string();
-    for n in g.node[half..].iter_mut() {
-        for i in n.input.iter_mut() {
-            if *i == target {
-                *i = scaled.clone();
-            }
-        }
-    }
+    g.node[producer].input[slot] = scaled.clone();
     g.initializer.push(onnx::TensorProto {
         name: Some(scale.clone()),
         data_type: Some(1),
@@ -92,7 +91,7 @@ pub fn broken_control(model: &onnx::ModelProto) -> Result<(onnx::ModelProto, Str
         domain: Some(String::new()),
         ..Default::default()
     };
-    g.node.insert(half, mul);
+    g.node.insert(producer, mul);
     Ok((m, target))
 }
 

@@ -225,9 +225,62 @@ pub fn candidates(graph: &Graph, class: &Classification, sim: &Simulation, types
     let finals: Vec<usize> = index_of.keys().copied().collect();
     for c in finals {
         let i = index_of[&c];
-        out.list[i].deps = closures[c].1.iter().filter_map(|d| index_of.get(d).copied()).collect();
+        out.list[i].deps = closures[c].1.iter().filter_map(|d| index_of.get(d).copied()).filter(|&d| d != i).collect();
     }
+    drop_dependency_cycles(graph, &mut out);
     out
+}
+
+/// Buffers reused across a chain can make two candidates need each other's values; such a
+/// pair cannot be rebuilt in any order, so every candidate on a cycle is kept (excluded).
+fn drop_dependency_cycles(graph: &Graph, out: &mut Candidates) {
+    loop {
+        let n = out.list.len();
+        // Colour DFS for a back edge.
+        let mut state = vec![0u8; n];
+        let mut on_cycle: Option<usize> = None;
+        fn visit(v: usize, list: &[Candidate], state: &mut [u8], found: &mut Option<usize>) {
+            state[v] = 1;
+            for &d in &list[v].deps {
+                if found.is_some() {
+                    return;
+                }
+                if state[d] == 1 {
+                    *found = Some(d);
+                    return;
+                }
+                if state[d] == 0 {
+                    visit(d, list, state, found);
+                }
+            }
+            state[v] = 2;
+        }
+        for v in 0..n {
+            if state[v] == 0 && on_cycle.is_none() {
+                visit(v, &out.list, &mut state, &mut on_cycle);
+            }
+        }
+        let Some(bad) = on_cycle else { return };
+        let c = out.list.remove(bad);
+        if let Some(&t) = c.saved.first() {
+            if let Some(p) = graph.tensor(t).producer() {
+                out.excluded.push(Excluded {
+                    tensor: t,
+                    node: p,
+                    op: graph.node(p).op_label(),
+                    reason: "its recompute and another's need each other's values (shared buffer): kept".to_string(),
+                });
+            }
+        }
+        for cand in &mut out.list {
+            cand.deps.retain(|&d| d != bad);
+            for d in &mut cand.deps {
+                if *d > bad {
+                    *d -= 1;
+                }
+            }
+        }
+    }
 }
 
 /// The solver's problem: live bytes per step, candidates, and the arena budget.
