@@ -17,7 +17,11 @@ fn bool_init(name: &str, v: bool) -> onnx::TensorProto {
 }
 
 fn dropout_model(opset: i64, training: Option<&str>) -> onnx::ModelProto {
-    let mut inputs = vec!["x", "ratio"];
+    dropout_model_with(opset, "ratio", training)
+}
+
+fn dropout_model_with(opset: i64, ratio: &str, training: Option<&str>) -> onnx::ModelProto {
+    let mut inputs = vec!["x", ratio];
     if let Some(t) = training {
         inputs.push(t);
     }
@@ -25,6 +29,7 @@ fn dropout_model(opset: i64, training: Option<&str>) -> onnx::ModelProto {
         .input("x", DType::F32, "b,64")
         .input("mode", DType::Bool, "")
         .init_f32("ratio", &[], &[0.1])
+        .init_f32("zero", &[], &[0.0])
         .initializer(bool_init("on", true))
         .initializer(bool_init("off", false))
         .node("Dropout", &inputs, &["y", "mask"])
@@ -52,6 +57,9 @@ fn dropout_is_stochastic_only_in_training_mode() {
         };
         assert_eq!(got, want, "opset {opset}, training_mode {mode:?}: {p:?}");
     }
+    // Ratio 0 is a copy even in training mode.
+    let (g, _) = run(dropout_model_with(20, "zero", Some("on")));
+    assert_eq!(policy(&g, producer(&g, "y")), Policy::Recomputable);
     // Opset 7–11 Dropout has no training mode: ORT runs it as Identity.
     let m = ModelBuilder::new(11)
         .input("x", DType::F32, "4")

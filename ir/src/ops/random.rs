@@ -1,8 +1,13 @@
 //! Ops that draw random numbers: never recomputed (a recompute would draw another mask or
 //! sample than the backward pass was built on). Dropout is stochastic only in training
 //! mode: from opset 12 its `training_mode` input decides (absent or a constant false:
-//! Identity, recomputable); opsets 7–11 have no training mode (ONNX Runtime runs them as
+//! Identity, recomputable), and a constant ratio of 0 is a copy even in training mode (ONNX
+//! spec, and ORT's kernels); opsets 7–11 have no training mode (ONNX Runtime runs them as
 //! Identity); opsets 1–6 train unless `is_test` is set.
+//!
+//! ONNX Runtime's own memory optimizer does recompute Dropout, by first giving the original
+//! and the clone the same `seed` attribute so both kernels draw the same masks step by step
+//! (`SetSeedForDropoutNode`); this registry stays conservative and keeps them.
 
 use crate::dtype::DType;
 use crate::graph::Graph;
@@ -12,7 +17,7 @@ use crate::shape::{Dim, Shape};
 use super::cost;
 use super::ctx::{out, InferCtx};
 use super::infer::TensorType;
-use super::value::constant_i64;
+use super::value::{constant_f64, constant_i64};
 use super::{FlopRule, OpDef, Policy};
 
 type Out = Result<Vec<Option<TensorType>>, String>;
@@ -21,10 +26,15 @@ const TRAINING_DROPOUT: &str = "dropout in training mode draws a new mask on eve
 const DYNAMIC_TRAINING_MODE: &str = "dropout's training_mode is not a constant: it may draw a mask";
 const RANDOM: &str = "draws random numbers: a recompute would differ";
 
-/// The policy of a dropout whose `training_mode` is input `slot` (absent = inference).
-fn dropout_policy_at(graph: &Graph, node: NodeId, slot: usize) -> Policy {
-    match graph.node(node).inputs.get(slot).copied().flatten() {
+/// The policy of a dropout whose ratio is input `ratio` (absent = 0.5) and whose
+/// `training_mode` is input `ratio + 1` (absent = inference).
+fn dropout_policy_at(graph: &Graph, node: NodeId, ratio: usize) -> Policy {
+    let n = graph.node(node);
+    let input = |i: usize| n.inputs.get(i).copied().flatten();
+    let zero_ratio = input(ratio).and_then(|t| constant_f64(graph, t)).is_some_and(|v| v == [0.0]);
+    match input(ratio + 1) {
         None => Policy::Recomputable,
+        Some(_) if zero_ratio => Policy::Recomputable,
         Some(t) => match constant_i64(graph, t).as_deref() {
             Some([0]) => Policy::Recomputable,
             Some([_]) => Policy::Stochastic(TRAINING_DROPOUT),
@@ -37,7 +47,7 @@ fn dropout_policy(graph: &Graph, node: NodeId) -> Policy {
     let n = graph.node(node);
     let opset = graph.opset(&n.domain).unwrap_or(i64::MAX);
     if opset >= 12 {
-        dropout_policy_at(graph, node, 2)
+        dropout_policy_at(graph, node, 1)
     } else if opset >= 7 || n.attr_i("is_test").unwrap_or(0) != 0 {
         Policy::Recomputable
     } else {
@@ -46,11 +56,12 @@ fn dropout_policy(graph: &Graph, node: NodeId) -> Policy {
 }
 
 fn ms_dropout_policy(graph: &Graph, node: NodeId) -> Policy {
-    dropout_policy_at(graph, node, 2)
+    dropout_policy_at(graph, node, 1)
 }
 
+/// BiasDropout (data, bias, residual, ratio, training_mode).
 fn bias_dropout_policy(graph: &Graph, node: NodeId) -> Policy {
-    dropout_policy_at(graph, node, 4)
+    dropout_policy_at(graph, node, 3)
 }
 
 /// Output like the data; mask a bool tensor of the same shape (uint32 words for bitmask
