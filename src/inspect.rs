@@ -49,6 +49,8 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
     };
     let opsets: serde_json::Map<String, serde_json::Value> =
         graph.opsets().into_iter().map(|(d, v)| (d, json!(v))).collect();
+    let (optimizer, bits) = a.model_args.optimizer();
+    let analysis = ckpt_opt::optimize::analyse(graph.clone(), &bindings, a.model_args.loss.as_deref(), optimizer, bits);
     if a.json {
         let v = json!({
             "model": a.model.display().to_string(),
@@ -67,10 +69,26 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
             "symbolic_dims": graph.symbols(),
             "bindings": bindings,
         });
+        let mut v = v;
+        match &analysis {
+            Ok(an) => {
+                v["predicted_peak_bytes"] = json!(an.sim.peak_live);
+                v["predicted_default_arena_peak_bytes"] = json!(an.sim.arena_peak);
+                v["ledger"] = ckpt_opt::optimize::ledger_json(&an.ledger);
+                let trace = ckpt_opt::optimize::trace_json(an);
+                v["peak"] = trace["peak"].clone();
+                v["phases"] = trace["phases"].clone();
+            }
+            Err(e) => v["memory_model_error"] = json!(format!("{e:#}")),
+        }
         println!("{}", serde_json::to_string_pretty(&v).map_err(Failure::input)?);
         return Ok(());
     }
     print_human(&graph, a, &class, params, param_elems, &param_bytes);
+    match &analysis {
+        Ok(an) => print_memory(an),
+        Err(e) => println!("memory model: unavailable ({e:#})"),
+    }
     Ok(())
 }
 
@@ -107,5 +125,31 @@ fn print_human(
     println!("outputs ({}):", graph.outputs().len());
     for &t in graph.outputs() {
         println!("  {:<40} {:<24} {}", graph.tensor(t).name, type_str(graph, t), kind(t));
+    }
+}
+
+fn print_memory(an: &ckpt_opt::optimize::Analysis) {
+    let l = &an.ledger;
+    println!("ledger (one training step):");
+    for (name, bytes) in l.lines() {
+        let mark = if name == l.dominant() { "  <- dominant" } else { "" };
+        println!("  {:<22} {:>12}{mark}", name, human(bytes));
+    }
+    println!("  {:<22} {:>12}  ({} tensors)", "saved activations #", "", l.saved_activations_count);
+    for (n, b) in &l.largest_saved {
+        println!("      {:<40} {:>12}", n, human(*b));
+    }
+    println!("  {:<22} {:>12}  (ORT arena, one step; default BFC arena: {})", "predicted arena peak", human(l.arena_peak_bytes), human(an.sim.arena_peak));
+    println!("  {:<22} {:>12}", "total", human(l.total_bytes));
+    println!("phase trace (peak live arena bytes per phase):");
+    for (p, pk) in an.sim.phase_peaks(&an.class) {
+        let node = pk.node.map(|n| an.graph.node(n).name.clone()).unwrap_or_default();
+        println!("  {:<10} {:>12}  at step {:>5}  {}", p.name(), human(pk.bytes), pk.step, node);
+    }
+    if let Some(&n) = an.sim.schedule.order.get(an.sim.peak_step) {
+        println!("high-water mark: step {} node `{}` ({}, {})", an.sim.peak_step, an.graph.node(n).name, an.graph.node(n).op_label(), an.class.phase(n));
+        for (t, b) in an.sim.live_tensors_at(an.sim.peak_step).iter().take(5) {
+            println!("      {:<40} {:>12}  {}", an.graph.tensor(*t).name, human(*b), an.class.kind(*t).name());
+        }
     }
 }

@@ -38,6 +38,14 @@ fn inspect_works_on_every_fixture() {
         assert!(v["ir_version"].as_i64().unwrap() >= 8, "{}", f.name);
         let params = f.manifest["parameter_inputs"].as_array().map_or(0, |a| a.len()) as u64;
         assert_eq!(v["parameters"]["count"].as_u64(), Some(params), "{}: parameter count", f.name);
+        if f.kind == "std" {
+            assert!(v["predicted_peak_bytes"].as_u64().unwrap() > 0, "{}", f.name);
+            for key in ["parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "saved_activations_bytes", "saved_activations_count"] {
+                assert!(v["ledger"][key].is_u64(), "{}: ledger.{key}", f.name);
+            }
+            assert!(v["ledger"]["saved_activations_count"].as_u64().unwrap() > 0, "{}", f.name);
+            assert!(v["peak"]["phase"].is_string() && v["peak"]["node"].is_string(), "{}", f.name);
+        }
         let o = run(&["inspect", path_str(&f.path)]);
         assert!(o.status.success(), "{}", f.name);
         assert!(stdout(&o).contains("parameters"), "{}", f.name);

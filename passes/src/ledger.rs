@@ -104,11 +104,13 @@ pub fn ledger(graph: &Graph, class: &Classification, sim: &Simulation, b: &Bindi
     l.largest_saved.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     l.largest_saved.truncate(5);
     l.arena_peak_bytes = sim.peak_live;
+    let step = sim.peak_step;
     let saved_at_peak: u64 = sim
-        .live_tensors_at(sim.peak_step)
+        .buffers
         .iter()
-        .filter(|(t, _)| class.kind(*t) == TensorKind::SavedActivation)
-        .map(|(_, b)| *b)
+        .filter(|buf| buf.alloc_step <= step && buf.free_after.is_none_or(|f| f >= step))
+        .filter(|buf| buf.values.iter().any(|&v| class.kind(v) == TensorKind::SavedActivation))
+        .map(|buf| rounded(buf.bytes))
         .sum();
     l.transient_at_peak_bytes = sim.peak_live.saturating_sub(saved_at_peak).saturating_sub(grad_in_arena);
     l.fixed_bytes = l.parameters_bytes + l.optimizer_state_bytes + l.data_bytes;
