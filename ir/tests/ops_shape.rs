@@ -224,3 +224,35 @@ fn a_non_constant_axes_input_is_an_error_naming_the_node() {
     let e = try_run(m).unwrap_err().to_string();
     assert!(e.contains("Squeeze_y") && e.contains("axes"), "{e}");
 }
+
+#[test]
+fn malformed_attributes_are_errors_not_panics() {
+    use ckpt_ir::build::attr_ints;
+    let conv = ModelBuilder::new(20)
+        .input("x", DType::F32, "1,3,8,8")
+        .input("w", DType::F32, "4,3,3,3")
+        .node_with("Conv", &["x", "w"], &["y"], vec![attr_ints("strides", &[0, 1])])
+        .output("y", DType::F32, "")
+        .build();
+    assert!(try_run(conv).unwrap_err().to_string().contains("positive"));
+    let pads = ModelBuilder::new(20)
+        .input("x", DType::F32, "1,3,8,8")
+        .node_with("MaxPool", &["x"], &["y"], vec![attr_ints("kernel_shape", &[2, 2]), attr_ints("pads", &[1])])
+        .output("y", DType::F32, "")
+        .build();
+    assert!(try_run(pads).unwrap_err().to_string().contains("do not fit"));
+    let split = ModelBuilder::new(20)
+        .input("x", DType::F32, "6")
+        .node_with("Split", &["x"], &["a"], vec![attr_i("num_outputs", 0)])
+        .output("a", DType::F32, "")
+        .build();
+    assert!(try_run(split).is_err());
+    let div = ModelBuilder::new(20)
+        .init_i64("a", &[], &[i64::MIN])
+        .init_i64("b", &[], &[-1])
+        .node("Div", &["a", "b"], &["c"])
+        .output("c", DType::I64, "")
+        .build();
+    let (g, t) = run(div);
+    assert_eq!(val(&g, &t, "c").as_deref(), Some("9223372036854775808"), "exact as a polynomial, no i64 overflow");
+}

@@ -24,7 +24,7 @@ pub(crate) fn same_as_input(ctx: &InferCtx<'_>) -> Out {
 /// elements are tracked and the output is small.
 fn bcast_value(ctx: &InferCtx<'_>, out: &Shape, ins: &[usize], f: impl Fn(&[&Dim]) -> Option<Dim>) -> Option<Vec<Dim>> {
     let od: Vec<usize> = out.dims().iter().map(|d| d.known().map(|k| k as usize)).collect::<Option<_>>()?;
-    let n: usize = od.iter().product();
+    let n = od.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
     if n as u64 > MAX_VALUE_ELEMS {
         return None;
     }
@@ -69,11 +69,8 @@ fn bcast_shape(ctx: &InferCtx<'_>, ins: &[usize]) -> Result<Shape, String> {
 }
 
 fn floor_div(a: i64, b: i64) -> Option<i64> {
-    if b == 0 {
-        return None;
-    }
-    let q = a / b;
-    Some(if (a % b != 0) && ((a < 0) != (b < 0)) { q - 1 } else { q })
+    let (q, r) = (a.checked_div(b)?, a.checked_rem(b)?);
+    Some(if r != 0 && ((a < 0) != (b < 0)) { q - 1 } else { q })
 }
 
 fn arith(op: &str, a: &Dim, b: &Dim) -> Option<Dim> {
@@ -179,7 +176,7 @@ fn unary_keep(ctx: &InferCtx<'_>) -> Out {
         "Abs" => x
             .value
             .as_ref()
-            .and_then(|v| v.iter().map(|d| int_of(d).map(|i| dim_of(i.abs()))).collect::<Option<Vec<_>>>()),
+            .and_then(|v| v.iter().map(|d| int_of(d).and_then(i64::checked_abs).map(dim_of)).collect::<Option<Vec<_>>>()),
         "Floor" | "Ceil" | "Round" => x.value.clone(),
         _ => None,
     };

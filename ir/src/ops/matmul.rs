@@ -128,6 +128,12 @@ fn window_dims(ctx: &InferCtx<'_>, x: &Shape, kernel: &[u64]) -> Result<Vec<Dim>
     let dils = ctx.attr_ints("dilations").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; sp]);
     let pads = ctx.attr_ints("pads").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![0; 2 * sp]);
     let auto_pad = ctx.attr_s("auto_pad").unwrap_or_else(|| "NOTSET".into());
+    if strides.len() != sp || dils.len() != sp || pads.len() != 2 * sp {
+        return Err(format!("strides {strides:?}, dilations {dils:?} or pads {pads:?} do not fit {sp} spatial dims"));
+    }
+    if kernel.contains(&0) || strides.iter().chain(&dils).any(|&v| v < 1) {
+        return Err(format!("kernel {kernel:?}, strides {strides:?} and dilations {dils:?} must be positive"));
+    }
     if ctx.attr_i("ceil_mode").unwrap_or(0) != 0 {
         return Err("ceil_mode is not supported".into());
     }
@@ -301,7 +307,7 @@ fn gemm_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
 fn conv_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
     let y = ctx.numel(ctx.out_shape(0)?)?; // N·Cout·spatial
     let w = ctx.dims(ctx.in_shape(1)?)?; // [Cout, Cin/g, k…]
-    let per_out: u64 = w[1..].iter().product();
+    let per_out = ctx.product(w.get(1..).unwrap_or_default())?;
     let mac = ctx.product(&[2, y, per_out])?;
     let bias = if ctx.has_input(2) { y } else { 0 };
     mac.checked_add(bias).ok_or(FlopError::Overflow { node: ctx.node.display_name(ctx.id) })

@@ -204,7 +204,10 @@ fn split(ctx: &InferCtx<'_>) -> Out {
     } else if let Some(s) = ctx.attr_ints("split").filter(|s| !s.is_empty()) {
         s.into_iter().map(dim_of).collect()
     } else {
-        let parts = ctx.attr_i("num_outputs").map_or(n as u64, |k| k as u64);
+        let parts = ctx.attr_i("num_outputs").map_or(n as u64, |k| k.max(0) as u64);
+        if parts == 0 {
+            return Err("Split into 0 parts".into());
+        }
         match d.known() {
             Some(k) => {
                 let chunk = k.div_ceil(parts);
@@ -451,12 +454,14 @@ fn range(ctx: &InferCtx<'_>) -> Out {
     let one = |i: usize| ctx.value(i).and_then(|v| v.first().cloned());
     let (start, limit, delta) = (one(0), one(1), one(2));
     let len = match (start.as_ref().and_then(int_of), limit.as_ref().and_then(int_of), delta.as_ref().and_then(int_of)) {
-        (Some(s), Some(l), Some(d)) if d != 0 => Dim::Known(((l - s) as f64 / d as f64).ceil().max(0.0) as u64),
+        (Some(s), Some(l), Some(d)) if d != 0 => Dim::Known(((l as f64 - s as f64) / d as f64).ceil().max(0.0) as u64),
         (_, _, Some(1)) if start.is_some() && limit.is_some() => limit.clone().unwrap_or(Dim::Known(0)).sub(&start.clone().unwrap_or(Dim::Known(0))),
         _ => fresh(ctx, 0, "Range bounds are not computable"),
     };
     let value = match (start.as_ref().and_then(int_of), delta.as_ref().and_then(int_of), len.known()) {
-        (Some(s), Some(d), Some(n)) if n <= super::value::MAX_VALUE_ELEMS => Some((0..n as i64).map(|i| dim_of(s + i * d)).collect()),
+        (Some(s), Some(d), Some(n)) if n <= super::value::MAX_VALUE_ELEMS => {
+            (0..n as i64).map(|i| i.checked_mul(d).and_then(|x| x.checked_add(s)).map(dim_of)).collect()
+        }
         _ => None,
     };
     Ok(vec![out_v(dtype, Shape(vec![len]), value)])
