@@ -51,6 +51,11 @@ impl Types {
         self.get(t).and_then(|x| x.value.as_deref())
     }
 
+    /// Every typed tensor with its type, in tensor order.
+    pub fn iter(&self) -> impl Iterator<Item = (TensorId, &TensorType)> + '_ {
+        self.types.iter().enumerate().filter_map(|(i, t)| t.as_ref().map(|t| (TensorId(i as u32), t)))
+    }
+
     /// Assumptions inference had to make (undecidable broadcasts, slices assumed in range,
     /// dims it could not determine), each naming its node.
     pub fn warnings(&self) -> &[String] {
