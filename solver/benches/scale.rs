@@ -1,7 +1,7 @@
 //! Synthetic transformer-like problems at 12 and 48 layers: model size, ILP
 //! solve time, status, gap, and how the baselines compare.
 //!
-//! `cargo bench -p ckpt-solver --bench scale [-- LAYERS...]`
+//! `[CBC=key=value,...] cargo bench -p ckpt-solver --bench scale [-- LAYERS...]`
 
 use std::time::Instant;
 
@@ -102,6 +102,15 @@ fn cost_of(r: &Result<Plan, SolveError>) -> String {
 fn main() {
     let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let layer_counts = if args.is_empty() { vec![12, 48] } else { args };
+    // CBC=key=value,key=value passes extra CBC parameters (for experiments).
+    let mut options = IlpOptions::default();
+    if let Ok(extra) = std::env::var("CBC") {
+        for kv in extra.split(',').filter(|kv| !kv.is_empty()) {
+            if let Some((k, v)) = kv.split_once('=') {
+                options.cbc_parameters.push((k.into(), v.into()));
+            }
+        }
+    }
     println!(
         "{:>6} {:>5} {:>5} {:>5} {:>5} {:>6} {:>7} {:>7} {:>6} {:>8} {:>8} {:>10} {:>6} {:>9} {:>9} {:>9} {:>7}",
         "layers", "frac", "cands", "steps", "segs", "rows", "bins", "conts", "rounds", "greedy_s", "ilp_s", "status", "gap",
@@ -115,7 +124,7 @@ fn main() {
             let greedy_s = t0.elapsed().as_secs_f64();
             let per_block = solve_per_block(&p);
             let t1 = Instant::now();
-            let ilp = solve_ilp(&p);
+            let ilp = solve_ilp_with(&p, &options);
             let ilp_s = t1.elapsed().as_secs_f64();
             let (size, status, gap, ilp_cost) = match &ilp {
                 Ok(plan) => {

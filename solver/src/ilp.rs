@@ -41,7 +41,8 @@
 //! optimal. Otherwise the violated segments are deepened to cover the
 //! chains the answer used and the model is solved again.
 //!
-//! Rows are scaled by the largest byte count, the objective by the largest cost.
+//! Rows are scaled by the largest byte count; the objective is in units of
+//! the costs' gcd, so it is integral and CBC stops once the gap is below 1.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::mpsc;
@@ -265,6 +266,10 @@ fn search(problem: &Problem, warm: Option<&[bool]>, options: &IlpOptions, deadli
     unreachable!("the refinement loop returns")
 }
 
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
 /// `p_{i,s}` as a term.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Remat {
@@ -419,7 +424,9 @@ impl Skeleton {
         for row in &rows {
             reads_before[row.seg] |= !row.transients.is_empty() && row.seg > 0;
         }
-        let cost_unit = cands.iter().map(|c| c.cost).max().unwrap_or(1).max(1) as f64;
+        // Objective in units of the costs' gcd: integral, so CBC can stop as
+        // soon as the gap is below one unit.
+        let cost_unit = cands.iter().map(|c| c.cost).fold(0, gcd).max(1) as f64;
         Skeleton {
             bytes: cands.iter().map(|c| c.bytes as f64 / unit).collect(),
             transient: cands.iter().map(|c| c.transient as f64 / unit).collect(),
@@ -503,11 +510,16 @@ struct Formulation {
     var_of: HashMap<(usize, usize), usize>,
     /// Whether each variable's upper bound is exact (no truncated dependent).
     exact: Vec<bool>,
+    /// Whether it needs upper bounds: it is read as the value before a
+    /// transient's segment (a higher value would hide the transient), or
+    /// bounds one that is. Elsewhere a higher `p` only costs absence, so
+    /// lower bounds suffice.
+    bounded: Vec<bool>,
 }
 
 impl Formulation {
     fn build(sk: &Skeleton, depth: &[usize]) -> Formulation {
-        let mut f = Formulation { vars: Vec::new(), var_of: HashMap::new(), exact: Vec::new() };
+        let mut f = Formulation { vars: Vec::new(), var_of: HashMap::new(), exact: Vec::new(), bounded: Vec::new() };
         let add = |f: &mut Formulation, s: usize, limit: usize| {
             for (i, _) in sk.distances(s, limit) {
                 if sk.useful[i] && !f.var_of.contains_key(&(i, s)) {
@@ -533,6 +545,27 @@ impl Formulation {
                 Remat::Var(w) => f.exact[w],
                 Remat::Truncated => false,
             });
+        }
+        f.bounded = vec![false; f.vars.len()];
+        let mut work: Vec<usize> = Vec::new();
+        for row in sk.rows.iter().filter(|r| r.seg > 0) {
+            for &i in &row.transients {
+                if let Remat::Var(v) = f.remat(sk, i, row.seg - 1) {
+                    work.push(v);
+                }
+            }
+        }
+        while let Some(v) = work.pop() {
+            if f.bounded[v] {
+                continue;
+            }
+            f.bounded[v] = true;
+            let (i, s) = f.vars[v];
+            for &k in &sk.dependents[i] {
+                if let Remat::Var(w) = f.remat(sk, k, s) {
+                    work.push(w);
+                }
+            }
         }
         f
     }
@@ -571,6 +604,7 @@ impl Formulation {
         let mut pv = ProblemVariables::new();
         let x: Vec<Option<Variable>> = (0..n).map(|i| sk.useful[i].then(|| pv.add(variable().binary()))).collect();
         let p: Vec<Variable> = self.vars.iter().map(|_| pv.add(variable().min(0.0).max(1.0))).collect();
+        let w: Vec<Variable> = sk.kept.iter().map(|_| pv.add(variable().min(0.0))).collect();
         let x_term = |i: usize| -> Expression { x[i].map(Expression::from).unwrap_or_default() };
         let term = |r: Remat| -> Expression {
             match r {
@@ -586,6 +620,10 @@ impl Formulation {
         // CBC 2.10's integer preprocessing declared suboptimal plans optimal
         // on 3- and 4-binary models, with and without a MIP start: keep it off.
         model.set_parameter("preprocess", "off");
+        model.set_parameter("allowableGap", "0.999");
+        // The warm start makes CBC's primal heuristics redundant, and on the
+        // 48-layer bench its feasibility pump alone took 6-11 s.
+        model.set_parameter("heur", "off");
         if options.relative_gap > 0.0 {
             model.set_parameter("ratioGap", &options.relative_gap.to_string());
         }
@@ -595,7 +633,9 @@ impl Formulation {
 
         for (v, &(i, s)) in self.vars.iter().enumerate() {
             let pi: Expression = p[v].into();
-            model.add_constraint(pi.clone().leq(x_term(i)));
+            if self.bounded[v] {
+                model.add_constraint(pi.clone().leq(x_term(i)));
+            }
             let mut upper = Expression::default();
             for &k in &sk.dependents[i] {
                 let pk = self.remat(sk, k, s);
@@ -605,20 +645,57 @@ impl Formulation {
                 model.add_constraint(pi.clone().geq(term(pk) + x_term(i) - 1.0));
                 upper += term(pk);
             }
-            if self.exact[v] {
+            if self.bounded[v] && self.exact[v] {
                 model.add_constraint(pi.clone().leq(upper));
             }
-            if s > 0 {
+            if s > 0 && self.bounded[v] {
                 if let Some(&w) = self.var_of.get(&(i, s - 1)) {
                     model.add_constraint(pi.geq(p[w]));
                 }
             }
         }
+        // w_s = Σ bytes_i x_i over the windows covering kept segment s, as a
+        // chain of differences: a dense sum per row made the LP ~1.5M nonzeros
+        // at 48 layers.
+        let mut covered: HashMap<usize, usize> = HashMap::new();
+        let mut previous: &[usize] = &[];
+        for (idx, row) in sk.rows.iter().enumerate() {
+            if covered.contains_key(&row.seg) {
+                continue;
+            }
+            let k = covered.len();
+            covered.insert(row.seg, k);
+            let mut chain: Expression = w[k].into();
+            if k > 0 {
+                chain -= w[k - 1];
+            }
+            let (mut a, mut b) = (0, 0);
+            let current = &sk.rows[idx].covering;
+            while a < previous.len() || b < current.len() {
+                match (previous.get(a), current.get(b)) {
+                    (Some(&pa), Some(&cb)) if pa == cb => {
+                        a += 1;
+                        b += 1;
+                    }
+                    (Some(&pa), cb) if cb.is_none_or(|&cb| pa < cb) => {
+                        chain += sk.bytes[pa] * x_term(pa);
+                        a += 1;
+                    }
+                    (_, Some(&cb)) => {
+                        chain -= sk.bytes[cb] * x_term(cb);
+                        b += 1;
+                    }
+                    _ => unreachable!(),
+                }
+            }
+            model.add_constraint(chain.eq(0.0));
+            previous = current;
+        }
         for row in &sk.rows {
-            let mut lhs = Expression::default();
+            let mut lhs: Expression = w[covered[&row.seg]].into();
             for &i in &row.covering {
                 if sk.useful[i] {
-                    lhs += sk.bytes[i] * (x_term(i) - term(self.remat(sk, i, row.seg)));
+                    lhs -= sk.bytes[i] * term(self.remat(sk, i, row.seg));
                 }
             }
             for &i in &row.transients {
@@ -641,6 +718,15 @@ impl Formulation {
             for (v, &(i, s)) in self.vars.iter().enumerate() {
                 let back = remat[i].is_some_and(|r| r <= sk.seg_start[s]);
                 init.push((p[v], if back { 1.0 } else { 0.0 }));
+            }
+            let mut k = 0;
+            for (idx, row) in sk.rows.iter().enumerate() {
+                if idx > 0 && sk.rows[idx - 1].seg == row.seg {
+                    continue;
+                }
+                let absent: f64 = row.covering.iter().filter(|&&i| sk.useful[i] && warm[i]).map(|&i| sk.bytes[i]).sum();
+                init.push((w[k], absent));
+                k += 1;
             }
             model = model.with_initial_solution(init);
         }
