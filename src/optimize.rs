@@ -87,10 +87,13 @@ pub struct Rewritten {
     pub solve_attempts: usize,
 }
 
-fn lowest_reachable(before: &Analysis, cands: &Candidates) -> u64 {
-    let p = problem(&before.graph, &before.sim, cands, 0);
-    let all = vec![true; p.candidates.len()];
-    ckpt_solver::evaluate(&p, &all).peak.min(before.sim.peak_live)
+/// The lowest total the simulator (the truth) reaches: recomputing every candidate, or the
+/// best plan the search realised, or nothing, whichever is lowest.
+fn lowest_reachable(job: &Job, before: &Analysis, cands: &Candidates, best: Option<u64>) -> u64 {
+    let prob = problem(&before.graph, &before.sim, cands, 0);
+    let all = plan_from_set(&prob, vec![true; cands.list.len()]);
+    let simulated_all = realise(job, before, cands, &all).map(|(a, _)| a.ledger.total_bytes).unwrap_or(u64::MAX);
+    simulated_all.min(best.unwrap_or(u64::MAX)).min(before.ledger.total_bytes)
 }
 
 /// Run the job up to (not including) writing.
@@ -115,70 +118,158 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         return Ok(Outcome::CannotFit { before, message, lowest_total: fixed });
     }
     let cands = candidates(&before.graph, &before.class, &before.sim, &before.types, &job.bindings);
+    let cannot_fit = |before: Analysis, cands: &Candidates, best: Option<u64>| {
+        let lowest = lowest_reachable(job, &before, cands, best);
+        let message = format!(
+            "no recompute plan fits: the lowest peak recompute reaches under ONNX Runtime's allocator is {} ({} fixed + {} arena), above the ceiling of {}; dominant ledger line: {}",
+            human(lowest),
+            human(fixed),
+            human(lowest.saturating_sub(fixed)),
+            human(effective),
+            before.ledger.dominant()
+        );
+        Outcome::CannotFit { before, message, lowest_total: lowest }
+    };
+    let debug = std::env::var_os("CKPT_OPT_DEBUG").is_some();
     let mut arena_ceiling = effective - fixed;
     let opts = IlpOptions { time_limit: job.time_limit, ..Default::default() };
-    for attempt in 1..=5 {
+    // Best realised plan so far, by simulated total.
+    let mut best: Option<(Plan, Analysis, String)> = None;
+    let mut attempts = 0;
+    // 1. The ILP, re-solved with a tighter budget while the simulator disagrees.
+    for _ in 0..3 {
+        attempts += 1;
         let prob = problem(&before.graph, &before.sim, &cands, arena_ceiling);
         let plan = match solve_ilp_with(&prob, &opts) {
             Ok(p) => p,
             Err(e @ (SolveError::Infeasible { .. } | SolveError::NoPlanWithinTimeLimit { .. } | SolveError::DoesNotFit { .. })) => {
-                if std::env::var_os("CKPT_OPT_DEBUG").is_some() {
+                if debug {
                     eprintln!("solver: {e}");
                 }
-                let lowest = lowest_reachable(&before, &cands);
-                let message = format!(
-                    "no recompute plan fits: the lowest arena peak recompute can reach is {} (total {} with {} fixed); the ceiling leaves {} for the arena. Dominant ledger line: {}",
-                    human(lowest),
-                    human(lowest + fixed),
-                    human(fixed),
-                    human(effective - fixed),
-                    before.ledger.dominant()
-                );
-                return Ok(Outcome::CannotFit { before, message, lowest_total: lowest + fixed });
+                break;
             }
             Err(e) => return Err(anyhow!(e)),
         };
-        let mut patch = rewrite(&before.graph, &before.class, &cands, &plan, &format!("recompute for ceiling {}", job.ceiling));
-        patch.metadata.push((METADATA_KEY.to_string(), CSE_VALUE.to_string()));
-        let patch_text = patch.to_string();
-        let mut g2 = before.graph.clone();
-        patch.apply(&mut g2).context("applying the recompute patch")?;
-        let after = analyse(g2, &job.bindings, job.loss.as_deref(), job.optimizer, job.optimizer_bits)?;
-        if after.ledger.total_bytes <= effective {
-            return Ok(Outcome::Rewritten(Box::new(Rewritten { before, after, cands, plan, patch_text, arena_ceiling, solve_attempts: attempt })));
+        let (after, text) = realise(job, &before, &cands, &plan)?;
+        if debug {
+            eprintln!("ilp attempt {attempts}: solver peak {} at {} simulated {} at {}", plan.peak, plan.peak_step, after.sim.peak_live, after.sim.peak_step);
+            for (i, c) in cands.list.iter().enumerate().filter(|(i, _)| plan.recompute[*i]) {
+                let name = &before.graph.tensor(c.saved[0]).name;
+                let clone = after.graph.tensor_id(&format!("{name}.recompute")).and_then(|t| after.graph.tensor(t).producer()).and_then(|p| after.sim.schedule.step_of(p));
+                let orig = after.graph.tensor_id(name).unwrap();
+                let ob = after.sim.buffer_of[orig.index()].map(|b| (after.sim.buffers[b].alloc_step, after.sim.buffers[b].free_after));
+                eprintln!("   cand {i} {name} bytes {} window {}..{} remat {:?} | clone step {clone:?} orig buffer {ob:?}", c.bytes, c.free_from, c.needed_at, plan.remat_at[i]);
+            }
+            let names = |a: &Analysis, st: usize| -> std::collections::BTreeMap<String, u64> {
+                a.sim.buffers.iter().filter(|b| b.alloc_step <= st && b.free_after.is_none_or(|f| f >= st)).map(|b| (b.values.iter().map(|&v| a.graph.tensor(v).name.clone()).collect::<Vec<_>>().join("|"), b.bytes)).collect()
+            };
+            let (nb, na) = (names(&before, plan.peak_step), names(&after, after.sim.peak_step));
+            eprintln!("   step {} before: {} after: {}", plan.peak_step, before.graph.node(before.sim.schedule.order[plan.peak_step]).name, after.graph.node(after.sim.schedule.order[after.sim.peak_step]).name);
+            for (k, v) in &nb { if !na.contains_key(k) { eprintln!("   - {k} {v}"); } }
+            for (k, v) in &na { if !nb.contains_key(k) { eprintln!("   + {k} {v}"); } }
         }
-        // The simulator (the truth) disagrees with the solver's linear model: tighten and re-solve.
-        let excess = after.ledger.total_bytes - effective;
-        if std::env::var_os("CKPT_OPT_DEBUG").is_some() {
-            let pk = after.sim.peak_step;
-            let node = after.sim.schedule.order[pk];
-            eprintln!(
-                "attempt {attempt}: solver peak {} at step {}, simulated {} at step {pk} ({} {}), excess {excess}",
-                plan.peak, plan.peak_step, after.sim.peak_live, after.graph.node(node).name, after.class.phase(node)
-            );
-            for &n in after.graph.nodes() {
-                if after.class.phase(n) == ckpt_passes::Phase::Recompute {
-                    let st = after.sim.schedule.step_of(n).unwrap_or(0);
-                    let first = after.graph.node(n).output_tensors().flat_map(|t| after.graph.tensor(t).consumers().to_vec()).filter_map(|c| after.sim.schedule.step_of(c)).min();
-                    eprintln!("   clone {} at step {st}, first consumer at {first:?}", after.graph.node(n).name);
-                }
-            }
-            for (t, b) in after.sim.live_tensors_at(pk).iter().take(8) {
-                eprintln!("   live {} {b} {}", after.graph.tensor(*t).name, after.class.kind(*t).name());
-            }
+        let total = after.ledger.total_bytes;
+        if total <= effective {
+            return Ok(Outcome::Rewritten(Box::new(Rewritten { before, after, cands, plan, patch_text: text, arena_ceiling, solve_attempts: attempts })));
+        }
+        let excess = total - effective;
+        if best.as_ref().is_none_or(|(_, a, _)| total < a.ledger.total_bytes) {
+            best = Some((plan, after, text));
         }
         if excess >= arena_ceiling {
             break;
         }
         arena_ceiling -= excess;
     }
-    let lowest = lowest_reachable(&before, &cands);
-    let message = format!(
-        "no plan the simulator accepts was found: the lowest arena peak recompute can reach is {} (total {})",
-        human(lowest),
-        human(lowest + fixed)
-    );
-    Ok(Outcome::CannotFit { before, message, lowest_total: lowest + fixed })
+    // 2. Local search with the simulator in the loop: from the best plan, flip the candidate
+    //    (add or drop) that lowers the simulated total most, until the plan fits or no flip helps;
+    //    then drop recomputes the fit does not need, most expensive first.
+    let prob = problem(&before.graph, &before.sim, &cands, effective - fixed);
+    let mut set: Vec<bool> = match &best {
+        Some((p, _, _)) => p.recompute.clone(),
+        None => vec![false; cands.list.len()],
+    };
+    let mut current = best.as_ref().map_or(before.ledger.total_bytes, |(_, a, _)| a.ledger.total_bytes);
+    let started = Instant::now();
+    let mut fitting: Option<(Plan, Analysis, String)> = None;
+    while fitting.is_none() && started.elapsed() < job.time_limit {
+        let mut step_best: Option<(u64, u64, usize, Plan, Analysis, String)> = None;
+        for i in 0..set.len() {
+            attempts += 1;
+            let mut trial = set.clone();
+            trial[i] = !trial[i];
+            let plan = plan_from_set(&prob, trial);
+            let (after, text) = realise(job, &before, &cands, &plan)?;
+            let key = (after.ledger.total_bytes, plan.cost);
+            if step_best.as_ref().is_none_or(|b| key < (b.0, b.1)) {
+                step_best = Some((key.0, key.1, i, plan, after, text));
+            }
+        }
+        let Some((total, _, i, plan, after, text)) = step_best else { break };
+        if debug {
+            eprintln!("search: flip candidate {i} -> simulated total {total}");
+        }
+        if total <= effective {
+            set[i] = !set[i];
+            fitting = Some((plan, after, text));
+        } else if total < current {
+            set[i] = !set[i];
+            current = total;
+        } else {
+            break;
+        }
+    }
+    if let Some((mut plan, mut after, mut text)) = fitting {
+        let mut chosen: Vec<usize> = (0..set.len()).filter(|&i| set[i]).collect();
+        chosen.sort_by_key(|&i| std::cmp::Reverse(cands.list[i].cost));
+        for i in chosen {
+            let mut trial = set.clone();
+            trial[i] = false;
+            let p = plan_from_set(&prob, trial.clone());
+            let (a, t) = realise(job, &before, &cands, &p)?;
+            if a.ledger.total_bytes <= effective {
+                set = trial;
+                (plan, after, text) = (p, a, t);
+            }
+        }
+        plan.info.wall = started.elapsed();
+        return Ok(Outcome::Rewritten(Box::new(Rewritten { before, after, cands, plan, patch_text: text, arena_ceiling, solve_attempts: attempts })));
+    }
+    let best_total = Some(current);
+    Ok(cannot_fit(before, &cands, best_total))
+}
+
+/// A plan for a given recompute set, evaluated under the solver's model (used by the repair).
+fn plan_from_set(prob: &ckpt_solver::Problem, set: Vec<bool>) -> Plan {
+    let eval = ckpt_solver::evaluate(prob, &set);
+    Plan {
+        recompute: set,
+        remat_at: eval.remat_at,
+        peak: eval.peak,
+        peak_step: eval.peak_step,
+        cost: eval.cost,
+        info: ckpt_solver::SolveInfo {
+            method: ckpt_solver::Method::Greedy,
+            status: ckpt_solver::Status::Heuristic,
+            objective: eval.cost,
+            bound: 0.0,
+            gap: 1.0,
+            wall: Duration::ZERO,
+            fallback: None,
+            model: Default::default(),
+        },
+    }
+}
+
+/// Rewrite the graph for `plan`, apply, and analyse the result (the simulator is the truth).
+fn realise(job: &Job, before: &Analysis, cands: &Candidates, plan: &Plan) -> Result<(Analysis, String)> {
+    let mut patch = rewrite(&before.graph, &before.class, cands, plan, &format!("recompute for ceiling {}", job.ceiling));
+    patch.metadata.push((METADATA_KEY.to_string(), CSE_VALUE.to_string()));
+    let text = patch.to_string();
+    let mut g2 = before.graph.clone();
+    patch.apply(&mut g2).context("applying the recompute patch")?;
+    let after = analyse(g2, &job.bindings, job.loss.as_deref(), job.optimizer, job.optimizer_bits)?;
+    Ok((after, text))
 }
 
 /// `model.onnx` → `model.ckpt.onnx` beside it.

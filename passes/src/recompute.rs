@@ -74,16 +74,23 @@ pub fn candidates(graph: &Graph, class: &Classification, sim: &Simulation, types
     let mut cand_of_buffer: BTreeMap<usize, usize> = BTreeMap::new();
     let mut starts: Vec<BTreeSet<TensorId>> = Vec::new();
     let mut buffers: Vec<usize> = Vec::new();
+    // The forward values of a buffer: what a recompute rebuilds and rewires.
+    let forward_values = |bi: usize| -> Vec<TensorId> {
+        sim.buffers[bi].values.iter().copied().filter(|&v| graph.tensor(v).producer().is_some_and(|p| is_forward(class, p))).collect()
+    };
     for (bi, buf) in sim.buffers.iter().enumerate() {
-        let saved: BTreeSet<TensorId> = buf
-            .values
+        let fvals = forward_values(bi);
+        let saved: BTreeSet<TensorId> = fvals
             .iter()
             .copied()
             .filter(|&v| class.kind(v) == crate::TensorKind::SavedActivation && !graph.tensor(v).is_output)
             .collect();
-        let all_forward = buf.values.iter().all(|&v| graph.tensor(v).producer().is_some_and(|p| is_forward(class, p)));
-        let any_output = buf.values.iter().any(|&v| graph.tensor(v).is_output);
-        if saved.is_empty() || !all_forward || any_output || buf.free_after.is_none() {
+        let any_output = fvals.iter().any(|&v| graph.tensor(v).is_output);
+        // A buffer a backward value takes over stays allocated across the gap under ORT's
+        // planner (it is released after its last value's last reader): dropping its forward
+        // values frees nothing, so it is no candidate.
+        let taken_over = fvals.len() != buf.values.len();
+        if saved.is_empty() || any_output || taken_over || buf.free_after.is_none() {
             continue;
         }
         cand_of_buffer.insert(bi, buffers.len());
@@ -179,9 +186,10 @@ pub fn candidates(graph: &Graph, class: &Classification, sim: &Simulation, types
         let mut node_list: Vec<NodeId> = nodes.iter().copied().collect();
         node_list.sort_by_key(|n| pos[n.index()]);
         let values: Vec<TensorId> = node_list.iter().flat_map(|&m| graph.node(m).output_tensors().collect::<Vec<_>>()).collect();
+        let fvals = forward_values(buffers[c]);
         let mut last_fwd = buf.alloc_step;
         let mut first_bwd = usize::MAX;
-        for &v in &buf.values {
+        for &v in &fvals {
             for &r in graph.tensor(v).consumers() {
                 let Some(s) = sched.step_of(r) else { continue };
                 if is_forward(class, r) {
@@ -209,10 +217,10 @@ pub fn candidates(graph: &Graph, class: &Classification, sim: &Simulation, types
         index_of.insert(c, out.list.len());
         out.list.push(Candidate {
             buffer: buffers[c],
-            saved: starts[c].iter().copied().filter(|&v| buf.values.contains(&v)).collect(),
+            saved: starts[c].iter().copied().filter(|&v| fvals.contains(&v)).collect(),
             values,
             nodes: node_list,
-            rewire: buf.values.clone(),
+            rewire: fvals.clone(),
             bytes: rounded(buf.bytes),
             cost,
             free_from: last_fwd + 1,
@@ -329,8 +337,26 @@ pub fn rewrite(graph: &Graph, class: &Classification, cands: &Candidates, plan: 
     let mut anchor_of_new: Vec<usize> = Vec::new(); // new tensor -> file position its producer sits after
     let mut taken: BTreeSet<String> = BTreeSet::new();
     // Dependencies first: by rematerialisation step, then index.
-    let mut chosen: Vec<usize> = (0..cands.list.len()).filter(|&i| plan.recompute.get(i).copied().unwrap_or(false)).collect();
-    chosen.sort_by_key(|&i| (plan.remat_at.get(i).copied().flatten().unwrap_or(usize::MAX), i));
+    let mut by_remat: Vec<usize> = (0..cands.list.len()).filter(|&i| plan.recompute.get(i).copied().unwrap_or(false)).collect();
+    by_remat.sort_by_key(|&i| (plan.remat_at.get(i).copied().flatten().unwrap_or(usize::MAX), i));
+    // A dependency's clones must exist before its dependents' clones read them.
+    let mut chosen: Vec<usize> = Vec::with_capacity(by_remat.len());
+    let mut placed = vec![false; cands.list.len()];
+    fn place(i: usize, cands: &Candidates, plan: &Plan, placed: &mut [bool], out: &mut Vec<usize>) {
+        if placed[i] {
+            return;
+        }
+        placed[i] = true;
+        for &d in &cands.list[i].deps {
+            if plan.recompute.get(d).copied().unwrap_or(false) {
+                place(d, cands, plan, placed, out);
+            }
+        }
+        out.push(i);
+    }
+    for &i in &by_remat {
+        place(i, cands, plan, &mut placed, &mut chosen);
+    }
     let mut rewired: BTreeSet<(NodeId, usize)> = BTreeSet::new();
     // Values some clone or rewire needs; other outputs of cloned nodes are omitted where optional.
     let mut needed: BTreeSet<TensorId> = BTreeSet::new();

@@ -1,0 +1,61 @@
+//! End to end on every standard fixture at ceilings of 95%, 90%, 75% and 60% of the
+//! original predicted peak: a plan is either rewritten and proven on ONNX Runtime (same
+//! losses and gradients bit for bit, control rejected, measured peak lower, prediction
+//! within the memory-model tolerance) or refused with exit 2 and a lowest reachable peak
+//! above the ceiling.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn every_std_fixture_at_four_ceilings() {
+    let mut rewritten = 0;
+    let mut refused = 0;
+    for f in std_fixtures() {
+        let o = run(&["inspect", path_str(&f.path), "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let total = v["ledger"]["total_bytes"].as_u64().unwrap();
+        for pct in [95u64, 90, 75, 60] {
+            let ceiling = total * pct / 100;
+            let dir = tempfile::tempdir().unwrap();
+            let out = dir.path().join("out.onnx");
+            let c = ceiling.to_string();
+            let o = run(&[
+                path_str(&f.path), "--ceiling", &c, "-o", path_str(&out), "--validate", "--json", "--runs", "1",
+                "--time-limit", "5", "--int-range", "attention_mask=1:2",
+            ]);
+            let label = format!("{} at {pct}% ({ceiling} B)", f.name);
+            let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{label}: {e}: {}", stderr(&o)));
+            match o.status.code() {
+                Some(0) => {
+                    rewritten += 1;
+                    let after = r["predicted_peak_bytes"]["after"].as_u64().unwrap();
+                    assert!(after <= ceiling, "{label}: predicted {after}");
+                    let v = &r["validation"];
+                    assert_eq!(v["passed"], true, "{label}");
+                    assert_eq!(v["control_rejected"], true, "{label}");
+                    for out in v["outputs"].as_array().unwrap() {
+                        assert_eq!(out["bitwise_equal"], true, "{label}: {}", out["name"]);
+                    }
+                    let (mb, ma) = (v["original"]["peak_bytes"].as_u64().unwrap(), v["rewritten"]["peak_bytes"].as_u64().unwrap());
+                    assert!(ma < mb, "{label}: measured {mb} -> {ma}");
+                    let predicted = r["predicted_arena_peak_bytes"]["after"].as_u64().unwrap();
+                    let ratio = predicted as f64 / ma as f64;
+                    eprintln!("{label}: rewritten, predicted arena {predicted}, measured {ma} (was {mb}), +{:.2}% FLOPs", r["added_flops_percent"].as_f64().unwrap());
+                    assert!((ratio - 1.0).abs() <= 0.10, "{label}: predicted {predicted} vs measured {ma}");
+                }
+                Some(2) => {
+                    refused += 1;
+                    let lowest = r["lowest_reachable_total_bytes"].as_u64().unwrap();
+                    eprintln!("{label}: refused, lowest reachable {lowest}");
+                    assert!(lowest > ceiling, "{label}: refused although {lowest} fits");
+                    assert!(stderr(&o).contains("lowest peak"), "{label}: {}", stderr(&o));
+                }
+                other => panic!("{label}: exit {other:?}: {}", stderr(&o)),
+            }
+        }
+    }
+    eprintln!("rewritten {rewritten}, refused {refused}");
+    assert!(rewritten >= 2, "no fixture could be rewritten at any ceiling");
+}
