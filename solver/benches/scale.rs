@@ -40,12 +40,16 @@ fn transformer(layers: usize, per_layer: usize, budget_fraction: f64, seed: u64)
         for j in 0..per_layer {
             let produced = l * per_layer + j;
             let (bytes, cost, transient) = match j % 10 {
-                3 => (hidden * 4, 40, hidden),          // attention scores
-                6 | 7 => (hidden * 4, 8, 0),            // MLP hidden
+                3 => (hidden * 4, 40, hidden),            // attention scores
+                6 | 7 => (hidden * 4, 8, 0),              // MLP hidden
                 2 | 5 => (hidden, 64 + rng.below(16), 0), // matmul outputs
-                _ => (hidden, 2 + rng.below(3), 0),     // elementwise / norms
+                _ => (hidden, 2 + rng.below(3), 0),       // elementwise / norms
             };
-            let last_fwd_use = if j % 8 == 0 { (l + 1) * per_layer - 1 } else { produced + 1 };
+            let last_fwd_use = if j % 8 == 0 {
+                (l + 1) * per_layer - 1
+            } else {
+                produced + 1
+            };
             let needed_at = loss + 1 + ((layers - 1 - l) * per_layer + (per_layer - 1 - j)) * bw;
             let mut deps = Vec::new();
             let idx = candidates.len();
@@ -88,7 +92,11 @@ fn transformer(layers: usize, per_layer: usize, budget_fraction: f64, seed: u64)
     let peak = *base_live.iter().max().unwrap();
     let activations = peak - background;
     let ceiling = background + (activations as f64 * budget_fraction) as u64;
-    Problem { base_live, candidates, ceiling }
+    Problem {
+        base_live,
+        candidates,
+        ceiling,
+    }
 }
 
 fn cost_of(r: &Result<Plan, SolveError>) -> String {
@@ -100,10 +108,22 @@ fn cost_of(r: &Result<Plan, SolveError>) -> String {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let layer_counts = if args.is_empty() { vec![12, 48] } else { args };
+    // FRACTIONS=0.7,0.5 picks the activation budgets (fraction of the unrecomputed activation peak).
+    let fractions: Vec<f64> = std::env::var("FRACTIONS")
+        .ok()
+        .map(|f| f.split(',').filter_map(|x| x.parse().ok()).collect())
+        .unwrap_or_else(|| vec![0.7, 0.5, 0.3]);
     // CBC=key=value,key=value passes extra CBC parameters (for experiments).
     let mut options = IlpOptions::default();
+    // DEPTH=n sets the first round's rematerialisation depth.
+    if let Some(d) = std::env::var("DEPTH").ok().and_then(|d| d.parse().ok()) {
+        options.initial_depth = d;
+    }
     if let Ok(extra) = std::env::var("CBC") {
         for kv in extra.split(',').filter(|kv| !kv.is_empty()) {
             if let Some((k, v)) = kv.split_once('=') {
@@ -117,7 +137,7 @@ fn main() {
         "ilp_cost", "greedy", "per_blk", "g/ilp"
     );
     for &layers in &layer_counts {
-        for frac in [0.7, 0.5, 0.3] {
+        for frac in fractions.iter().copied() {
             let p = transformer(layers, 40, frac, 0x9E37_79B9_7F4A_7C15 ^ layers as u64);
             let t0 = Instant::now();
             let greedy = solve_greedy(&p);

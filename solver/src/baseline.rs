@@ -50,7 +50,11 @@ pub fn solve_per_block(problem: &Problem) -> Result<Plan, SolveError> {
                 first.entry(b).or_insert(i);
             }
         }
-        cands.iter().enumerate().map(|(i, c)| c.block.is_some_and(|b| first[&b] != i)).collect()
+        cands
+            .iter()
+            .enumerate()
+            .map(|(i, c)| c.block.is_some_and(|b| first[&b] != i))
+            .collect()
     } else {
         let k = (n as f64).sqrt().ceil().max(1.0) as usize;
         (0..n).map(|i| i % k != 0).collect()
@@ -92,7 +96,9 @@ pub(crate) fn greedy_set(problem: &Problem) -> Result<Vec<bool>, Evaluation> {
     // Bytes per FLOP, descending; ties by index. Compare b_i/c_i via cross products.
     order.sort_by(|&a, &b| {
         let (ca, cb) = (cands[a].cost.max(1) as u128, cands[b].cost.max(1) as u128);
-        (cands[b].bytes as u128 * ca).cmp(&(cands[a].bytes as u128 * cb)).then(a.cmp(&b))
+        (cands[b].bytes as u128 * ca)
+            .cmp(&(cands[a].bytes as u128 * cb))
+            .then(a.cmp(&b))
     });
     let mut rejected = vec![false; n];
     let mut rejected_at = usize::MAX;
@@ -144,7 +150,10 @@ pub fn solve_brute_force(problem: &Problem) -> Result<Plan, SolveError> {
     problem.validate()?;
     let n = problem.candidates.len();
     if n > BRUTE_FORCE_LIMIT {
-        return Err(SolveError::TooLarge { candidates: n, limit: BRUTE_FORCE_LIMIT });
+        return Err(SolveError::TooLarge {
+            candidates: n,
+            limit: BRUTE_FORCE_LIMIT,
+        });
     }
     if let Some(plan) = no_recompute_needed(problem, start) {
         return Ok(plan);
@@ -164,11 +173,22 @@ pub fn solve_brute_force(problem: &Problem) -> Result<Plan, SolveError> {
     match best {
         Some((_, _, set)) => {
             let e = evaluate(problem, &set);
-            Ok(Plan::from_evaluation(set, e, Method::BruteForce, Status::Optimal, 0.0, start.elapsed()))
+            Ok(Plan::from_evaluation(
+                set,
+                e,
+                Method::BruteForce,
+                Status::Optimal,
+                0.0,
+                start.elapsed(),
+            ))
         }
         None => {
             let l = lowest.unwrap_or_else(|| evaluate(problem, &[]));
-            Err(SolveError::Infeasible { ceiling: problem.ceiling, lowest_peak: l.peak, at_step: l.peak_step })
+            Err(SolveError::Infeasible {
+                ceiling: problem.ceiling,
+                lowest_peak: l.peak,
+                at_step: l.peak_step,
+            })
         }
     }
 }
@@ -177,17 +197,45 @@ pub(crate) fn no_recompute_needed(problem: &Problem, start: Instant) -> Option<P
     let set = vec![false; problem.candidates.len()];
     let e = evaluate(problem, &set);
     e.fits(problem.ceiling).then(|| {
-        Plan::from_evaluation(set, e, Method::NoRecompute, Status::NoRecomputeNeeded, 0.0, start.elapsed())
+        Plan::from_evaluation(
+            set,
+            e,
+            Method::NoRecompute,
+            Status::NoRecomputeNeeded,
+            0.0,
+            start.elapsed(),
+        )
     })
 }
 
-fn finish(problem: &Problem, set: Vec<bool>, method: Method, start: Instant) -> Result<Plan, SolveError> {
+fn finish(
+    problem: &Problem,
+    set: Vec<bool>,
+    method: Method,
+    start: Instant,
+) -> Result<Plan, SolveError> {
     let e = evaluate(problem, &set);
     if !e.fits(problem.ceiling) {
-        return Err(SolveError::DoesNotFit { method, ceiling: problem.ceiling, peak: e.peak, at_step: e.peak_step });
+        return Err(SolveError::DoesNotFit {
+            method,
+            ceiling: problem.ceiling,
+            peak: e.peak,
+            at_step: e.peak_step,
+        });
     }
-    let status = if e.cost == 0 && set.iter().all(|&s| !s) { Status::NoRecomputeNeeded } else { Status::Heuristic };
-    Ok(Plan::from_evaluation(set, e, method, status, 0.0, start.elapsed()))
+    let status = if e.cost == 0 && set.iter().all(|&s| !s) {
+        Status::NoRecomputeNeeded
+    } else {
+        Status::Heuristic
+    };
+    Ok(Plan::from_evaluation(
+        set,
+        e,
+        method,
+        status,
+        0.0,
+        start.elapsed(),
+    ))
 }
 
 /// The lowest peak among cheap candidates for it: no recompute, recompute

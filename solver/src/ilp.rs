@@ -116,42 +116,60 @@ pub fn solve_ilp_with(problem: &Problem, options: &IlpOptions) -> Result<Plan, S
     // Solve on a thread so a stuck CBC cannot hang the caller.
     let (tx, rx) = mpsc::channel();
     let shared = Arc::new((problem.clone(), warm.clone(), options.clone()));
-    let spawned = std::thread::Builder::new().name("ckpt-solver-cbc".into()).spawn(move || {
-        let (problem, warm, options) = &*shared;
-        let _ = tx.send(search(problem, warm.as_deref(), options, start + options.time_limit));
-    });
+    let spawned = std::thread::Builder::new()
+        .name("ckpt-solver-cbc".into())
+        .spawn(move || {
+            let (problem, warm, options) = &*shared;
+            let _ = tx.send(search(
+                problem,
+                warm.as_deref(),
+                options,
+                start + options.time_limit,
+            ));
+        });
     let search = match spawned {
-        Err(e) => None.ok_or(Fallback::SolverError(format!("cannot start the solve thread: {e}"))),
-        Ok(_) => rx.recv_timeout((options.time_limit + options.watchdog_slack).saturating_sub(start.elapsed()))
+        Err(e) => None.ok_or(Fallback::SolverError(format!(
+            "cannot start the solve thread: {e}"
+        ))),
+        Ok(_) => rx
+            .recv_timeout(
+                (options.time_limit + options.watchdog_slack).saturating_sub(start.elapsed()),
+            )
             .map_err(|_| Fallback::Watchdog),
     };
 
-    let greedy_plan = |fallback: Fallback, bound: f64, size: ModelSize| -> Result<Plan, SolveError> {
-        let Some(set) = warm.clone() else {
-            let l = lowest_peak(problem);
-            return Err(SolveError::NoPlanWithinTimeLimit {
-                seconds: options.time_limit.as_secs_f64(),
-                lowest_peak: l.peak,
-                at_step: l.peak_step,
-            });
+    let greedy_plan =
+        |fallback: Fallback, bound: f64, size: ModelSize| -> Result<Plan, SolveError> {
+            let Some(set) = warm.clone() else {
+                let l = lowest_peak(problem);
+                return Err(SolveError::NoPlanWithinTimeLimit {
+                    seconds: options.time_limit.as_secs_f64(),
+                    lowest_peak: l.peak,
+                    at_step: l.peak_step,
+                });
+            };
+            let e = evaluate(problem, &set);
+            let status = match fallback {
+                Fallback::Watchdog | Fallback::TimeLimit => Status::FeasibleOnTimeout,
+                _ => Status::Heuristic,
+            };
+            let mut plan =
+                Plan::from_evaluation(set, e, Method::Greedy, status, bound, start.elapsed());
+            plan.info.fallback = Some(fallback);
+            plan.info.model = size;
+            Ok(plan)
         };
-        let e = evaluate(problem, &set);
-        let status = match fallback {
-            Fallback::Watchdog | Fallback::TimeLimit => Status::FeasibleOnTimeout,
-            _ => Status::Heuristic,
-        };
-        let mut plan = Plan::from_evaluation(set, e, Method::Greedy, status, bound, start.elapsed());
-        plan.info.fallback = Some(fallback);
-        plan.info.model = size;
-        Ok(plan)
-    };
     let search = match search {
         Ok(s) => s,
         Err(fallback) => return greedy_plan(fallback, 0.0, ModelSize::default()),
     };
     let size = search.size;
     let ilp_plan = |x: Vec<bool>, e: Evaluation, optimal: bool, bound: f64| {
-        let status = if optimal { Status::Optimal } else { Status::FeasibleOnTimeout };
+        let status = if optimal {
+            Status::Optimal
+        } else {
+            Status::FeasibleOnTimeout
+        };
         let mut plan = Plan::from_evaluation(x, e, Method::Ilp, status, bound, start.elapsed());
         plan.info.model = size;
         plan
@@ -160,9 +178,11 @@ pub fn solve_ilp_with(problem: &Problem, options: &IlpOptions) -> Result<Plan, S
         Outcome::Fits { x, optimal, bound } => {
             let e = evaluate(problem, &x);
             match &warm {
-                Some(w) if evaluate(problem, w).cost < e.cost => {
-                    greedy_plan(Fallback::WorseThanWarmStart { ilp_cost: e.cost }, bound, size)
-                }
+                Some(w) if evaluate(problem, w).cost < e.cost => greedy_plan(
+                    Fallback::WorseThanWarmStart { ilp_cost: e.cost },
+                    bound,
+                    size,
+                ),
                 _ => Ok(ilp_plan(x, e, optimal, bound)),
             }
         }
@@ -173,10 +193,18 @@ pub fn solve_ilp_with(problem: &Problem, options: &IlpOptions) -> Result<Plan, S
         }
         Outcome::Infeasible => match &warm {
             // The warm start fits, so CBC's claim is numerical noise.
-            Some(_) => greedy_plan(Fallback::SolverError("CBC reports infeasible".into()), 0.0, size),
+            Some(_) => greedy_plan(
+                Fallback::SolverError("CBC reports infeasible".into()),
+                0.0,
+                size,
+            ),
             None => {
                 let l = lowest_peak(problem);
-                Err(SolveError::Infeasible { ceiling: problem.ceiling, lowest_peak: l.peak, at_step: l.peak_step })
+                Err(SolveError::Infeasible {
+                    ceiling: problem.ceiling,
+                    lowest_peak: l.peak,
+                    at_step: l.peak_step,
+                })
             }
         },
         Outcome::Stopped { reason, bound } => greedy_plan(reason, bound, size),
@@ -187,7 +215,11 @@ pub fn solve_ilp_with(problem: &Problem, options: &IlpOptions) -> Result<Plan, S
 enum Outcome {
     /// CBC's answer, re-evaluated as fitting; `optimal` when CBC proved it
     /// optimal for the relaxation (hence for the problem).
-    Fits { x: Vec<bool>, optimal: bool, bound: f64 },
+    Fits {
+        x: Vec<bool>,
+        optimal: bool,
+        bound: f64,
+    },
     /// CBC proved no plan cheaper than the warm start exists.
     WarmOptimal,
     /// CBC proved the relaxation, hence the problem, infeasible.
@@ -207,14 +239,25 @@ enum Cbc {
     /// CBC's secondary status says the relaxation was infeasible or worse
     /// than the cutoff (the warm start), and the columns are then not a plan
     /// (often the last LP's); `bound`: best possible objective, in FLOPs.
-    Solved { x: Vec<bool>, integral: bool, stale: bool, optimal: bool, bound: f64 },
+    Solved {
+        x: Vec<bool>,
+        integral: bool,
+        stale: bool,
+        optimal: bool,
+        bound: f64,
+    },
     Infeasible,
     Error(String),
 }
 
 /// The refinement loop: solve the depth-limited relaxation, deepen the
 /// segments whose rows the answer violates, repeat until it fits.
-fn search(problem: &Problem, warm: Option<&[bool]>, options: &IlpOptions, deadline: Instant) -> Search {
+fn search(
+    problem: &Problem,
+    warm: Option<&[bool]>,
+    options: &IlpOptions,
+    deadline: Instant,
+) -> Search {
     let skeleton = Skeleton::build(problem);
     let warm = warm.map(|w| (w.to_vec(), evaluate(problem, w).remat_at));
     let mut depth = vec![options.initial_depth; skeleton.seg_start.len()];
@@ -224,15 +267,35 @@ fn search(problem: &Problem, warm: Option<&[bool]>, options: &IlpOptions, deadli
         let size = formulation.size(&skeleton, round);
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
-            return Search { outcome: Outcome::Stopped { reason: Fallback::TimeLimit, bound: best_bound }, size };
+            return Search {
+                outcome: Outcome::Stopped {
+                    reason: Fallback::TimeLimit,
+                    bound: best_bound,
+                },
+                size,
+            };
         }
         let (x, integral, stale, optimal, bound) =
             match formulation.solve(&skeleton, warm.as_ref(), remaining, options) {
-                Cbc::Solved { x, integral, stale, optimal, bound } => (x, integral, stale, optimal, bound),
-                Cbc::Infeasible => return Search { outcome: Outcome::Infeasible, size },
+                Cbc::Solved {
+                    x,
+                    integral,
+                    stale,
+                    optimal,
+                    bound,
+                } => (x, integral, stale, optimal, bound),
+                Cbc::Infeasible => {
+                    return Search {
+                        outcome: Outcome::Infeasible,
+                        size,
+                    }
+                }
                 Cbc::Error(msg) => {
                     return Search {
-                        outcome: Outcome::Stopped { reason: Fallback::SolverError(msg), bound: best_bound },
+                        outcome: Outcome::Stopped {
+                            reason: Fallback::SolverError(msg),
+                            bound: best_bound,
+                        },
                         size,
                     }
                 }
@@ -244,21 +307,43 @@ fn search(problem: &Problem, warm: Option<&[bool]>, options: &IlpOptions, deadli
         let warm_cost = warm.as_ref().map(|(w, _)| evaluate(problem, w).cost);
         let beats_warm = warm_cost.is_none_or(|wc| e.cost <= wc);
         if !stale && integral && e.fits(problem.ceiling) && beats_warm {
-            return Search { outcome: Outcome::Fits { x, optimal, bound: best_bound }, size };
+            return Search {
+                outcome: Outcome::Fits {
+                    x,
+                    optimal,
+                    bound: best_bound,
+                },
+                size,
+            };
         }
         if !optimal {
-            return Search { outcome: Outcome::Stopped { reason: Fallback::TimeLimit, bound: best_bound }, size };
+            return Search {
+                outcome: Outcome::Stopped {
+                    reason: Fallback::TimeLimit,
+                    bound: best_bound,
+                },
+                size,
+            };
         }
         if warm.is_some() && (stale || !beats_warm) {
             // The relaxation cannot beat the warm start, which fits.
-            return Search { outcome: Outcome::WarmOptimal, size };
+            return Search {
+                outcome: Outcome::WarmOptimal,
+                size,
+            };
         }
         if stale {
-            return Search { outcome: Outcome::Infeasible, size };
+            return Search {
+                outcome: Outcome::Infeasible,
+                size,
+            };
         }
         if !skeleton.deepen(&mut depth, &e) {
             return Search {
-                outcome: Outcome::Stopped { reason: Fallback::ViolatesCeiling { peak: e.peak }, bound: best_bound },
+                outcome: Outcome::Stopped {
+                    reason: Fallback::ViolatesCeiling { peak: e.peak },
+                    bound: best_bound,
+                },
                 size,
             };
         }
@@ -267,7 +352,11 @@ fn search(problem: &Problem, warm: Option<&[bool]>, options: &IlpOptions, deadli
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 { a } else { gcd(b, a % b) }
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 /// `p_{i,s}` as a term.
@@ -331,7 +420,12 @@ impl Skeleton {
         }
         let deps: Vec<Vec<usize>> = (0..n)
             .map(|k| {
-                let mut d: Vec<usize> = cands[k].deps.iter().copied().filter(|&d| d < n && d != k).collect();
+                let mut d: Vec<usize> = cands[k]
+                    .deps
+                    .iter()
+                    .copied()
+                    .filter(|&d| d < n && d != k)
+                    .collect();
                 d.sort_unstable();
                 d.dedup();
                 d
@@ -355,7 +449,15 @@ impl Skeleton {
         events.sort_unstable();
         events.dedup();
         let seg_count = events.len();
-        let seg_end: Vec<usize> = (0..seg_count).map(|s| if s + 1 < seg_count { events[s + 1] } else { t_len }).collect();
+        let seg_end: Vec<usize> = (0..seg_count)
+            .map(|s| {
+                if s + 1 < seg_count {
+                    events[s + 1]
+                } else {
+                    t_len
+                }
+            })
+            .collect();
         let is_needed: BTreeSet<usize> = cands.iter().map(|c| c.needed_at).collect();
         let seg_of = |step: usize| events.partition_point(|&e| e <= step).saturating_sub(1);
 
@@ -385,7 +487,12 @@ impl Skeleton {
             }
         }
 
-        let unit = cands.iter().map(|c| c.bytes.max(c.transient)).max().unwrap_or(1).max(1) as f64;
+        let unit = cands
+            .iter()
+            .map(|c| c.bytes.max(c.transient))
+            .max()
+            .unwrap_or(1)
+            .max(1) as f64;
         let excess = |b: u64| (b as f64 - ceiling as f64) / unit;
         let mut rows = Vec::new();
         let mut active: BTreeSet<usize> = BTreeSet::new();
@@ -395,19 +502,37 @@ impl Skeleton {
             }
             active.extend(opens[s].iter().copied());
             let base = problem.base_live[events[s]];
-            let interior = (events[s] + 1..seg_end[s]).map(|t| problem.base_live[t]).max().unwrap_or(0);
+            let interior = (events[s] + 1..seg_end[s])
+                .map(|t| problem.base_live[t])
+                .max()
+                .unwrap_or(0);
             let max_transient: u64 = may_land[s].iter().map(|&i| cands[i].transient).sum();
             let event_hot = base.saturating_add(max_transient) > ceiling;
             let interior_hot = interior > ceiling;
             let covering: Vec<usize> = active.iter().copied().collect();
             if event_hot && may_land[s].is_empty() {
-                rows.push(Row { excess: excess(base.max(interior)), seg: s, covering, transients: vec![] });
+                rows.push(Row {
+                    excess: excess(base.max(interior)),
+                    seg: s,
+                    covering,
+                    transients: vec![],
+                });
             } else {
                 if interior_hot && (!event_hot || interior > base) {
-                    rows.push(Row { excess: excess(interior), seg: s, covering: covering.clone(), transients: vec![] });
+                    rows.push(Row {
+                        excess: excess(interior),
+                        seg: s,
+                        covering: covering.clone(),
+                        transients: vec![],
+                    });
                 }
                 if event_hot {
-                    rows.push(Row { excess: excess(base), seg: s, covering, transients: may_land[s].clone() });
+                    rows.push(Row {
+                        excess: excess(base),
+                        seg: s,
+                        covering,
+                        transients: may_land[s].clone(),
+                    });
                 }
             }
         }
@@ -454,9 +579,9 @@ impl Skeleton {
         let n = self.needed_at.len();
         let mut dist = vec![usize::MAX; n];
         let mut queue = VecDeque::new();
-        for k in 0..n {
+        for (k, d) in dist.iter_mut().enumerate() {
             if self.needed_at[k] <= e {
-                dist[k] = 0;
+                *d = 0;
                 queue.push_back(k);
             }
         }
@@ -519,7 +644,12 @@ struct Formulation {
 
 impl Formulation {
     fn build(sk: &Skeleton, depth: &[usize]) -> Formulation {
-        let mut f = Formulation { vars: Vec::new(), var_of: HashMap::new(), exact: Vec::new(), bounded: Vec::new() };
+        let mut f = Formulation {
+            vars: Vec::new(),
+            var_of: HashMap::new(),
+            exact: Vec::new(),
+            bounded: Vec::new(),
+        };
         let add = |f: &mut Formulation, s: usize, limit: usize| {
             for (i, _) in sk.distances(s, limit) {
                 if sk.useful[i] && !f.var_of.contains_key(&(i, s)) {
@@ -577,7 +707,9 @@ impl Formulation {
         } else if e >= sk.needed_at[i] {
             Remat::X(i)
         } else {
-            self.var_of.get(&(i, s)).map_or(Remat::Truncated, |&v| Remat::Var(v))
+            self.var_of
+                .get(&(i, s))
+                .map_or(Remat::Truncated, |&v| Remat::Var(v))
         }
     }
 
@@ -602,9 +734,19 @@ impl Formulation {
     ) -> Cbc {
         let n = sk.useful.len();
         let mut pv = ProblemVariables::new();
-        let x: Vec<Option<Variable>> = (0..n).map(|i| sk.useful[i].then(|| pv.add(variable().binary()))).collect();
-        let p: Vec<Variable> = self.vars.iter().map(|_| pv.add(variable().min(0.0).max(1.0))).collect();
-        let w: Vec<Variable> = sk.kept.iter().map(|_| pv.add(variable().min(0.0))).collect();
+        let x: Vec<Option<Variable>> = (0..n)
+            .map(|i| sk.useful[i].then(|| pv.add(variable().binary())))
+            .collect();
+        let p: Vec<Variable> = self
+            .vars
+            .iter()
+            .map(|_| pv.add(variable().min(0.0).max(1.0)))
+            .collect();
+        let w: Vec<Variable> = sk
+            .kept
+            .iter()
+            .map(|_| pv.add(variable().min(0.0)))
+            .collect();
         let x_term = |i: usize| -> Expression { x[i].map(Expression::from).unwrap_or_default() };
         let term = |r: Remat| -> Expression {
             match r {
@@ -700,7 +842,11 @@ impl Formulation {
             }
             for &i in &row.transients {
                 let now = self.remat(sk, i, row.seg);
-                let before = if row.seg > 0 { self.remat(sk, i, row.seg - 1) } else { Remat::Zero };
+                let before = if row.seg > 0 {
+                    self.remat(sk, i, row.seg - 1)
+                } else {
+                    Remat::Zero
+                };
                 if sk.useful[i] && now != Remat::Truncated && before != Remat::Truncated {
                     lhs -= sk.transient[i] * (term(now) - term(before));
                 }
@@ -724,7 +870,12 @@ impl Formulation {
                 if idx > 0 && sk.rows[idx - 1].seg == row.seg {
                     continue;
                 }
-                let absent: f64 = row.covering.iter().filter(|&&i| sk.useful[i] && warm[i]).map(|&i| sk.bytes[i]).sum();
+                let absent: f64 = row
+                    .covering
+                    .iter()
+                    .filter(|&&i| sk.useful[i] && warm[i])
+                    .map(|&i| sk.bytes[i])
+                    .sum();
                 init.push((w[k], absent));
                 k += 1;
             }
@@ -735,14 +886,29 @@ impl Formulation {
             Ok(sol) => {
                 let optimal = matches!(sol.status(), SolutionStatus::Optimal);
                 let bound = sol.model().best_possible_value();
-                let bound = if bound.is_finite() { bound.max(0.0) * sk.cost_unit } else { 0.0 };
-                let xs: Vec<bool> = (0..n).map(|i| x[i].is_some_and(|v| sol.value(v) > 0.5)).collect();
+                let bound = if bound.is_finite() {
+                    bound.max(0.0) * sk.cost_unit
+                } else {
+                    0.0
+                };
+                let xs: Vec<bool> = (0..n)
+                    .map(|i| x[i].is_some_and(|v| sol.value(v) > 0.5))
+                    .collect();
                 let integral = x.iter().flatten().all(|&v| {
                     let value = sol.value(v);
                     (value - value.round()).abs() <= 1e-6
                 });
-                let stale = matches!(sol.model().secondary_status(), SecondaryStatus::LinearRelaxationInfeasible);
-                Cbc::Solved { x: xs, integral, stale, optimal, bound }
+                let stale = matches!(
+                    sol.model().secondary_status(),
+                    SecondaryStatus::LinearRelaxationInfeasible
+                );
+                Cbc::Solved {
+                    x: xs,
+                    integral,
+                    stale,
+                    optimal,
+                    bound,
+                }
             }
             Err(ResolutionError::Infeasible) => Cbc::Infeasible,
             Err(e) => Cbc::Error(e.to_string()),

@@ -98,19 +98,36 @@ pub struct ModelSize {
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum SolveError {
     #[error("candidate {candidate} ({label:?}): {reason}")]
-    InvalidProblem { candidate: usize, label: String, reason: String },
+    InvalidProblem {
+        candidate: usize,
+        label: String,
+        reason: String,
+    },
     /// Proven: no recompute set brings the peak under the ceiling.
     #[error(
         "no recompute set fits the ceiling of {ceiling} bytes: the lowest peak found is \
          {lowest_peak} bytes at step {at_step}; raise the ceiling or allow more candidates"
     )]
-    Infeasible { ceiling: u64, lowest_peak: u64, at_step: usize },
+    Infeasible {
+        ceiling: u64,
+        lowest_peak: u64,
+        at_step: usize,
+    },
     /// A heuristic's plan does not fit (others may).
     #[error("{method:?} does not fit the ceiling of {ceiling} bytes: peak {peak} bytes at step {at_step}")]
-    DoesNotFit { method: Method, ceiling: u64, peak: u64, at_step: usize },
+    DoesNotFit {
+        method: Method,
+        ceiling: u64,
+        peak: u64,
+        at_step: usize,
+    },
     /// The search stopped before finding any plan that fits (nor proving none does).
     #[error("no plan found within {seconds} s (lowest peak seen {lowest_peak} bytes at step {at_step}); raise the time limit")]
-    NoPlanWithinTimeLimit { seconds: f64, lowest_peak: u64, at_step: usize },
+    NoPlanWithinTimeLimit {
+        seconds: f64,
+        lowest_peak: u64,
+        at_step: usize,
+    },
     #[error("brute force over {candidates} candidates is too large (limit {limit})")]
     TooLarge { candidates: usize, limit: usize },
 }
@@ -153,7 +170,10 @@ impl Plan {
     /// Re-evaluates this plan against `problem`; true when it matches and fits.
     pub fn check(&self, problem: &Problem) -> bool {
         let e = evaluate(problem, &self.recompute);
-        e.peak == self.peak && e.cost == self.cost && e.remat_at == self.remat_at && e.fits(problem.ceiling)
+        e.peak == self.peak
+            && e.cost == self.cost
+            && e.remat_at == self.remat_at
+            && e.fits(problem.ceiling)
     }
 }
 

@@ -78,7 +78,10 @@ impl Problem {
                 reason,
             };
             if c.needed_at >= t {
-                return Err(bad(format!("needed_at {} is not a step of the {t}-step schedule", c.needed_at)));
+                return Err(bad(format!(
+                    "needed_at {} is not a step of the {t}-step schedule",
+                    c.needed_at
+                )));
             }
             if c.free_from > c.needed_at {
                 return Err(bad(format!(
@@ -132,7 +135,12 @@ pub(crate) fn dependents(cands: &[Candidate]) -> Vec<Vec<usize>> {
 pub(crate) fn topological_order(cands: &[Candidate]) -> Vec<usize> {
     let n = cands.len();
     let deps_of = |k: usize| {
-        let mut d: Vec<usize> = cands[k].deps.iter().copied().filter(|&d| d < n && d != k).collect();
+        let mut d: Vec<usize> = cands[k]
+            .deps
+            .iter()
+            .copied()
+            .filter(|&d| d < n && d != k)
+            .collect();
         d.sort_unstable();
         d.dedup();
         d
@@ -200,7 +208,13 @@ pub fn evaluate(problem: &Problem, recompute: &[bool]) -> Evaluation {
         }
         live.push(v);
     }
-    Evaluation { live, peak, peak_step, cost, remat_at }
+    Evaluation {
+        live,
+        peak,
+        peak_step,
+        cost,
+        remat_at,
+    }
 }
 
 /// `r_i` for every recomputed candidate (the fixpoint in [`evaluate`]).
@@ -208,8 +222,9 @@ pub(crate) fn remat_steps(problem: &Problem, recompute: &[bool]) -> Vec<Option<u
     let cands = &problem.candidates;
     let n = cands.len();
     let in_r = |i: usize| recompute.get(i).copied().unwrap_or(false);
-    let mut r: Vec<Option<usize>> =
-        (0..n).map(|i| in_r(i).then_some(cands[i].needed_at)).collect();
+    let mut r: Vec<Option<usize>> = (0..n)
+        .map(|i| in_r(i).then_some(cands[i].needed_at))
+        .collect();
     // Dependents before deps: one pass reaches the fixpoint on a DAG; the
     // loop only repeats for cyclic input.
     let mut order = topological_order(cands);

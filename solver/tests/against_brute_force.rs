@@ -9,7 +9,13 @@ use proptest::prelude::*;
 /// and a ceiling between the lowest conceivable and the unrecomputed peak.
 fn arb_problem(max_candidates: usize) -> impl Strategy<Value = Problem> {
     (1..=max_candidates, 3usize..24).prop_flat_map(|(n, steps)| {
-        let cand = (0..steps, 0..steps, 1u64..40, 0u64..50, prop_oneof![3 => Just(0u64), 1 => 0u64..12]);
+        let cand = (
+            0..steps,
+            0..steps,
+            1u64..40,
+            0u64..50,
+            prop_oneof![3 => Just(0u64), 1 => 0u64..12],
+        );
         (
             prop::collection::vec(cand, n),
             prop::collection::vec(prop::collection::vec(any::<prop::sample::Index>(), 0..3), n),
@@ -24,7 +30,11 @@ fn arb_problem(max_candidates: usize) -> impl Strategy<Value = Problem> {
                     .enumerate()
                     .map(|(k, ((a, b, bytes, cost, transient), deps))| {
                         // Deps on lower positions: acyclic before the permutation.
-                        let mut d: Vec<usize> = if k == 0 { vec![] } else { deps.iter().map(|ix| ix.index(k)).collect() };
+                        let mut d: Vec<usize> = if k == 0 {
+                            vec![]
+                        } else {
+                            deps.iter().map(|ix| ix.index(k)).collect()
+                        };
                         d.sort_unstable();
                         d.dedup();
                         Candidate {
@@ -47,13 +57,17 @@ fn arb_problem(max_candidates: usize) -> impl Strategy<Value = Problem> {
                 }
                 let mut base_live = background;
                 for c in &permuted {
-                    for t in c.free_from..c.needed_at {
-                        base_live[t] += c.bytes;
+                    for live in &mut base_live[c.free_from..c.needed_at] {
+                        *live += c.bytes;
                     }
                 }
                 let peak = *base_live.iter().max().unwrap_or(&0);
                 let ceiling = (peak as f64 * (0.4 + 0.6 * frac)) as u64;
-                Problem { base_live, candidates: permuted, ceiling }
+                Problem {
+                    base_live,
+                    candidates: permuted,
+                    ceiling,
+                }
             })
     })
 }
@@ -63,7 +77,9 @@ trait ShuffleHelper {
 }
 impl ShuffleHelper for Just<usize> {
     fn prop_shuffle_helper(self) -> BoxedStrategy<Vec<usize>> {
-        Just((0..self.0).collect::<Vec<usize>>()).prop_shuffle().boxed()
+        Just((0..self.0).collect::<Vec<usize>>())
+            .prop_shuffle()
+            .boxed()
     }
 }
 

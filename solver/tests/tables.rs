@@ -2,25 +2,72 @@
 
 use ckpt_solver::*;
 
-fn cand(bytes: u64, cost: u64, free_from: usize, needed_at: usize, deps: &[usize], transient: u64) -> Candidate {
-    Candidate { bytes, cost, free_from, needed_at, deps: deps.to_vec(), transient, ..Default::default() }
+fn cand(
+    bytes: u64,
+    cost: u64,
+    free_from: usize,
+    needed_at: usize,
+    deps: &[usize],
+    transient: u64,
+) -> Candidate {
+    Candidate {
+        bytes,
+        cost,
+        free_from,
+        needed_at,
+        deps: deps.to_vec(),
+        transient,
+        ..Default::default()
+    }
 }
 
 fn problem(base_live: &[u64], candidates: Vec<Candidate>, ceiling: u64) -> Problem {
-    Problem { base_live: base_live.to_vec(), candidates, ceiling }
+    Problem {
+        base_live: base_live.to_vec(),
+        candidates,
+        ceiling,
+    }
 }
 
 #[test]
 fn evaluate_tables() {
     // (base, candidates, recompute set, expected live, expected remat steps, cost)
     #[allow(clippy::type_complexity)]
-    let cases: Vec<(&[u64], Vec<Candidate>, &[bool], &[u64], &[Option<usize>], u64)> = vec![
+    let cases: Vec<(
+        &[u64],
+        Vec<Candidate>,
+        &[bool],
+        &[u64],
+        &[Option<usize>],
+        u64,
+    )> = vec![
         // Nothing recomputed: live is the base.
-        (&[5, 9, 7], vec![cand(4, 3, 1, 2, &[], 0)], &[false], &[5, 9, 7], &[None], 0),
+        (
+            &[5, 9, 7],
+            vec![cand(4, 3, 1, 2, &[], 0)],
+            &[false],
+            &[5, 9, 7],
+            &[None],
+            0,
+        ),
         // Absent on [free_from, needed_at), transient at needed_at.
-        (&[10, 10, 10, 10], vec![cand(4, 3, 1, 3, &[], 2)], &[true], &[10, 6, 6, 12], &[Some(3)], 3),
+        (
+            &[10, 10, 10, 10],
+            vec![cand(4, 3, 1, 3, &[], 2)],
+            &[true],
+            &[10, 6, 6, 12],
+            &[Some(3)],
+            3,
+        ),
         // A short slice keeps the rest.
-        (&[10, 10, 10, 10], vec![cand(4, 3, 1, 3, &[], 2)], &[], &[10, 10, 10, 10], &[None], 0),
+        (
+            &[10, 10, 10, 10],
+            vec![cand(4, 3, 1, 3, &[], 2)],
+            &[],
+            &[10, 10, 10, 10],
+            &[None],
+            0,
+        ),
         // Chain 1 -> 0, both recomputed: 0 comes back with 1 at step 4.
         (
             &[20, 20, 20, 20, 20, 20],
@@ -42,7 +89,11 @@ fn evaluate_tables() {
         // Transitive: 2 -> 1 -> 0, all recomputed, 2 needed first.
         (
             &[30, 30, 30, 30, 30, 30, 30],
-            vec![cand(1, 1, 1, 6, &[], 0), cand(2, 1, 1, 5, &[0], 0), cand(4, 1, 1, 3, &[1], 0)],
+            vec![
+                cand(1, 1, 1, 6, &[], 0),
+                cand(2, 1, 1, 5, &[0], 0),
+                cand(4, 1, 1, 3, &[1], 0),
+            ],
             &[true, true, true],
             &[30, 23, 23, 30, 30, 30, 30],
             &[Some(3), Some(3), Some(3)],
@@ -51,7 +102,11 @@ fn evaluate_tables() {
         // Transitive through a kept candidate: 1 kept, so 0 is not pulled early.
         (
             &[30, 30, 30, 30, 30, 30, 30],
-            vec![cand(1, 1, 1, 6, &[], 0), cand(2, 1, 1, 5, &[0], 0), cand(4, 1, 1, 3, &[1], 0)],
+            vec![
+                cand(1, 1, 1, 6, &[], 0),
+                cand(2, 1, 1, 5, &[0], 0),
+                cand(4, 1, 1, 3, &[1], 0),
+            ],
             &[true, false, true],
             &[30, 25, 25, 29, 29, 29, 30],
             &[Some(6), None, Some(3)],
@@ -85,21 +140,32 @@ fn evaluate_tables() {
         assert_eq!(e.cost, cost, "case {k} cost");
         let peak = *live.iter().max().unwrap();
         assert_eq!(e.peak, peak, "case {k} peak");
-        assert_eq!(e.peak_step, live.iter().position(|&v| v == peak).unwrap(), "case {k} peak step");
+        assert_eq!(
+            e.peak_step,
+            live.iter().position(|&v| v == peak).unwrap(),
+            "case {k} peak step"
+        );
     }
 }
 
 #[test]
 fn validate_rejects_bad_input() {
     let bad = [
-        problem(&[1, 1], vec![cand(1, 1, 0, 2, &[], 0)], 0),                          // needed_at out of range
-        problem(&[1, 1], vec![cand(1, 1, 1, 0, &[], 0)], 0),                          // free_from after needed_at
-        problem(&[1, 1], vec![cand(1, 1, 0, 1, &[3], 0)], 0),                         // dep out of range
-        problem(&[1, 1], vec![cand(1, 1, 0, 1, &[0], 0)], 0),                         // self dep
-        problem(&[1, 1], vec![cand(1, 1, 0, 1, &[1], 0), cand(1, 1, 0, 1, &[0], 0)], 0), // cycle
+        problem(&[1, 1], vec![cand(1, 1, 0, 2, &[], 0)], 0), // needed_at out of range
+        problem(&[1, 1], vec![cand(1, 1, 1, 0, &[], 0)], 0), // free_from after needed_at
+        problem(&[1, 1], vec![cand(1, 1, 0, 1, &[3], 0)], 0), // dep out of range
+        problem(&[1, 1], vec![cand(1, 1, 0, 1, &[0], 0)], 0), // self dep
+        problem(
+            &[1, 1],
+            vec![cand(1, 1, 0, 1, &[1], 0), cand(1, 1, 0, 1, &[0], 0)],
+            0,
+        ), // cycle
     ];
     for (k, p) in bad.iter().enumerate() {
-        assert!(matches!(p.validate(), Err(SolveError::InvalidProblem { .. })), "case {k}");
+        assert!(
+            matches!(p.validate(), Err(SolveError::InvalidProblem { .. })),
+            "case {k}"
+        );
         assert!(solve_ilp(p).is_err(), "case {k}");
     }
 }
@@ -118,7 +184,11 @@ const SOLVERS: [(&str, Solver); 6] = [
 fn three_windows(ceiling: u64) -> Problem {
     problem(
         &[10, 20, 25, 30, 31, 30, 25, 20],
-        vec![cand(5, 10, 1, 6, &[], 0), cand(8, 25, 2, 7, &[], 0), cand(4, 12, 3, 6, &[], 0)],
+        vec![
+            cand(5, 10, 1, 6, &[], 0),
+            cand(8, 25, 2, 7, &[], 0),
+            cand(4, 12, 3, 6, &[], 0),
+        ],
         ceiling,
     )
 }
@@ -136,7 +206,7 @@ fn solver_tables() {
         (three_windows(23), Some(25)),
         (three_windows(22), Some(35)), // b + a
         (three_windows(20), Some(35)),
-        (three_windows(19), None),     // step 7 stays at 20
+        (three_windows(19), None), // step 7 stays at 20
     ];
     for (k, (p, want)) in cases.into_iter().enumerate() {
         let exact = solve_brute_force(&p);
@@ -147,8 +217,28 @@ fn solver_tables() {
                 assert_eq!(ilp.as_ref().unwrap().cost, cost, "case {k} ilp");
             }
             None => {
-                assert!(matches!(exact, Err(SolveError::Infeasible { lowest_peak: 20, at_step: 7, .. })), "case {k}: {exact:?}");
-                assert!(matches!(ilp, Err(SolveError::Infeasible { lowest_peak: 20, at_step: 7, .. })), "case {k}: {ilp:?}");
+                assert!(
+                    matches!(
+                        exact,
+                        Err(SolveError::Infeasible {
+                            lowest_peak: 20,
+                            at_step: 7,
+                            ..
+                        })
+                    ),
+                    "case {k}: {exact:?}"
+                );
+                assert!(
+                    matches!(
+                        ilp,
+                        Err(SolveError::Infeasible {
+                            lowest_peak: 20,
+                            at_step: 7,
+                            ..
+                        })
+                    ),
+                    "case {k}: {ilp:?}"
+                );
             }
         }
         for (name, solve) in SOLVERS {
@@ -182,8 +272,21 @@ fn transient_can_make_recompute_useless() {
     let p = problem(&[0, 20, 20, 15], vec![cand(5, 1, 1, 3, &[], 9)], 20);
     assert_eq!(solve_ilp(&p).unwrap().cost, 0);
     let p = problem(&[0, 21, 20, 15], vec![cand(5, 1, 1, 3, &[], 9)], 20);
-    assert!(matches!(solve_ilp(&p), Err(SolveError::Infeasible { lowest_peak: 21, at_step: 1, .. })));
-    assert!(matches!(solve_brute_force(&p), Err(SolveError::Infeasible { lowest_peak: 21, .. })));
+    assert!(matches!(
+        solve_ilp(&p),
+        Err(SolveError::Infeasible {
+            lowest_peak: 21,
+            at_step: 1,
+            ..
+        })
+    ));
+    assert!(matches!(
+        solve_brute_force(&p),
+        Err(SolveError::Infeasible {
+            lowest_peak: 21,
+            ..
+        })
+    ));
     let p = problem(&[0, 21, 20, 10], vec![cand(5, 1, 1, 3, &[], 9)], 20);
     assert_eq!(solve_ilp(&p).unwrap().cost, 1);
 }
@@ -201,7 +304,8 @@ fn per_block_keeps_first_of_each_block() {
         c.block = None;
     }
     // ⌈√6⌉ = 3: keep 0 and 3.
-    let plan = solve_per_block(&problem(&[0, 12, 12, 12, 12, 12, 6, 6, 6, 6, 6], cands, 10)).unwrap();
+    let plan =
+        solve_per_block(&problem(&[0, 12, 12, 12, 12, 12, 6, 6, 6, 6, 6], cands, 10)).unwrap();
     assert_eq!(plan.recompute, vec![false, true, true, false, true, true]);
 }
 
@@ -222,7 +326,11 @@ fn cbc_keeps_warm_start_as_incumbent() {
     // Need 6 bytes at step 2: c alone (18) beats a (38) and b (11) + ... = 29.
     let p = problem(
         &[20, 20, 42, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-        vec![cand(9, 38, 0, 3, &[], 0), cand(5, 11, 0, 3, &[], 0), cand(6, 18, 0, 3, &[], 0)],
+        vec![
+            cand(9, 38, 0, 3, &[], 0),
+            cand(5, 11, 0, 3, &[], 0),
+            cand(6, 18, 0, 3, &[], 0),
+        ],
         36,
     );
     let plan = solve_ilp(&p).unwrap();
@@ -235,7 +343,11 @@ fn cbc_keeps_warm_start_as_incumbent() {
 fn zero_cost_chain_with_transients() {
     let p = problem(
         &[33, 33, 29, 22, 27],
-        vec![cand(22, 0, 1, 2, &[1], 3), cand(6, 0, 0, 2, &[], 0), cand(26, 3, 0, 1, &[0], 9)],
+        vec![
+            cand(22, 0, 1, 2, &[1], 3),
+            cand(6, 0, 0, 2, &[], 0),
+            cand(26, 3, 0, 1, &[0], 9),
+        ],
         31,
     );
     let plan = solve_ilp(&p).unwrap();
@@ -277,7 +389,73 @@ fn zero_cost_dependent_pulls_dep_back() {
     );
     // CBC's preprocessing returns cost 9 as optimal here without the warm start.
     for warm_start in [true, false] {
-        let plan = solve_ilp_with(&p, &IlpOptions { warm_start, ..IlpOptions::default() }).unwrap();
+        let plan = solve_ilp_with(
+            &p,
+            &IlpOptions {
+                warm_start,
+                ..IlpOptions::default()
+            },
+        )
+        .unwrap();
         assert_eq!(plan.cost, 1, "warm start {warm_start}");
     }
+}
+
+/// A chain of 30 activations over a long peak: big enough that CBC has work.
+fn chain(n: usize) -> Problem {
+    let steps = 3 * n + 2;
+    let mut base_live = vec![0u64; steps];
+    let candidates: Vec<Candidate> = (0..n)
+        .map(|i| {
+            let needed_at = 3 * n + 1 - 2 * i;
+            for live in &mut base_live[i..=needed_at] {
+                *live += 10 + i as u64 % 3;
+            }
+            let deps: Vec<usize> = i.checked_sub(1).into_iter().collect();
+            cand(
+                10 + i as u64 % 3,
+                5 + (i as u64 * 7) % 11,
+                i + 1,
+                needed_at,
+                &deps,
+                2,
+            )
+        })
+        .collect();
+    let peak = *base_live.iter().max().unwrap();
+    Problem {
+        base_live,
+        candidates,
+        ceiling: peak / 2,
+    }
+}
+
+#[test]
+fn time_limit_returns_the_greedy_plan_labelled() {
+    let p = chain(30);
+    let greedy = solve_greedy(&p).unwrap();
+    // No time at all: the refinement loop stops before CBC, or the watchdog fires first.
+    let options = IlpOptions {
+        time_limit: std::time::Duration::ZERO,
+        watchdog_slack: std::time::Duration::ZERO,
+        ..IlpOptions::default()
+    };
+    let plan = solve_ilp_with(&p, &options).unwrap();
+    assert_eq!(plan.info.method, Method::Greedy);
+    assert_eq!(plan.info.status, Status::FeasibleOnTimeout);
+    assert!(
+        matches!(
+            plan.info.fallback,
+            Some(Fallback::TimeLimit | Fallback::Watchdog)
+        ),
+        "{:?}",
+        plan.info
+    );
+    assert_eq!(plan.recompute, greedy.recompute);
+    assert!(plan.check(&p));
+    // With time, the ILP is optimal and no worse than the greedy.
+    let plan = solve_ilp(&p).unwrap();
+    assert_eq!(plan.info.status, Status::Optimal, "{:?}", plan.info);
+    assert!(plan.cost <= greedy.cost);
+    assert!(plan.check(&p));
 }
