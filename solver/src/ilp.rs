@@ -1,48 +1,7 @@
 //! The exact solver: a MILP over compressed time, solved by CBC through
 //! good_lp, warm-started with the greedy plan, refined until its answer
-//! re-evaluates as fitting under [`evaluate`].
-//!
-//! # Formulation
-//!
-//! `x_i ∈ {0,1}`: candidate `i` is recomputed. `p_{i,s} ∈ [0,1]`: `i` is back
-//! by segment `s` (`r_i <= start_s`). Minimise `Σ cost_i x_i` subject to one
-//! or two memory rows per kept segment:
-//!
-//! `base - Σ_{i: free_from_i <= start_s < needed_at_i} bytes_i (x_i - p_{i,s})
-//!        + Σ_i transient_i (p_{i,s} - p_{i,s-1}) <= ceiling`.
-//!
-//! **Time compression.** Segments are cut at every event step (each
-//! `free_from`, `needed_at`, 0); inside one the absent set is constant, so a
-//! segment needs a row at its first step (the only step where a transient
-//! can land, every `r_i` being some `needed_at`) and one for the largest
-//! base of the rest (merged when no transient can land, dropped when
-//! dominated). Rows whose base plus every transient that could land there
-//! stays under the ceiling are dropped, and so are candidates that cover no
-//! kept row (recomputing them only adds cost, transients and earlier
-//! rematerialisation).
-//!
-//! **Rematerialisation.** `p_{i,s}` is `x_i` once `start_s >= needed_at_i` and 0
-//! before `rmin_i` (the earliest `needed_at` among `i` and everything that
-//! depends on it). Otherwise it is a variable with `p_{i,s} <= x_i`,
-//! `p_{i,s} >= p_{k,s} + x_i - 1` for each dependent `k`, `p_{i,s} <= Σ_k p_{k,s}`
-//! and `p_{i,s} >= p_{i,s-1}`; for integral `x` these force the exact 0/1 value
-//! of [`evaluate`] (by induction from the candidates nothing depends on), so
-//! `p` needs no integrality.
-//!
-//! **Depth-limited relaxation.** Exact `p` for every candidate at every
-//! backward segment is quadratic (a 12-layer transformer needs ~100k
-//! variables). A candidate at dependency distance `d` from the segment's
-//! frontier (the candidates already needed) can only be back if a chain of
-//! `d` recomputes reaches that frontier, so each segment models `p` only up
-//! to a depth and fixes it to 0 beyond ("truncated": counted absent). Upper
-//! bounds and transient terms that read a truncated value are left out.
-//! Every truly fitting plan stays feasible, so this is a relaxation: its
-//! optimum is a lower bound, and if it re-evaluates as fitting it is
-//! optimal. Otherwise the violated segments are deepened to cover the
-//! chains the answer used and the model is solved again.
-//!
-//! Rows are scaled by the largest byte count; the objective is in units of
-//! the costs' gcd, so it is integral and CBC stops once the gap is below 1.
+//! re-evaluates as fitting under [`evaluate`]. The formulation is
+//! documented on [`solve_ilp_with`].
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::mpsc;
@@ -101,6 +60,68 @@ pub fn solve_ilp(problem: &Problem) -> Result<Plan, SolveError> {
 
 /// Minimum-cost recompute set whose peak fits the ceiling.
 ///
+/// # Formulation
+///
+/// `x_i ∈ {0,1}`: candidate `i` is recomputed. `p_{i,s} ∈ [0,1]`: `i` is back
+/// by segment `s` (`r_i <= start_s`). Minimise `Σ cost_i x_i` subject to one
+/// or two memory rows per kept segment:
+///
+/// ```text
+/// base - Σ { bytes_i (x_i - p_{i,s}) : free_from_i <= start_s < needed_at_i }
+///      + Σ { transient_i (p_{i,s} - p_{i,s-1}) } <= ceiling
+/// ```
+///
+/// **Time compression.** Segments are cut at every event step (each
+/// `free_from`, `needed_at`, 0); inside one the absent set is constant, so a
+/// segment needs a row at its first step (the only step where a transient
+/// can land, every `r_i` being some `needed_at`) and one for the largest
+/// base of the rest (merged when no transient can land, dropped when
+/// dominated). Rows whose base plus every transient that could land there
+/// stays under the ceiling are dropped, and so are candidates that cover no
+/// kept row (recomputing them only adds cost, transients and earlier
+/// rematerialisation).
+///
+/// **Rematerialisation.** `p_{i,s}` is `x_i` once `start_s >= needed_at_i` and 0
+/// before `rmin_i` (the earliest `needed_at` among `i` and everything that
+/// depends on it). Otherwise it is a variable with `p_{i,s} >= p_{k,s} + x_i - 1`
+/// for each dependent `k` (a recomputed dep is back with its dependent). A
+/// higher `p` only costs absence, so lower bounds suffice, except where a
+/// value is read as "before" a transient's step (a higher one would hide the
+/// transient): those, and the dependents' values they are bounded by, also
+/// get `p_{i,s} <= x_i`, `p_{i,s} <= Σ_k p_{k,s}` and `p_{i,s} >= p_{i,s-1}`. For
+/// integral `x` the minimal `p` is the exact 0/1 value of [`evaluate`] (by
+/// induction from the candidates nothing depends on), so `p` needs no
+/// integrality.
+///
+/// **Sparse rows.** The absent bytes of a kept segment, `Σ bytes_i x_i` over
+/// the windows covering it, is a variable `w_s` defined by difference from
+/// the previous kept segment (windows opened minus windows closed), so each
+/// row holds only its `p` terms: dense rows made the 48-layer LP 1.5M
+/// nonzeros and the solve 4-15 s; chained, 0.3-1.6 s.
+///
+/// **Depth-limited relaxation.** Exact `p` for every candidate at every
+/// backward segment is quadratic (a 12-layer transformer needs ~100k
+/// variables). A candidate at dependency distance `d` from the segment's
+/// frontier (the candidates already needed) can only be back if a chain of
+/// `d` recomputes reaches that frontier, so each segment models `p` only up
+/// to a depth and fixes it to 0 beyond ("truncated": counted absent). Upper
+/// bounds and transient terms that read a truncated value are left out.
+/// Every truly fitting plan stays feasible, so this is a relaxation: its
+/// optimum is a lower bound, and if it re-evaluates as fitting it is
+/// optimal. Otherwise the violated segments are deepened to cover the
+/// chains the answer used and the model is solved again.
+///
+/// Rows are scaled by the largest byte count; the objective is in units of
+/// the costs' gcd, so it is integral and CBC stops once the gap is below 1.
+///
+/// **CBC settings.** Preprocessing off (CBC 2.10's declared suboptimal plans
+/// optimal on 3- and 4-binary models, with and without a MIP start), primal
+/// heuristics off (the greedy warm start makes them redundant; the
+/// feasibility pump alone took 6-11 s at 48 layers). CBC's columns are not
+/// trusted: when it reports the relaxation "infeasible or worse than the
+/// cutoff" they are stale LP values and the warm start is its incumbent.
+///
+/// # Answer
 /// Returns the ILP's plan when it re-evaluates as fitting and costs no more
 /// than the greedy warm start; otherwise the greedy plan with
 /// [`SolveInfo::fallback`](crate::SolveInfo) saying why. A stuck CBC is

@@ -12,14 +12,15 @@
 //!
 //! For a recompute set `R` ([`evaluate`] is the one implementation):
 //!
-//! - rematerialisation step, for `i` in `R`:
-//!   `r_i = min(needed_at_i, min { r_k : k in R, i in deps_k })` — a
-//!   recomputed dep is back no later than anything recomputed from it, and
-//!   stays live from then on;
-//! - `live(t) = base_live[t] - Σ { bytes_i : i in R, free_from_i <= t < r_i }
-//!   + Σ { transient_i : i in R, t = r_i }`;
-//! - `peak = max_t live(t)`, `cost = Σ { cost_i : i in R }`; the plan fits
-//!   iff `peak <= ceiling`.
+//! ```text
+//! r_i     = min(needed_at_i, min { r_k : k in R, i in deps_k })      for i in R (least fixpoint)
+//! live(t) = base_live[t] - Σ { bytes_i : i in R, free_from_i <= t < r_i }
+//!                        + Σ { transient_i : i in R, t == r_i }
+//! peak    = max_t live(t)        cost = Σ { cost_i : i in R }        fits iff peak <= ceiling
+//! ```
+//!
+//! `r_i` is the rematerialisation step: a recomputed dep is back no later
+//! than anything recomputed from it, and stays live from then on.
 //!
 //! Valid input ([`Problem::validate`]): `free_from <= needed_at < T`, deps
 //! in range and acyclic.
@@ -27,7 +28,8 @@
 //! # Solvers
 //!
 //! All take `&Problem` and return `Result<Plan, SolveError>`: the ILP
-//! ([`solve_ilp`], exact, CBC), and the baselines [`solve_none`],
+//! ([`solve_ilp`], exact, CBC; the formulation is on [`solve_ilp_with`]),
+//! and the baselines [`solve_none`],
 //! [`solve_all`], [`solve_per_block`], [`solve_greedy`],
 //! [`solve_brute_force`] (exact, ≤ 20 candidates). Every returned plan fits
 //! per [`evaluate`]; [`SolveInfo`] says who found it, whether it is proven

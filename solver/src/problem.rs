@@ -166,12 +166,14 @@ pub(crate) fn topological_order(cands: &[Candidate]) -> Vec<usize> {
 /// For the recompute set `R = {i : recompute[i]}` (a short slice means the
 /// rest are kept):
 ///
-/// - `r_i = min(needed_at_i, min { r_k : k in R, i in deps_k })` for `i` in
-///   `R` (least fixpoint): a recomputed dep must be present when its
-///   dependent is recomputed.
-/// - `live(t) = base_live[t] - sum { bytes_i : i in R, free_from_i <= t < r_i }
-///   + sum { transient_i : i in R, t == r_i }`.
-/// - `peak = max_t live(t)`, `cost = sum { cost_i : i in R }`.
+/// ```text
+/// r_i     = min(needed_at_i, min { r_k : k in R, i in deps_k })    for i in R (least fixpoint)
+/// live(t) = base_live[t] - Σ { bytes_i : i in R, free_from_i <= t < r_i }
+///                        + Σ { transient_i : i in R, t == r_i }
+/// peak    = max_t live(t),  cost = Σ { cost_i : i in R }
+/// ```
+///
+/// A recomputed dep must be present when its dependent is recomputed.
 ///
 /// Total: out-of-range deps and steps are ignored, a cyclic problem still
 /// reaches the fixpoint, and live bytes saturate at 0 (run
