@@ -72,6 +72,44 @@ fn arb_problem(max_candidates: usize) -> impl Strategy<Value = Problem> {
     })
 }
 
+/// Transformer-like: nested windows (produced in order, needed in reverse),
+/// each candidate recomputed from the previous one, so recompute chains
+/// pull whole runs back at once and the ILP's depth refinement is exercised.
+fn arb_chain(max_candidates: usize) -> impl Strategy<Value = Problem> {
+    (2..=max_candidates).prop_flat_map(|n| {
+        (
+            prop::collection::vec((1u64..20, 1u64..30, prop_oneof![2 => Just(0u64), 1 => 0u64..8]), n),
+            prop::collection::vec(0u64..10, 2 * n + 2),
+            0.3f64..0.95,
+        )
+            .prop_map(move |(cands, background, frac)| {
+                let steps = 2 * n + 2;
+                let candidates: Vec<Candidate> = cands
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (bytes, cost, transient))| Candidate {
+                        bytes,
+                        cost,
+                        free_from: i + 1,
+                        needed_at: 2 * n + 1 - i,
+                        deps: i.checked_sub(1).into_iter().collect(),
+                        transient,
+                        ..Default::default()
+                    })
+                    .collect();
+                let mut base_live = background;
+                for (i, c) in candidates.iter().enumerate() {
+                    for live in &mut base_live[i..=c.needed_at] {
+                        *live += c.bytes;
+                    }
+                }
+                let peak = *base_live.iter().max().unwrap_or(&0);
+                let ceiling = (peak as f64 * frac) as u64;
+                Problem { base_live, candidates, ceiling }
+            })
+    })
+}
+
 trait ShuffleHelper {
     fn prop_shuffle_helper(self) -> BoxedStrategy<Vec<usize>>;
 }
@@ -92,8 +130,37 @@ const BASELINES: [(&str, Solver); 5] = [
     ("brute_force", solve_brute_force),
 ];
 
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(default)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(300), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(100), ..ProptestConfig::default() })]
+
+    #[test]
+    fn ilp_matches_brute_force_on_chains(p in arb_chain(14)) {
+        p.validate().unwrap();
+        let exact = solve_brute_force(&p);
+        for options in [IlpOptions::default(), IlpOptions { initial_depth: 0, ..IlpOptions::default() }] {
+            match (&exact, solve_ilp_with(&p, &options)) {
+                (Ok(e), Ok(i)) => {
+                    prop_assert_eq!(e.cost, i.cost, "{:?}", i.info);
+                    prop_assert!(i.check(&p));
+                    prop_assert!(matches!(i.info.status, Status::Optimal | Status::NoRecomputeNeeded), "{:?}", i.info);
+                }
+                (Err(SolveError::Infeasible { .. }), Err(SolveError::Infeasible { .. })) => {}
+                (e, i) => prop_assert!(false, "brute force {:?} vs ilp {:?}", e, i),
+            }
+        }
+        if let (Ok(e), Ok(g)) = (&exact, solve_greedy(&p)) {
+            prop_assert!(g.cost >= e.cost);
+            prop_assert!(g.check(&p));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(300), ..ProptestConfig::default() })]
 
     #[test]
     fn ilp_matches_brute_force(p in arb_problem(12)) {
