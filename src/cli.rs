@@ -30,6 +30,8 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Print the graph in the stable text form.
     Print(PrintArgs),
+    /// Import and export a model unchanged (a lossless round trip; for checks).
+    Export(ExportArgs),
     /// Compare a rewritten graph with its original on ONNX Runtime (exit 3 on mismatch).
     Validate(ValidateArgs),
 }
@@ -154,6 +156,13 @@ pub struct PrintArgs {
     pub model: PathBuf,
 }
 
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    pub model: PathBuf,
+    #[arg(short = 'o', long = "output")]
+    pub output: PathBuf,
+}
+
 /// `--dim NAME=VALUE` flags as bindings.
 pub fn parse_bindings(dims: &[String]) -> Result<Bindings, Failure> {
     let mut b = Bindings::new();
@@ -181,6 +190,11 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Some(Command::Print(a)) => {
             let g = load(&a.model)?;
             print!("{}", ckpt_ir::print_graph(&g));
+            Ok(())
+        }
+        Some(Command::Export(a)) => {
+            let g = load(&a.model)?;
+            ckpt_ir::write_atomic(&a.output, &ckpt_ir::export_bytes(&g), Some(&a.model))?;
             Ok(())
         }
         Some(Command::Validate(a)) => crate::main_job::run_validate(&a),

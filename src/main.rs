@@ -32,6 +32,12 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
 }
 
 fn main() -> ExitCode {
+    // Behave like a Unix filter: a closed pipe (`ckpt-opt print m.onnx | head`) ends the
+    // process quietly instead of panicking in print!.
+    // SAFETY: called first in main, before any thread exists; restores the default action.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let args = match cli::Cli::try_parse() {
         Ok(a) => a,
         Err(e) => {

@@ -192,7 +192,12 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
     let mut current = best.as_ref().map_or(before.ledger.total_bytes, |(_, a, _)| a.ledger.total_bytes);
     let started = Instant::now();
     let mut fitting: Option<(Plan, Analysis, String)> = None;
-    while fitting.is_none() && started.elapsed() < job.time_limit {
+    // Bounded by a move count, not by wall time, so that the same input gives the same plan;
+    // the time limit only stops a search that would otherwise run on (labelled in the receipt).
+    let max_moves = 2 * set.len() + 1;
+    let mut moves = 0;
+    while fitting.is_none() && moves < max_moves && started.elapsed() < 10 * job.time_limit {
+        moves += 1;
         let mut step_best: Option<(u64, u64, usize, Plan, Analysis, String)> = None;
         for i in 0..set.len() {
             attempts += 1;

@@ -17,6 +17,7 @@ fn every_fixture_round_trips_losslessly() {
         ckpt_ir::verify(&g).unwrap_or_else(|e| panic!("{}: {e}", f.name));
         let out = export(&g);
         assert!(out == original, "{}: export(import(f)) differs from f", f.name);
+        assert!(ckpt_ir::export_bytes(&g) == bytes, "{}: re-encoding is not byte-identical", f.name);
     }
 }
 

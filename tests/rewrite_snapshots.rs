@@ -1,0 +1,53 @@
+//! Snapshots of rewritten graphs: each std fixture at two ceilings (95% and 90% of its
+//! predicted total), printed in schedule order with phases; a refusal prints its diagnosis.
+
+mod common;
+
+use std::time::Duration;
+
+use ckpt_ir::{import_file, print_graph_with, Bindings};
+use ckpt_opt::optimize::{plan, Job, Outcome};
+use ckpt_passes::ledger::Optimizer;
+use common::*;
+
+fn job(path: &std::path::Path, ceiling: u64) -> Job {
+    Job {
+        model: path.to_path_buf(),
+        ceiling,
+        output: None,
+        bindings: Bindings::new(),
+        loss: None,
+        optimizer: Optimizer::None,
+        optimizer_bits: 32,
+        reserve_pct: 0.0,
+        time_limit: Duration::from_secs(5),
+    }
+}
+
+#[test]
+fn rewritten_graphs_of_every_std_fixture_at_two_ceilings() {
+    for f in std_fixtures() {
+        let g = import_file(&f.path).unwrap();
+        let total = ckpt_opt::optimize::analyse(g.clone(), &Bindings::new(), None, Optimizer::None, 32).unwrap().ledger.total_bytes;
+        for pct in [95u64, 90] {
+            let ceiling = total * pct / 100;
+            let text = match plan(&job(&f.path, ceiling), g.clone()).unwrap() {
+                Outcome::Rewritten(r) => {
+                    let a = &r.after;
+                    let order = a.sim.schedule.order.clone();
+                    let note = |n| Some(format!("[{}]", a.class.phase(n)));
+                    format!(
+                        "ceiling {ceiling}: predicted {} -> {}\n{}\n{}",
+                        r.before.ledger.total_bytes,
+                        a.ledger.total_bytes,
+                        r.patch_text,
+                        print_graph_with(&a.graph, &order, &note)
+                    )
+                }
+                Outcome::CannotFit { message, lowest_total, .. } => format!("ceiling {ceiling}: refused, lowest {lowest_total}\n{message}\n"),
+                Outcome::AlreadyFits { .. } => format!("ceiling {ceiling}: already fits\n"),
+            };
+            insta::assert_snapshot!(format!("rewrite_{}_{pct}", f.name), text);
+        }
+    }
+}
