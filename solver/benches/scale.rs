@@ -1,7 +1,14 @@
 //! Synthetic transformer-like problems at 12 and 48 layers: model size, ILP
 //! solve time, status, gap, and how the baselines compare.
 //!
-//! `[CBC=key=value,...] cargo bench -p ckpt-solver --bench scale [-- LAYERS...]`
+//! `[FRACTIONS=0.7,0.5] [DEPTH=n] [CBC=key=value,...] cargo bench -p ckpt-solver --bench scale [-- LAYERS...]`
+//!
+//! Columns: activation budget as a fraction of the unrecomputed activation
+//! peak; candidates; steps; segments; kept memory rows; binaries and
+//! continuous variables of the last round; refinement rounds; greedy and
+//! ILP wall seconds (the ILP's includes its own greedy warm start); ILP
+//! status (`fb:` = fell back to the greedy plan) and gap; costs in MFLOP of
+//! the ILP, greedy and per-block plans; greedy cost / ILP cost.
 
 use std::time::Instant;
 

@@ -78,12 +78,18 @@ fn arb_problem(max_candidates: usize) -> impl Strategy<Value = Problem> {
 fn arb_chain(max_candidates: usize) -> impl Strategy<Value = Problem> {
     (2..=max_candidates).prop_flat_map(|n| {
         (
-            prop::collection::vec((1u64..20, 1u64..30, prop_oneof![2 => Just(0u64), 1 => 0u64..8]), n),
+            prop::collection::vec(
+                (
+                    1u64..20,
+                    1u64..30,
+                    prop_oneof![2 => Just(0u64), 1 => 0u64..8],
+                ),
+                n,
+            ),
             prop::collection::vec(0u64..10, 2 * n + 2),
             0.3f64..0.95,
         )
             .prop_map(move |(cands, background, frac)| {
-                let steps = 2 * n + 2;
                 let candidates: Vec<Candidate> = cands
                     .into_iter()
                     .enumerate()
@@ -105,7 +111,11 @@ fn arb_chain(max_candidates: usize) -> impl Strategy<Value = Problem> {
                 }
                 let peak = *base_live.iter().max().unwrap_or(&0);
                 let ceiling = (peak as f64 * frac) as u64;
-                Problem { base_live, candidates, ceiling }
+                Problem {
+                    base_live,
+                    candidates,
+                    ceiling,
+                }
             })
     })
 }
@@ -131,7 +141,10 @@ const BASELINES: [(&str, Solver); 5] = [
 ];
 
 fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(default)
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(default)
 }
 
 proptest! {
