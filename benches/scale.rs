@@ -1,0 +1,220 @@
+//! Scale bench: the whole pipeline on full-size GPT-2 training graphs.
+//!
+//!     bash scripts/bench/make_gpt2.sh      # once: exports target/bench/*.onnx (needs torch)
+//!     cargo bench --bench scale
+//!
+//! For each model present in `target/bench/`: import, `analyse` (with its stages timed one by
+//! one: shape inference, phases, ORT schedule, simulation, ledger), the candidates, one ILP
+//! solve, and the whole `optimize::plan` at ceilings of 95% and 90% of the predicted total.
+//! Targets (issue 5, on a 2-core machine): GPT-2 small plans in < 2 s, 48 layers in < 10 s
+//! (import + plan, per ceiling). `SCALE_BENCH_TIME_LIMIT=S` sets the solver's time limit
+//! (default 30 s, the CLI's); `SCALE_BENCH_ONLY=stem` (or a trailing argument) runs one model;
+//! `SCALE_BENCH_CEILINGS=95,90` sets the ceilings (percent of the predicted total).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use ckpt_ir::ops::infer;
+use ckpt_ir::{import_file, Bindings};
+use ckpt_opt::optimize::{analyse, plan, Job, Outcome};
+use ckpt_opt::size::human;
+use ckpt_passes::classify;
+use ckpt_passes::ledger::{ledger, Optimizer};
+use ckpt_passes::memory::{schedule, simulate};
+use ckpt_passes::recompute::{candidates, problem};
+use ckpt_solver::{solve_ilp_with, IlpOptions};
+
+struct Bench {
+    stem: &'static str,
+    what: &'static str,
+    make: &'static str,
+    target: Duration,
+}
+
+const BENCHES: &[Bench] = &[
+    Bench {
+        stem: "gpt2_12l",
+        what: "GPT-2 small: 12 layers, 12 heads, 768 embd, vocab 50257, ctx 1024, batch 1",
+        make: "bash scripts/bench/make_gpt2.sh 12",
+        target: Duration::from_secs(2),
+    },
+    Bench {
+        stem: "gpt2_48l",
+        what: "GPT-2, 48 layers, 12 heads, 768 embd, vocab 50257, ctx 1024, batch 1",
+        make: "bash scripts/bench/make_gpt2.sh 48",
+        target: Duration::from_secs(10),
+    },
+];
+
+fn secs(d: Duration) -> String {
+    format!("{:.3} s", d.as_secs_f64())
+}
+
+fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let t = Instant::now();
+    let v = f();
+    (v, t.elapsed())
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument (not starting with '-') picks models.
+    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let only = std::env::var("SCALE_BENCH_ONLY").ok();
+    let time_limit = std::env::var("SCALE_BENCH_TIME_LIMIT").ok().and_then(|s| s.parse::<f64>().ok()).unwrap_or(30.0);
+    let pcts: Vec<u64> = match std::env::var("SCALE_BENCH_CEILINGS") {
+        Ok(s) => s.split(',').filter_map(|p| p.trim().parse().ok()).collect(),
+        Err(_) => vec![95, 90],
+    };
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("target").join("bench");
+    let mut summary = Vec::new();
+    for b in BENCHES {
+        if only.as_deref().is_some_and(|o| o != b.stem) || (!filter.is_empty() && !filter.iter().any(|f| b.stem.contains(f.as_str()))) {
+            continue;
+        }
+        let path = dir.join(format!("{}.onnx", b.stem));
+        if !path.exists() {
+            println!("SKIP {}: {} is absent; generate it with `{}` (from {})", b.stem, path.display(), b.make, root.display());
+            continue;
+        }
+        match run(b, &path, time_limit, &pcts) {
+            Ok(lines) => summary.extend(lines),
+            Err(e) => {
+                println!("FAIL {}: {e:#}", b.stem);
+                summary.push(format!("{:<9} FAILED: {e}", b.stem));
+            }
+        }
+    }
+    if !summary.is_empty() {
+        println!("\nsummary (import + plan against the target)");
+        for l in summary {
+            println!("  {l}");
+        }
+    }
+}
+
+fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<Vec<String>> {
+    println!("== {} ({})", b.stem, b.what);
+    let size = std::fs::metadata(path)?.len();
+    let (graph, t_import) = timed(|| import_file(path));
+    let graph = graph?;
+    println!("  file {}, {} nodes, {} tensors", human(size), graph.node_count(), graph.tensor_ids().count());
+    println!("  import                  {}", secs(t_import));
+
+    // analyse, stage by stage (the same calls as optimize::analyse)
+    let bind = Bindings::new();
+    let (types, t_infer) = timed(|| infer(&graph));
+    let types = types?;
+    let mut g = graph.clone();
+    let ids: Vec<_> = g.tensor_ids().collect();
+    for t in ids {
+        let tensor = g.tensor(t);
+        if tensor.dtype.is_none() || tensor.shape.is_none() {
+            if let Some(tt) = types.get(t) {
+                let (d, s) = (tt.dtype, tt.shape.clone());
+                g.set_type(t, Some(d), Some(s));
+            }
+        }
+    }
+    let (class, t_class) = timed(|| classify(&g, None));
+    let class = class?;
+    let (sched, t_sched) = timed(|| schedule(&g));
+    let sched = sched?;
+    let (sim, t_sim) = timed(|| simulate(&g, &sched, &bind));
+    let sim = sim?;
+    let (led, t_ledger) = timed(|| ledger(&g, &class, &sim, &bind, Optimizer::None, 32));
+    println!("    shape inference       {}", secs(t_infer));
+    println!("    phases (classify)     {}", secs(t_class));
+    println!("    ORT schedule          {}", secs(t_sched));
+    println!("    simulation            {}", secs(t_sim));
+    println!("    ledger                {}", secs(t_ledger));
+    drop((sim, sched, class, led, types, g));
+
+    let (a, t_analyse) = timed(|| analyse(graph.clone(), &bind, None, Optimizer::None, 32));
+    let a = a?;
+    println!("  analyse (whole)         {}", secs(t_analyse));
+    let total = a.ledger.total_bytes;
+    let fixed = a.ledger.fixed_bytes;
+    println!(
+        "  predicted total {} = {} fixed (params {}, data {}) + {} arena; saved activations {} in {} tensors",
+        human(total),
+        human(fixed),
+        human(a.ledger.parameters_bytes),
+        human(a.ledger.data_bytes),
+        human(a.ledger.arena_peak_bytes),
+        human(a.ledger.saved_activations_bytes),
+        a.ledger.saved_activations_count
+    );
+    let (cands, t_cands) = timed(|| candidates(&a.graph, &a.sim, &a.types, &bind));
+    println!("  candidates              {} ({} candidates, {} excluded)", secs(t_cands), cands.list.len(), cands.excluded.len());
+
+    let mut out = Vec::new();
+    for &pct in pcts {
+        let ceiling = total * pct / 100;
+        println!("  -- ceiling {pct}% = {}", human(ceiling));
+        // one bare ILP solve at the plan's first budget, to split the solver from the rest
+        let arena = ceiling.saturating_sub(fixed);
+        let (prob, t_prob) = timed(|| problem(&a.graph, &a.sim, &cands, arena));
+        let opts = IlpOptions { time_limit: Duration::from_secs_f64(time_limit), ..Default::default() };
+        let (sol, t_solve) = timed(|| solve_ilp_with(&prob, &opts));
+        println!("    problem build         {} ({} steps)", secs(t_prob), prob.base_live.len());
+        match &sol {
+            Ok(p) => println!(
+                "    first ILP solve       {} ({:?} {:?}, gap {:.4}, {} of {} recomputed, solver peak {})",
+                secs(t_solve),
+                p.info.method,
+                p.info.status,
+                p.info.gap,
+                p.recompute.iter().filter(|&&r| r).count(),
+                p.recompute.len(),
+                human(p.peak)
+            ),
+            Err(e) => println!("    first ILP solve       {} (error: {e})", secs(t_solve)),
+        }
+        let job = Job {
+            model: path.to_path_buf(),
+            ceiling,
+            output: None,
+            bindings: bind.clone(),
+            loss: None,
+            optimizer: Optimizer::None,
+            optimizer_bits: 32,
+            reserve_pct: 0.0,
+            time_limit: Duration::from_secs_f64(time_limit),
+        };
+        let (outcome, t_plan) = timed(|| plan(&job, graph.clone()));
+        let whole = t_import + t_plan;
+        let met = if whole < b.target { "MET" } else { "NOT met" };
+        let desc = match outcome? {
+            Outcome::AlreadyFits { before } => format!("already fits ({})", human(before.ledger.total_bytes)),
+            Outcome::CannotFit { before, lowest_total, .. } => {
+                format!("cannot fit: before {}, lowest reachable {}", human(before.ledger.total_bytes), human(lowest_total))
+            }
+            Outcome::Rewritten(r) => format!(
+                "rewritten: {:?} {:?} gap {:.4} solver {:.3} s, {} attempts, {} of {} recomputed, +{} FLOPs; predicted {} -> {}",
+                r.plan.info.method,
+                r.plan.info.status,
+                r.plan.info.gap,
+                r.plan.info.wall.as_secs_f64(),
+                r.solve_attempts,
+                r.plan.recompute.iter().filter(|&&x| x).count(),
+                r.plan.recompute.len(),
+                r.plan.cost,
+                human(r.before.ledger.total_bytes),
+                human(r.after.ledger.total_bytes)
+            ),
+        };
+        println!("    plan (whole)          {}  {desc}", secs(t_plan));
+        println!("    import + plan         {}  target < {}: {met}", secs(whole), secs(b.target));
+        out.push(format!(
+            "{:<9} {:>5} nodes  ceiling {pct}%: import {:.2} s + plan {:.2} s = {:.2} s (target < {:.0} s: {met})",
+            b.stem,
+            a.graph.node_count(),
+            t_import.as_secs_f64(),
+            t_plan.as_secs_f64(),
+            whole.as_secs_f64(),
+            b.target.as_secs_f64()
+        ));
+    }
+    Ok(out)
+}
