@@ -117,7 +117,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         );
         return Ok(Outcome::CannotFit { before, message, lowest_total: fixed });
     }
-    let cands = candidates(&before.graph, &before.class, &before.sim, &before.types, &job.bindings);
+    let cands = candidates(&before.graph, &before.sim, &before.types, &job.bindings);
     let cannot_fit = |before: Analysis, cands: &Candidates, best: Option<u64>| {
         let lowest = lowest_reachable(job, &before, cands, best);
         let message = format!(
@@ -131,13 +131,40 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         Outcome::CannotFit { before, message, lowest_total: lowest }
     };
     let debug = std::env::var_os("CKPT_OPT_DEBUG").is_some();
+    if std::env::var_os("CKPT_OPT_PHANTOM").is_some() {
+        let prob = problem(&before.graph, &before.sim, &cands, 0);
+        let all = plan_from_set(&prob, vec![true; cands.list.len()]);
+        let (a, _) = realise(job, &before, &cands, &all)?;
+        for (label, an) in [("before", &before), ("recompute-all", &a)] {
+            let st = an.sim.peak_step;
+            let (mut live, mut phantom) = (0u64, 0u64);
+            let mut by_kind: std::collections::BTreeMap<String, u64> = Default::default();
+            for b in &an.sim.buffers {
+                if b.alloc_step > st || b.free_after.is_some_and(|f| f < st) {
+                    continue;
+                }
+                let holding: Vec<_> = b.values.iter().copied().filter(|&v| {
+                    let p = an.graph.tensor(v).producer().and_then(|p| an.sim.schedule.step_of(p)).unwrap_or(0);
+                    let last = an.graph.tensor(v).consumers().iter().filter_map(|&c| an.sim.schedule.step_of(c)).max().unwrap_or(usize::MAX);
+                    p <= st && (last >= st || an.graph.tensor(v).is_output || an.graph.tensor(v).consumers().is_empty())
+                }).collect();
+                let r = ckpt_passes::memory::rounded(b.bytes);
+                if holding.is_empty() { phantom += r; } else {
+                    live += r;
+                    *by_kind.entry(an.class.kind(holding[0]).name().to_string()).or_default() += r;
+                }
+            }
+            eprintln!("{label}: peak {} at {st} ({}): holding {live}, phantom {phantom}, by kind {by_kind:?}", an.sim.peak_live, an.class.phase(an.sim.schedule.order[st]));
+        }
+    }
     let mut arena_ceiling = effective - fixed;
-    let opts = IlpOptions { time_limit: job.time_limit, ..Default::default() };
+    // Two ILP attempts share a quarter of the time limit each; the search gets the rest.
+    let opts = IlpOptions { time_limit: job.time_limit / 4, watchdog_slack: job.time_limit / 8, ..Default::default() };
     // Best realised plan so far, by simulated total.
     let mut best: Option<(Plan, Analysis, String)> = None;
     let mut attempts = 0;
     // 1. The ILP, re-solved with a tighter budget while the simulator disagrees.
-    for _ in 0..3 {
+    for _ in 0..2 {
         attempts += 1;
         let prob = problem(&before.graph, &before.sim, &cands, arena_ceiling);
         let plan = match solve_ilp_with(&prob, &opts) {
@@ -185,37 +212,52 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
     //    (add or drop) that lowers the simulated total most, until the plan fits or no flip helps;
     //    then drop recomputes the fit does not need, most expensive first.
     let prob = problem(&before.graph, &before.sim, &cands, effective - fixed);
+    // Start from the better of the ILP's plan and no recompute, by simulated total.
     let mut set: Vec<bool> = match &best {
-        Some((p, _, _)) => p.recompute.clone(),
-        None => vec![false; cands.list.len()],
+        Some((p, a, _)) if a.ledger.total_bytes < before.ledger.total_bytes => p.recompute.clone(),
+        _ => vec![false; cands.list.len()],
     };
-    let mut current = best.as_ref().map_or(before.ledger.total_bytes, |(_, a, _)| a.ledger.total_bytes);
+    let mut current = best.as_ref().map_or(before.ledger.total_bytes, |(_, a, _)| a.ledger.total_bytes).min(before.ledger.total_bytes);
+    let mut trials = 0usize;
     let started = Instant::now();
     let mut fitting: Option<(Plan, Analysis, String)> = None;
     // Bounded by a move count, not by wall time, so that the same input gives the same plan;
     // the time limit only stops a search that would otherwise run on (labelled in the receipt).
     let max_moves = 2 * set.len() + 1;
     let mut moves = 0;
-    while fitting.is_none() && moves < max_moves && started.elapsed() < 10 * job.time_limit {
+    while fitting.is_none() && moves < max_moves && trials < MAX_TRIALS && started.elapsed() < 10 * job.time_limit {
         moves += 1;
-        let mut step_best: Option<(u64, u64, usize, Plan, Analysis, String)> = None;
-        for i in 0..set.len() {
+        // Flips worth trying: every chosen candidate (drop it) and the unchosen ones with the
+        // most bytes·window per FLOP (add one).
+        let mut adds: Vec<usize> = (0..set.len()).filter(|&i| !set[i]).collect();
+        adds.sort_by(|&x, &y| {
+            let (cx, cy) = (&cands.list[x], &cands.list[y]);
+            let kx = cx.bytes as f64 * (cx.needed_at - cx.free_from) as f64 / cx.cost as f64;
+            let ky = cy.bytes as f64 * (cy.needed_at - cy.free_from) as f64 / cy.cost as f64;
+            ky.total_cmp(&kx).then(x.cmp(&y))
+        });
+        adds.truncate(SEARCH_WIDTH);
+        let flips: Vec<usize> = (0..set.len()).filter(|&i| set[i]).chain(adds).collect();
+        let mut step_best: Option<(u64, u64, usize, Plan)> = None;
+        for i in flips {
             attempts += 1;
+            trials += 1;
             let mut trial = set.clone();
             trial[i] = !trial[i];
             let plan = plan_from_set(&prob, trial);
-            let (after, text) = realise(job, &before, &cands, &plan)?;
-            let key = (after.ledger.total_bytes, plan.cost);
+            let total = simulated_total(job, &before, &cands, &plan)?;
+            let key = (total, plan.cost);
             if step_best.as_ref().is_none_or(|b| key < (b.0, b.1)) {
-                step_best = Some((key.0, key.1, i, plan, after, text));
+                step_best = Some((key.0, key.1, i, plan));
             }
         }
-        let Some((total, _, i, plan, after, text)) = step_best else { break };
+        let Some((total, _, i, plan)) = step_best else { break };
         if debug {
             eprintln!("search: flip candidate {i} -> simulated total {total}");
         }
         if total <= effective {
             set[i] = !set[i];
+            let (after, text) = realise(job, &before, &cands, &plan)?;
             fitting = Some((plan, after, text));
         } else if total < current {
             set[i] = !set[i];
@@ -224,25 +266,30 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
             break;
         }
     }
-    if let Some((mut plan, mut after, mut text)) = fitting {
+    if let Some((mut plan, _, _)) = fitting {
         let mut chosen: Vec<usize> = (0..set.len()).filter(|&i| set[i]).collect();
         chosen.sort_by_key(|&i| std::cmp::Reverse(cands.list[i].cost));
         for i in chosen {
             let mut trial = set.clone();
             trial[i] = false;
             let p = plan_from_set(&prob, trial.clone());
-            let (a, t) = realise(job, &before, &cands, &p)?;
-            if a.ledger.total_bytes <= effective {
+            if simulated_total(job, &before, &cands, &p)? <= effective {
                 set = trial;
-                (plan, after, text) = (p, a, t);
+                plan = p;
             }
         }
+        let (after, text) = realise(job, &before, &cands, &plan)?;
         plan.info.wall = started.elapsed();
         return Ok(Outcome::Rewritten(Box::new(Rewritten { before, after, cands, plan, patch_text: text, arena_ceiling, solve_attempts: attempts })));
     }
     let best_total = Some(current);
     Ok(cannot_fit(before, &cands, best_total))
 }
+
+/// How many unchosen candidates one search move tries adding.
+const SEARCH_WIDTH: usize = 64;
+/// Simulations one search may run (a count, not a time, so that results are reproducible).
+const MAX_TRIALS: usize = 4000;
 
 /// A plan for a given recompute set, evaluated under the solver's model (used by the repair).
 fn plan_from_set(prob: &ckpt_solver::Problem, set: Vec<bool>) -> Plan {
@@ -266,9 +313,27 @@ fn plan_from_set(prob: &ckpt_solver::Problem, set: Vec<bool>) -> Plan {
     }
 }
 
+/// The simulated total of `plan` (fixed bytes do not change with recompute): rewrite, apply,
+/// order, simulate — without the full analysis.
+fn simulated_total(job: &Job, before: &Analysis, cands: &Candidates, plan: &Plan) -> Result<u64> {
+    let t0 = Instant::now();
+    let patch = rewrite(&before.graph, cands, plan, "trial");
+    let t1 = Instant::now();
+    let mut g2 = before.graph.clone();
+    patch.apply(&mut g2).context("applying the recompute patch")?;
+    let t2 = Instant::now();
+    let sc = schedule(&g2)?;
+    let t3 = Instant::now();
+    let sim = simulate(&g2, &sc, &job.bindings)?;
+    if std::env::var_os("CKPT_OPT_TIMING").is_some() {
+        eprintln!("trial: rewrite {:?} apply {:?} schedule {:?} simulate {:?}", t1 - t0, t2 - t1, t3 - t2, t3.elapsed());
+    }
+    Ok(before.ledger.fixed_bytes + sim.peak_live)
+}
+
 /// Rewrite the graph for `plan`, apply, and analyse the result (the simulator is the truth).
 fn realise(job: &Job, before: &Analysis, cands: &Candidates, plan: &Plan) -> Result<(Analysis, String)> {
-    let mut patch = rewrite(&before.graph, &before.class, cands, plan, &format!("recompute for ceiling {}", job.ceiling));
+    let mut patch = rewrite(&before.graph, cands, plan, &format!("recompute for ceiling {}", job.ceiling));
     patch.metadata.push((METADATA_KEY.to_string(), CSE_VALUE.to_string()));
     let text = patch.to_string();
     let mut g2 = before.graph.clone();

@@ -21,21 +21,20 @@ use ckpt_ir::{Bindings, Graph, NewNode, NewTensor, NodeId, Patch, Rewire, Tensor
 use ckpt_solver::{Candidate as SolverCandidate, Plan, Problem};
 
 use crate::memory::{rounded, Simulation};
-use crate::phases::{Classification, Phase};
 
 /// One droppable buffer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Candidate {
     /// The buffer in the simulation.
     pub buffer: usize,
-    /// The saved activations in it that backward reads (for reports).
+    /// The values live across the gap (the activations dropped), in schedule order.
     pub saved: Vec<TensorId>,
     /// Values the recompute rebuilds, in file order.
     pub values: Vec<TensorId>,
     /// Nodes to clone, in file order.
     pub nodes: Vec<NodeId>,
-    /// Values in the dropped buffer: their backward readers are rewired to the clones.
-    pub rewire: Vec<TensorId>,
+    /// Readers (node, input slot, value) after the gap: rewired to the clones.
+    pub rewire: Vec<(NodeId, usize, TensorId)>,
     pub bytes: u64,
     pub cost: u64,
     pub free_from: usize,
@@ -62,51 +61,78 @@ pub struct Candidates {
     pub excluded: Vec<Excluded>,
 }
 
-fn is_forward(class: &Classification, n: NodeId) -> bool {
-    matches!(class.phase(n), Phase::Forward | Phase::Loss)
-}
-
-/// Find candidates: forward buffers holding saved activations, with their recompute chains.
-pub fn candidates(graph: &Graph, class: &Classification, sim: &Simulation, types: &Types, b: &Bindings) -> Candidates {
+/// The longest idle stretch of a buffer: a gap between consecutive uses (production or read)
+/// of its values that some value lives across. Returns (gap start step, gap end step, the
+/// values live across it).
+fn idle_gap(graph: &Graph, sim: &Simulation, buf: &crate::memory::Buffer) -> Option<(usize, usize, Vec<TensorId>)> {
     let sched = &sim.schedule;
-    let pos = graph.file_positions();
-    // Buffers that hold a saved activation and are allocated by forward nodes.
-    let mut cand_of_buffer: BTreeMap<usize, usize> = BTreeMap::new();
-    let mut starts: Vec<BTreeSet<TensorId>> = Vec::new();
-    let mut buffers: Vec<usize> = Vec::new();
-    // The forward values of a buffer: what a recompute rebuilds and rewires.
-    let forward_values = |bi: usize| -> Vec<TensorId> {
-        sim.buffers[bi].values.iter().copied().filter(|&v| graph.tensor(v).producer().is_some_and(|p| is_forward(class, p))).collect()
-    };
-    for (bi, buf) in sim.buffers.iter().enumerate() {
-        let fvals = forward_values(bi);
-        let saved: BTreeSet<TensorId> = fvals
-            .iter()
-            .copied()
-            .filter(|&v| class.kind(v) == crate::TensorKind::SavedActivation && !graph.tensor(v).is_output)
-            .collect();
-        let any_output = fvals.iter().any(|&v| graph.tensor(v).is_output);
-        // A buffer a backward value takes over stays allocated across the gap under ORT's
-        // planner (it is released after its last value's last reader): dropping its forward
-        // values frees nothing, so it is no candidate.
-        let taken_over = fvals.len() != buf.values.len();
-        if saved.is_empty() || any_output || taken_over || buf.free_after.is_none() {
+    let mut spans: Vec<(TensorId, usize, Vec<usize>)> = Vec::new(); // value, production step, read steps
+    let mut events: Vec<usize> = Vec::new();
+    for &v in &buf.values {
+        let p = sched.step_of(graph.tensor(v).producer()?)?;
+        let mut reads: Vec<usize> = graph.tensor(v).consumers().iter().filter_map(|&c| sched.step_of(c)).collect();
+        reads.sort_unstable();
+        events.push(p);
+        events.extend(&reads);
+        spans.push((v, p, reads));
+    }
+    events.sort_unstable();
+    events.dedup();
+    let mut best: Option<(usize, usize, Vec<TensorId>)> = None;
+    for w in events.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if b <= a + 1 || best.as_ref().is_some_and(|x| x.1 - x.0 >= b - a) {
             continue;
         }
-        cand_of_buffer.insert(bi, buffers.len());
-        buffers.push(bi);
-        starts.push(saved);
+        let across: Vec<TensorId> = spans
+            .iter()
+            .filter(|(_, p, reads)| *p <= a && reads.iter().any(|&r| r >= b))
+            .map(|(v, _, _)| *v)
+            .collect();
+        if !across.is_empty() {
+            best = Some((a, b, across));
+        }
     }
-    let n = buffers.len();
+    best
+}
+
+/// Find candidates: buffers whose values sit idle across a stretch of the schedule (the
+/// forward-to-backward gap of saved activations above all, whatever phase computed them),
+/// with their recompute chains.
+pub fn candidates(graph: &Graph, sim: &Simulation, types: &Types, b: &Bindings) -> Candidates {
+    let sched = &sim.schedule;
+    let pos = graph.file_positions();
+    let last_read = |t: TensorId| -> Option<usize> { graph.tensor(t).consumers().iter().filter_map(|&c| sched.step_of(c)).max() };
+    // Candidate buffers and their gaps.
+    struct Gap {
+        buffer: usize,
+        a: usize,
+        b: usize,
+        across: Vec<TensorId>,
+    }
+    let mut gaps: Vec<Gap> = Vec::new();
+    let mut cand_of_value: BTreeMap<TensorId, usize> = BTreeMap::new();
+    for (bi, buf) in sim.buffers.iter().enumerate() {
+        if buf.free_after.is_none() || buf.values.iter().any(|&v| graph.tensor(v).is_output) {
+            continue;
+        }
+        let Some((a, bstep, across)) = idle_gap(graph, sim, buf) else { continue };
+        for &v in &across {
+            cand_of_value.insert(v, gaps.len());
+        }
+        gaps.push(Gap { buffer: bi, a, b: bstep, across });
+    }
+    let n = gaps.len();
+    let mut starts: Vec<BTreeSet<TensorId>> = gaps.iter().map(|g| g.across.iter().copied().collect()).collect();
     let mut excluded_map: BTreeMap<usize, Excluded> = BTreeMap::new();
     let mut closures: Vec<(BTreeSet<NodeId>, BTreeSet<usize>)> = vec![Default::default(); n];
-    // Fixpoint: a dependency's recompute must also rebuild the values its dependents read.
     loop {
         let mut grew = false;
         for c in 0..n {
             if excluded_map.contains_key(&c) {
                 continue;
             }
+            let at = gaps[c].b;
             let mut nodes = BTreeSet::new();
             let mut deps = BTreeSet::new();
             let mut stack: Vec<TensorId> = starts[c].iter().copied().collect();
@@ -116,12 +142,7 @@ pub fn candidates(graph: &Graph, class: &Classification, sim: &Simulation, types
                 let Some(p) = graph.tensor(v).producer() else { continue };
                 let pol = policy(graph, p);
                 if !pol.is_recomputable() {
-                    bad = Some(Excluded {
-                        tensor: v,
-                        node: p,
-                        op: graph.node(p).op_label(),
-                        reason: pol.reason().to_string(),
-                    });
+                    bad = Some(Excluded { tensor: v, node: p, op: graph.node(p).op_label(), reason: pol.reason().to_string() });
                     break;
                 }
                 if !nodes.insert(p) {
@@ -135,28 +156,23 @@ pub fn candidates(graph: &Graph, class: &Classification, sim: &Simulation, types
                     if !matches!(tensor.source, TensorSource::Node(_)) || tensor.is_output {
                         continue; // inputs, initializers, outputs: always there
                     }
-                    let ub = sim.buffer_of[u.index()];
-                    if ub == Some(buffers[c]) {
-                        seen.insert(u);
-                        stack.push(u); // same buffer: rebuilt with it
-                        continue;
+                    if tensor.producer().is_some_and(|p| sched.step_of(p).is_none()) {
+                        continue; // a Constant node's output: an initializer in ORT
                     }
-                    if let Some(&d) = ub.and_then(|x| cand_of_buffer.get(&x)) {
-                        if !excluded_map.contains_key(&d) {
-                            deps.insert(d);
-                            if starts[d].insert(u) {
-                                grew = true;
+                    let same_buffer = sim.buffer_of[u.index()] == Some(gaps[c].buffer);
+                    if !same_buffer {
+                        if let Some(&d) = cand_of_value.get(&u) {
+                            if d != c && !excluded_map.contains_key(&d) && gaps[d].a < at {
+                                deps.insert(d);
+                                if starts[d].insert(u) {
+                                    grew = true;
+                                }
+                                continue;
                             }
-                            continue;
                         }
-                    }
-                    // Kept anyway when it lives to a backward reader (saved but not a candidate).
-                    let read_later = tensor.consumers().iter().any(|&r| !is_forward(class, r));
-                    if read_later && ub.is_none_or(|x| !cand_of_buffer.contains_key(&x) || excluded_map.contains_key(&cand_of_buffer[&x])) {
-                        continue;
-                    }
-                    if ub.is_none() && tensor.producer().is_some_and(|p| sched.step_of(p).is_none()) {
-                        continue; // Constant node output: an initializer in ORT
+                        if last_read(u).is_some_and(|r| r >= at) {
+                            continue; // alive at the rematerialisation anyway
+                        }
                     }
                     seen.insert(u);
                     stack.push(u);
@@ -178,53 +194,48 @@ pub fn candidates(graph: &Graph, class: &Classification, sim: &Simulation, types
     let mut index_of: BTreeMap<usize, usize> = BTreeMap::new();
     for c in 0..n {
         if let Some(e) = excluded_map.get(&c) {
-            out.excluded.push(e.clone());
+            // Only report what matters: activations (values read across a gap) a policy keeps.
+            if !out.excluded.iter().any(|x| x.node == e.node) {
+                out.excluded.push(e.clone());
+            }
             continue;
         }
-        let buf = &sim.buffers[buffers[c]];
+        let g = &gaps[c];
+        let buf = &sim.buffers[g.buffer];
         let (nodes, _) = &closures[c];
         let mut node_list: Vec<NodeId> = nodes.iter().copied().collect();
         node_list.sort_by_key(|n| pos[n.index()]);
         let values: Vec<TensorId> = node_list.iter().flat_map(|&m| graph.node(m).output_tensors().collect::<Vec<_>>()).collect();
-        let fvals = forward_values(buffers[c]);
-        let mut last_fwd = buf.alloc_step;
-        let mut first_bwd = usize::MAX;
-        for &v in &fvals {
-            for &r in graph.tensor(v).consumers() {
-                let Some(s) = sched.step_of(r) else { continue };
-                if is_forward(class, r) {
-                    last_fwd = last_fwd.max(s);
-                } else {
-                    first_bwd = first_bwd.min(s);
-                }
-            }
-        }
-        if first_bwd == usize::MAX || first_bwd <= last_fwd + 1 {
-            continue;
-        }
+        let rewire: Vec<(NodeId, usize, TensorId)> = starts[c]
+            .iter()
+            .filter(|v| g.across.contains(v))
+            .flat_map(|&v| {
+                graph.tensor(v).consumers().iter().filter(|&&r| sched.step_of(r).is_some_and(|s| s >= g.b)).flat_map(move |&r| {
+                    graph.node(r).inputs.iter().enumerate().filter(move |(_, i)| **i == Some(v)).map(move |(slot, _)| (r, slot, v))
+                })
+            })
+            .collect();
         let cost: u64 = node_list
             .iter()
-            .map(|&m| {
-                flops(graph, m, types, b).unwrap_or_else(|_| graph.node(m).output_tensors().map(|t| sim.tensor_bytes[t.index()] / 4).sum())
-            })
+            .map(|&m| flops(graph, m, types, b).unwrap_or_else(|_| graph.node(m).output_tensors().map(|t| sim.tensor_bytes[t.index()] / 4).sum()))
             .sum::<u64>()
             .max(1);
         let transient: u64 = values
             .iter()
-            .filter(|v| sim.buffer_of[v.index()] != Some(buffers[c]))
+            .filter(|v| sim.buffer_of[v.index()] != Some(g.buffer))
             .map(|v| rounded(sim.tensor_bytes[v.index()]))
             .sum();
         index_of.insert(c, out.list.len());
         out.list.push(Candidate {
-            buffer: buffers[c],
-            saved: starts[c].iter().copied().filter(|&v| fvals.contains(&v)).collect(),
+            buffer: g.buffer,
+            saved: g.across.clone(),
             values,
             nodes: node_list,
-            rewire: fvals.clone(),
+            rewire,
             bytes: rounded(buf.bytes),
             cost,
-            free_from: last_fwd + 1,
-            needed_at: first_bwd,
+            free_from: g.a + 1,
+            needed_at: g.b,
             deps: Vec::new(),
             transient,
         });
@@ -329,7 +340,7 @@ fn fresh_name(graph: &Graph, taken: &BTreeSet<String>, base: &str) -> String {
 }
 
 /// The plan as one patch: clones of every recomputed chain, backward readers rewired.
-pub fn rewrite(graph: &Graph, class: &Classification, cands: &Candidates, plan: &Plan, label: &str) -> Patch {
+pub fn rewrite(graph: &Graph, cands: &Candidates, plan: &Plan, label: &str) -> Patch {
     let mut patch = Patch::new(label);
     let pos = graph.file_positions();
     let order = graph.nodes();
@@ -362,7 +373,7 @@ pub fn rewrite(graph: &Graph, class: &Classification, cands: &Candidates, plan: 
     let mut needed: BTreeSet<TensorId> = BTreeSet::new();
     for &i in &chosen {
         let c = &cands.list[i];
-        needed.extend(c.rewire.iter().copied());
+        needed.extend(c.rewire.iter().map(|&(_, _, v)| v));
         for &m in &c.nodes {
             needed.extend(graph.node(m).input_tensors());
         }
@@ -416,18 +427,11 @@ pub fn rewrite(graph: &Graph, class: &Classification, cands: &Candidates, plan: 
             let before = order.get(after + 1).copied().unwrap_or(order[order.len() - 1]);
             patch.nodes.push(NewNode { name, copy_of: m, inputs, outputs, before });
         }
-        // Rewire backward readers of the dropped buffer's values.
-        for &v in &c.rewire {
+        // Rewire the readers after the gap.
+        for &(r, slot, v) in &c.rewire {
             let Some(&k) = clone_of.get(&v) else { continue };
-            for &r in graph.tensor(v).consumers() {
-                if is_forward(class, r) {
-                    continue;
-                }
-                for (slot, inp) in graph.node(r).inputs.iter().enumerate() {
-                    if *inp == Some(v) && rewired.insert((r, slot)) {
-                        patch.rewires.push(Rewire { node: r, slot, from: v, to: TensorRef::New(k) });
-                    }
-                }
+            if rewired.insert((r, slot)) {
+                patch.rewires.push(Rewire { node: r, slot, from: v, to: TensorRef::New(k) });
             }
         }
     }
