@@ -70,6 +70,9 @@ fn print_validation(v: &Validation) {
     }
     println!("  control (`{}` scaled by 1+1e-3): {}", v.control_tensor, if v.control_rejected { "rejected, as it must be" } else { "NOT rejected: the comparison cannot tell graphs apart" });
     println!("  rng: {}", v.rng_policy);
+    if let Some(w) = &v.cse_warning {
+        println!("  warning: {w}");
+    }
     println!("  {:<12} {:>14} {:>18} {:>9} {:>9}", "", "peak (exact)", "peak (ORT arena)", "p50 ms", "p95 ms");
     for (name, m) in [("original", &v.original), ("rewritten", &v.rewritten)] {
         println!("  {:<12} {:>14} {:>18} {:>9.2} {:>9.2}", name, human(m.peak_bytes), human(m.peak_bytes_default_arena), m.p50_ms, m.p95_ms);

@@ -117,6 +117,10 @@ pub struct Validation {
     pub random_ops_seeded: usize,
     pub original: Measured,
     pub rewritten: Measured,
+    /// The rewritten graph's peak under ORT's default optimizer set (CSE on), exact arena.
+    pub rewritten_peak_bytes_with_cse: u64,
+    /// Set when CSE undoes the recompute (the peak with CSE on is above the peak without).
+    pub cse_warning: Option<String>,
     pub ort: serde_json::Value,
     pub session: serde_json::Value,
     pub input_generation: Vec<String>,
@@ -166,6 +170,21 @@ pub fn validate(
     let control_rejected = !compare(&ref_out, &control_out, &o.tol).passed;
     let original_m = measure("original", &a_bytes, inputs, o)?;
     let rewritten_m = measure("rewritten", &b_bytes, inputs, o)?;
+    let cse_cfg = SessionConfig { disable_cse: false, opt_level: ckpt_runtime::OptLevel::Basic, arena: Arena::Exact, ..o.cfg.clone() };
+    let no_cse_cfg = SessionConfig { disable_cse: true, ..cse_cfg.clone() };
+    let (with_cse, without_cse) = if o.cfg.provider == ckpt_runtime::Provider::Cpu {
+        (
+            measure_peak(Model::new("rewritten", &b_bytes), inputs, &cse_cfg)?.peak_bytes,
+            measure_peak(Model::new("rewritten", &b_bytes), inputs, &no_cse_cfg)?.peak_bytes,
+        )
+    } else {
+        (0, 0)
+    };
+    let cse_warning = (with_cse > without_cse).then(|| {
+        format!(
+            "with ONNX Runtime's default optimizers (CommonSubexpressionElimination on, level basic) the rewritten graph peaks at {with_cse} B instead of {without_cse} B: CSE merges recompute clones back; set optimization.disable_specified_optimizers=CommonSubexpressionElimination"
+        )
+    });
     Ok(Validation {
         passed: cmp.passed && control_rejected,
         outputs: cmp.outputs,
@@ -175,6 +194,8 @@ pub fn validate(
         random_ops_seeded: seeded,
         original: original_m,
         rewritten: rewritten_m,
+        rewritten_peak_bytes_with_cse: with_cse,
+        cse_warning,
         ort: serde_json::json!({"library": info.library.display().to_string(), "version": info.version}),
         session: serde_json::to_value(&o.cfg).unwrap_or_default(),
         input_generation,

@@ -34,6 +34,9 @@ fn example_is_rewritten_validated_and_measured_lower() {
     let predicted_arena = r["predicted_arena_peak_bytes"]["after"].as_u64().unwrap();
     let ratio = predicted_arena as f64 / measured_after as f64;
     assert!((ratio - 1.0).abs() <= 0.10, "predicted {predicted_arena} vs measured {measured_after}");
+    // ORT's CSE, left on, merges the clones back: validation measures and says so.
+    assert!(v["cse_warning"].is_string(), "{}", v["cse_warning"]);
+    assert!(v["rewritten_peak_bytes_with_cse"].as_u64().unwrap() > 0);
     // The CSE setting travels with the model.
     let g = ckpt_ir::import_file(&out).unwrap();
     assert!(g.model().metadata_props.iter().any(|e| e.value.as_deref() == Some("CommonSubexpressionElimination")));
