@@ -238,7 +238,11 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         });
         adds.truncate(SEARCH_WIDTH);
         let flips: Vec<usize> = (0..set.len()).filter(|&i| set[i]).chain(adds).collect();
-        let mut step_best: Option<(u64, u64, usize, Plan)> = None;
+        // Score every flip by the simulator. A flip that fits wins (cheapest first); otherwise
+        // the one that lowers the peak most per added FLOP (drops that lower it are free).
+        let current_cost = plan_from_set(&prob, set.clone()).cost;
+        let mut fits: Option<(u64, usize, Plan)> = None;
+        let mut step_best: Option<(f64, u64, usize)> = None; // (score, total, flip)
         for i in flips {
             attempts += 1;
             trials += 1;
@@ -246,25 +250,37 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
             trial[i] = !trial[i];
             let plan = plan_from_set(&prob, trial);
             let total = simulated_total(job, &before, &cands, &plan)?;
-            let key = (total, plan.cost);
-            if step_best.as_ref().is_none_or(|b| key < (b.0, b.1)) {
-                step_best = Some((key.0, key.1, i, plan));
+            if total <= effective {
+                if fits.as_ref().is_none_or(|f| (plan.cost, i) < (f.0, f.1)) {
+                    fits = Some((plan.cost, i, plan));
+                }
+                continue;
+            }
+            if total >= current {
+                continue;
+            }
+            let gain = (current - total) as f64;
+            let added = plan.cost as f64 - current_cost as f64;
+            let score = if added <= 0.0 { f64::INFINITY } else { gain / added };
+            if step_best.is_none_or(|b| score > b.0 || (score == b.0 && total < b.1)) {
+                step_best = Some((score, total, i));
             }
         }
-        let Some((total, _, i, plan)) = step_best else { break };
+        if let Some((_, i, plan)) = fits {
+            set[i] = !set[i];
+            if debug {
+                eprintln!("search: flip candidate {i} -> fits");
+            }
+            let (after, text) = realise(job, &before, &cands, &plan)?;
+            fitting = Some((plan, after, text));
+            break;
+        }
+        let Some((_, total, i)) = step_best else { break };
         if debug {
             eprintln!("search: flip candidate {i} -> simulated total {total}");
         }
-        if total <= effective {
-            set[i] = !set[i];
-            let (after, text) = realise(job, &before, &cands, &plan)?;
-            fitting = Some((plan, after, text));
-        } else if total < current {
-            set[i] = !set[i];
-            current = total;
-        } else {
-            break;
-        }
+        set[i] = !set[i];
+        current = total;
     }
     if let Some((mut plan, _, _)) = fitting {
         let mut chosen: Vec<usize> = (0..set.len()).filter(|&i| set[i]).collect();
