@@ -51,7 +51,9 @@ fn run_validation(
         ckpt_runtime::init(Some(lib)).context("loading ONNX Runtime")?;
     }
     let overrides = InputOverrides::parse(&r.inputs, &r.int_ranges)?;
-    let (inputs, how) = make_inputs(original, bindings, r.seed, &overrides, params)?;
+    // Ranges and shapes of inputs read the inferred types (symbolic graphs name dims `unk__N`).
+    let (typed, _) = optimize::with_inferred_types(original.clone())?;
+    let (inputs, how) = make_inputs(&typed, bindings, r.seed, &overrides, params)?;
     let opts = ValidateOptions { cfg: session_config(r), tol: tolerances(r), seed: r.seed, warmup: 2, runs: r.runs.max(1) };
     Ok(validate(&ckpt_ir::export(original), &ckpt_ir::export(rewritten), &inputs, how, &opts)?)
 }

@@ -47,19 +47,30 @@ pub struct Analysis {
     pub types: ckpt_ir::ops::Types,
 }
 
-/// import-free analysis of a graph.
-pub fn analyse(mut graph: Graph, b: &Bindings, loss: Option<&str>, optimizer: Optimizer, bits: u64) -> Result<Analysis> {
+/// Fill in dtypes and shapes by inference: where the file has none, and where the exporter
+/// named a dim it could not relate to the inputs (`unk__12`), which inference expresses in the
+/// inputs' symbols (`batch*seq`) so that bindings can evaluate it.
+pub fn with_inferred_types(mut graph: Graph) -> Result<(Graph, ckpt_ir::ops::Types)> {
     let types = infer(&graph).context("shape inference")?;
+    let input_symbols: std::collections::BTreeSet<String> =
+        graph.inputs().iter().filter_map(|&t| graph.tensor(t).shape.as_ref()).flat_map(|s| s.symbols()).collect();
     let ids: Vec<_> = graph.tensor_ids().collect();
     for t in ids {
         let tensor = graph.tensor(t);
-        if tensor.dtype.is_none() || tensor.shape.is_none() {
+        let stray = tensor.shape.as_ref().is_some_and(|s| s.symbols().iter().any(|x| !input_symbols.contains(x)));
+        if tensor.dtype.is_none() || tensor.shape.is_none() || stray {
             if let Some(tt) = types.get(t) {
                 let (d, s) = (tt.dtype, tt.shape.clone());
                 graph.set_type(t, Some(d), Some(s));
             }
         }
     }
+    Ok((graph, types))
+}
+
+/// The analysis of a graph: types, phases, ORT's schedule, the simulation and the ledger.
+pub fn analyse(graph: Graph, b: &Bindings, loss: Option<&str>, optimizer: Optimizer, bits: u64) -> Result<Analysis> {
+    let (graph, types) = with_inferred_types(graph)?;
     let class = classify(&graph, loss)?;
     let sched = schedule(&graph)?;
     let sim = simulate(&graph, &sched, b)?;

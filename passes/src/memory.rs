@@ -45,8 +45,8 @@ pub fn rounded(bytes: u64) -> u64 {
 pub enum MemoryError {
     #[error("tensor `{tensor}` has no known dtype/shape; the memory model needs it (add value_info or bind its dims)")]
     UnknownType { tensor: String },
-    #[error("tensor `{tensor}`: {source}")]
-    Shape { tensor: String, source: ShapeError },
+    #[error("tensor `{tensor}`: {error}")]
+    Shape { tensor: String, error: ShapeError },
     #[error("cannot order the graph: {0}")]
     Order(String),
 }
@@ -176,7 +176,7 @@ fn tensor_bytes(graph: &Graph, t: TensorId, b: &Bindings) -> Result<u64, MemoryE
     let (Some(dtype), Some(shape)) = (tensor.dtype, tensor.shape.as_ref()) else {
         return Err(MemoryError::UnknownType { tensor: tensor.name.clone() });
     };
-    shape.bytes_under(dtype.bits(), b).map_err(|source| MemoryError::Shape { tensor: tensor.name.clone(), source })
+    shape.bytes_under(dtype.bits(), b).map_err(|error| MemoryError::Shape { tensor: tensor.name.clone(), error })
 }
 
 /// Same element size and the same dims (equal values or equal symbols), as ORT's `SameSize`.
