@@ -9,7 +9,8 @@
 //! Targets (issue 5, on a 2-core machine): GPT-2 small plans in < 2 s, 48 layers in < 10 s
 //! (import + plan, per ceiling). `SCALE_BENCH_TIME_LIMIT=S` sets the solver's time limit
 //! (default 30 s, the CLI's); `SCALE_BENCH_ONLY=stem` (or a trailing argument) runs one model;
-//! `SCALE_BENCH_CEILINGS=95,90` sets the ceilings (percent of the predicted total).
+//! `SCALE_BENCH_CEILINGS=95,90` sets the ceilings (percent of the predicted total);
+//! `SCALE_BENCH_PROBE=1` re-solves the first ILP under other CBC settings (gap, cuts, depth).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -159,17 +160,49 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
         let (sol, t_solve) = timed(|| solve_ilp_with(&prob, &opts));
         println!("    problem build         {} ({} steps)", secs(t_prob), prob.base_live.len());
         match &sol {
-            Ok(p) => println!(
-                "    first ILP solve       {} ({:?} {:?}, gap {:.4}, {} of {} recomputed, solver peak {})",
-                secs(t_solve),
-                p.info.method,
-                p.info.status,
-                p.info.gap,
-                p.recompute.iter().filter(|&&r| r).count(),
-                p.recompute.len(),
-                human(p.peak)
-            ),
+            Ok(p) => {
+                let m = &p.info.model;
+                println!(
+                    "    first ILP solve       {} ({:?} {:?}, gap {:.4}, {} of {} recomputed, solver peak {}; {} rounds, {} memory rows, {} binaries, {} continuous)",
+                    secs(t_solve),
+                    p.info.method,
+                    p.info.status,
+                    p.info.gap,
+                    p.recompute.iter().filter(|&&r| r).count(),
+                    p.recompute.len(),
+                    human(p.peak),
+                    m.rounds,
+                    m.memory_rows,
+                    m.binaries,
+                    m.continuous
+                )
+            }
             Err(e) => println!("    first ILP solve       {} (error: {e})", secs(t_solve)),
+        }
+        if std::env::var_os("SCALE_BENCH_PROBE").is_some() {
+            // The same problem under other CBC settings: what a faster configuration would buy.
+            let variants: Vec<(&str, IlpOptions)> = vec![
+                ("ratioGap 0.01", IlpOptions { relative_gap: 0.01, ..opts.clone() }),
+                ("ratioGap 0.05", IlpOptions { relative_gap: 0.05, ..opts.clone() }),
+                ("cuts off", IlpOptions { cbc_parameters: vec![("cuts".into(), "off".into())], ..opts.clone() }),
+                ("no warm start", IlpOptions { warm_start: false, ..opts.clone() }),
+                ("depth 0", IlpOptions { initial_depth: 0, ..opts.clone() }),
+            ];
+            for (label, o) in variants {
+                let (r, t) = timed(|| solve_ilp_with(&prob, &o));
+                match r {
+                    Ok(p) => println!(
+                        "      probe {label:<14} {} ({:?} {:?}, gap {:.4}, cost {}, {} rounds)",
+                        secs(t),
+                        p.info.method,
+                        p.info.status,
+                        p.info.gap,
+                        p.cost,
+                        p.info.model.rounds
+                    ),
+                    Err(e) => println!("      probe {label:<14} {} (error: {e})", secs(t)),
+                }
+            }
         }
         let job = Job {
             model: path.to_path_buf(),
