@@ -142,87 +142,32 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         Outcome::CannotFit { before, message, lowest_total: lowest }
     };
     let debug = std::env::var_os("CKPT_OPT_DEBUG").is_some();
-    if std::env::var_os("CKPT_OPT_PHANTOM").is_some() {
-        let prob = problem(&before.graph, &before.sim, &cands, 0);
-        let all = plan_from_set(&prob, vec![true; cands.list.len()]);
-        let (a, _) = realise(job, &before, &cands, &all)?;
-        for (label, an) in [("before", &before), ("recompute-all", &a)] {
-            let st = an.sim.peak_step;
-            let (mut live, mut phantom) = (0u64, 0u64);
-            let mut by_kind: std::collections::BTreeMap<String, u64> = Default::default();
-            for b in &an.sim.buffers {
-                if b.alloc_step > st || b.free_after.is_some_and(|f| f < st) {
-                    continue;
-                }
-                let holding: Vec<_> = b.values.iter().copied().filter(|&v| {
-                    let p = an.graph.tensor(v).producer().and_then(|p| an.sim.schedule.step_of(p)).unwrap_or(0);
-                    let last = an.graph.tensor(v).consumers().iter().filter_map(|&c| an.sim.schedule.step_of(c)).max().unwrap_or(usize::MAX);
-                    p <= st && (last >= st || an.graph.tensor(v).is_output || an.graph.tensor(v).consumers().is_empty())
-                }).collect();
-                let r = ckpt_passes::memory::rounded(b.bytes);
-                if holding.is_empty() { phantom += r; } else {
-                    live += r;
-                    *by_kind.entry(an.class.kind(holding[0]).name().to_string()).or_default() += r;
-                }
-            }
-            eprintln!("{label}: peak {} at {st} ({}): holding {live}, phantom {phantom}, by kind {by_kind:?}", an.sim.peak_live, an.class.phase(an.sim.schedule.order[st]));
-        }
-    }
-    let mut arena_ceiling = effective - fixed;
-    // Two ILP attempts share a quarter of the time limit each; the search gets the rest.
-    let opts = IlpOptions { time_limit: job.time_limit / 4, watchdog_slack: job.time_limit / 8, ..Default::default() };
-    // Best realised plan so far, by simulated total.
+    let arena_ceiling = effective - fixed;
+    // 1. The ILP on the linear model, with half the time limit. Only a plan it proved optimal
+    //    is used (a plan cut off by the clock would make the output depend on the machine's
+    //    speed); the simulator then checks it against ORT's allocator.
+    let opts = IlpOptions { time_limit: job.time_limit / 2, watchdog_slack: job.time_limit / 8, ..Default::default() };
+    let mut attempts = 1;
+    let prob = problem(&before.graph, &before.sim, &cands, arena_ceiling);
+    let ilp_plan = match solve_ilp_with(&prob, &opts) {
+        Ok(p) if matches!(p.info.status, ckpt_solver::Status::Optimal | ckpt_solver::Status::NoRecomputeNeeded) => Some(p),
+        Ok(_) | Err(SolveError::Infeasible { .. } | SolveError::NoPlanWithinTimeLimit { .. } | SolveError::DoesNotFit { .. }) => None,
+        Err(e) => return Err(anyhow!(e)),
+    };
     let mut best: Option<(Plan, Analysis, String)> = None;
-    let mut attempts = 0;
-    // 1. The ILP, re-solved with a tighter budget while the simulator disagrees.
-    for _ in 0..2 {
-        attempts += 1;
-        let prob = problem(&before.graph, &before.sim, &cands, arena_ceiling);
-        let plan = match solve_ilp_with(&prob, &opts) {
-            Ok(p) => p,
-            Err(e @ (SolveError::Infeasible { .. } | SolveError::NoPlanWithinTimeLimit { .. } | SolveError::DoesNotFit { .. })) => {
-                if debug {
-                    eprintln!("solver: {e}");
-                }
-                break;
-            }
-            Err(e) => return Err(anyhow!(e)),
-        };
+    if let Some(plan) = ilp_plan {
         let (after, text) = realise(job, &before, &cands, &plan)?;
         if debug {
-            eprintln!("ilp attempt {attempts}: solver peak {} at {} simulated {} at {}", plan.peak, plan.peak_step, after.sim.peak_live, after.sim.peak_step);
-            for (i, c) in cands.list.iter().enumerate().filter(|(i, _)| plan.recompute[*i]) {
-                let name = &before.graph.tensor(c.saved[0]).name;
-                let clone = after.graph.tensor_id(&format!("{name}.recompute")).and_then(|t| after.graph.tensor(t).producer()).and_then(|p| after.sim.schedule.step_of(p));
-                let orig = after.graph.tensor_id(name).unwrap();
-                let ob = after.sim.buffer_of[orig.index()].map(|b| (after.sim.buffers[b].alloc_step, after.sim.buffers[b].free_after));
-                eprintln!("   cand {i} {name} bytes {} window {}..{} remat {:?} | clone step {clone:?} orig buffer {ob:?}", c.bytes, c.free_from, c.needed_at, plan.remat_at[i]);
-            }
-            let names = |a: &Analysis, st: usize| -> std::collections::BTreeMap<String, u64> {
-                a.sim.buffers.iter().filter(|b| b.alloc_step <= st && b.free_after.is_none_or(|f| f >= st)).map(|b| (b.values.iter().map(|&v| a.graph.tensor(v).name.clone()).collect::<Vec<_>>().join("|"), b.bytes)).collect()
-            };
-            let (nb, na) = (names(&before, plan.peak_step), names(&after, after.sim.peak_step));
-            eprintln!("   step {} before: {} after: {}", plan.peak_step, before.graph.node(before.sim.schedule.order[plan.peak_step]).name, after.graph.node(after.sim.schedule.order[after.sim.peak_step]).name);
-            for (k, v) in &nb { if !na.contains_key(k) { eprintln!("   - {k} {v}"); } }
-            for (k, v) in &na { if !nb.contains_key(k) { eprintln!("   + {k} {v}"); } }
+            eprintln!("ilp: solver peak {} simulated {}", plan.peak, after.sim.peak_live);
         }
-        let total = after.ledger.total_bytes;
-        if total <= effective {
+        if after.ledger.total_bytes <= effective {
             return Ok(Outcome::Rewritten(Box::new(Rewritten { before, after, cands, plan, patch_text: text, arena_ceiling, solve_attempts: attempts })));
         }
-        let excess = total - effective;
-        if best.as_ref().is_none_or(|(_, a, _)| total < a.ledger.total_bytes) {
-            best = Some((plan, after, text));
-        }
-        if excess >= arena_ceiling {
-            break;
-        }
-        arena_ceiling -= excess;
+        best = Some((plan, after, text));
     }
     // 2. Local search with the simulator in the loop: from the best plan, flip the candidate
     //    (add or drop) that lowers the simulated total most, until the plan fits or no flip helps;
     //    then drop recomputes the fit does not need, most expensive first.
-    let prob = problem(&before.graph, &before.sim, &cands, effective - fixed);
     // Start from the better of the ILP's plan and no recompute, by simulated total.
     let mut set: Vec<bool> = match &best {
         Some((p, a, _)) if a.ledger.total_bytes < before.ledger.total_bytes => p.recompute.clone(),
@@ -343,18 +288,10 @@ fn plan_from_set(prob: &ckpt_solver::Problem, set: Vec<bool>) -> Plan {
 /// The simulated total of `plan` (fixed bytes do not change with recompute): rewrite, apply,
 /// order, simulate — without the full analysis.
 fn simulated_total(job: &Job, before: &Analysis, cands: &Candidates, plan: &Plan) -> Result<u64> {
-    let t0 = Instant::now();
     let patch = rewrite(&before.graph, cands, plan, "trial");
-    let t1 = Instant::now();
     let mut g2 = before.graph.clone();
     patch.apply(&mut g2).context("applying the recompute patch")?;
-    let t2 = Instant::now();
-    let sc = schedule(&g2)?;
-    let t3 = Instant::now();
-    let sim = simulate(&g2, &sc, &job.bindings)?;
-    if std::env::var_os("CKPT_OPT_TIMING").is_some() {
-        eprintln!("trial: rewrite {:?} apply {:?} schedule {:?} simulate {:?}", t1 - t0, t2 - t1, t3 - t2, t3.elapsed());
-    }
+    let sim = simulate(&g2, &schedule(&g2)?, &job.bindings)?;
     Ok(before.ledger.fixed_bytes + sim.peak_live)
 }
 
