@@ -55,3 +55,23 @@ fn training_artifacts_plan_with_bindings_and_name_missing_training_ops() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("InPlaceAccumulatorV2") && stderr(&o).contains("--ort-lib"), "{}", stderr(&o));
 }
+
+#[test]
+fn declared_optimizer_state_enters_the_ledger() {
+    let f = root().join("tests/fixtures/mlp_d0_aot.onnx");
+    let ledger = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec!["inspect", path_str(&f), "--json"];
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_str::<serde_json::Value>(&stdout(&o)).unwrap()["ledger"].clone()
+    };
+    let none = ledger(&[]);
+    let adam = ledger(&["--optimizer", "adamw"]);
+    let adam16 = ledger(&["--optimizer", "adam", "--optimizer-dtype", "bf16"]);
+    let params = none["parameters_bytes"].as_u64().unwrap();
+    assert_eq!(none["optimizer_state_bytes"], 0);
+    assert_eq!(adam["optimizer_state_bytes"].as_u64().unwrap(), 2 * params, "two f32 moments per parameter");
+    assert_eq!(adam16["optimizer_state_bytes"].as_u64().unwrap(), params, "two bf16 moments");
+    assert_eq!(adam["total_bytes"].as_u64().unwrap(), none["total_bytes"].as_u64().unwrap() + 2 * params);
+}
