@@ -239,15 +239,45 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         current = total;
     }
     if let Some((mut plan, _, _)) = fitting {
+        // Cut FLOPs: drop recomputes the fit does not need, then swap each remaining one (most
+        // expensive first) for a cheaper unchosen candidate that keeps the plan under the ceiling.
         let mut chosen: Vec<usize> = (0..set.len()).filter(|&i| set[i]).collect();
-        chosen.sort_by_key(|&i| std::cmp::Reverse(cands.list[i].cost));
-        for i in chosen {
+        chosen.sort_by_key(|&i| (std::cmp::Reverse(cands.list[i].cost), i));
+        for &i in &chosen {
             let mut trial = set.clone();
             trial[i] = false;
             let p = plan_from_set(&prob, trial.clone());
+            trials += 1;
             if simulated_total(job, &before, &cands, &p)? <= effective {
                 set = trial;
                 plan = p;
+            }
+        }
+        for &i in &chosen {
+            if !set[i] {
+                continue;
+            }
+            let mut cheaper: Vec<usize> = (0..set.len()).filter(|&j| !set[j] && cands.list[j].cost < cands.list[i].cost).collect();
+            cheaper.sort_by(|&x, &y| {
+                let (cx, cy) = (&cands.list[x], &cands.list[y]);
+                let kx = cx.bytes as f64 * (cx.needed_at - cx.free_from) as f64 / cx.cost as f64;
+                let ky = cy.bytes as f64 * (cy.needed_at - cy.free_from) as f64 / cy.cost as f64;
+                ky.total_cmp(&kx).then(x.cmp(&y))
+            });
+            for j in cheaper.into_iter().take(SEARCH_WIDTH) {
+                if trials >= MAX_TRIALS {
+                    break;
+                }
+                trials += 1;
+                let mut trial = set.clone();
+                trial[i] = false;
+                trial[j] = true;
+                let p = plan_from_set(&prob, trial.clone());
+                if simulated_total(job, &before, &cands, &p)? <= effective {
+                    set = trial;
+                    plan = p;
+                    break;
+                }
             }
         }
         let (after, text) = realise(job, &before, &cands, &plan)?;
