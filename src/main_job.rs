@@ -203,6 +203,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 "fallback": info.fallback.as_ref().map(|f| format!("{f:?}")),
                 "attempts": r.solve_attempts,
                 "arena_ceiling_bytes": r.arena_ceiling,
+                "ilp": r.ilp,
             });
             receipt["patch"] = json!(r.patch_text);
             let mut validation_failed = None;

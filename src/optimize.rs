@@ -96,6 +96,8 @@ pub struct Rewritten {
     pub patch_text: String,
     pub arena_ceiling: u64,
     pub solve_attempts: usize,
+    /// What the ILP on the linear model gave, whether or not its plan was used.
+    pub ilp: serde_json::Value,
 }
 
 /// The lowest total the simulator (the truth) reaches: recomputing every candidate, or the
@@ -149,7 +151,15 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
     let opts = IlpOptions { time_limit: job.time_limit / 2, watchdog_slack: job.time_limit / 8, ..Default::default() };
     let mut attempts = 1;
     let prob = problem(&before.graph, &before.sim, &cands, arena_ceiling);
-    let ilp_plan = match solve_ilp_with(&prob, &opts) {
+    let solved = solve_ilp_with(&prob, &opts);
+    let mut ilp = match &solved {
+        Ok(p) => json!({
+            "status": format!("{:?}", p.info.status), "objective": p.info.objective, "bound": p.info.bound,
+            "gap": p.info.gap, "seconds": p.info.wall.as_secs_f64(), "linear_model_peak_bytes": p.peak + fixed,
+        }),
+        Err(e) => json!({"error": e.to_string()}),
+    };
+    let ilp_plan = match solved {
         Ok(p) if matches!(p.info.status, ckpt_solver::Status::Optimal | ckpt_solver::Status::NoRecomputeNeeded) => Some(p),
         Ok(_) | Err(SolveError::Infeasible { .. } | SolveError::NoPlanWithinTimeLimit { .. } | SolveError::DoesNotFit { .. }) => None,
         Err(e) => return Err(anyhow!(e)),
@@ -160,8 +170,10 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         if debug {
             eprintln!("ilp: solver peak {} simulated {}", plan.peak, after.sim.peak_live);
         }
+        ilp["simulated_peak_bytes"] = json!(after.ledger.total_bytes);
+        ilp["used"] = json!(after.ledger.total_bytes <= effective);
         if after.ledger.total_bytes <= effective {
-            return Ok(Outcome::Rewritten(Box::new(Rewritten { before, after, cands, plan, patch_text: text, arena_ceiling, solve_attempts: attempts })));
+            return Ok(Outcome::Rewritten(Box::new(Rewritten { before, after, cands, plan, patch_text: text, arena_ceiling, solve_attempts: attempts, ilp })));
         }
         best = Some((plan, after, text));
     }
@@ -282,7 +294,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         }
         let (after, text) = realise(job, &before, &cands, &plan)?;
         plan.info.wall = started.elapsed();
-        return Ok(Outcome::Rewritten(Box::new(Rewritten { before, after, cands, plan, patch_text: text, arena_ceiling, solve_attempts: attempts })));
+        return Ok(Outcome::Rewritten(Box::new(Rewritten { before, after, cands, plan, patch_text: text, arena_ceiling, solve_attempts: attempts, ilp })));
     }
     let best_total = Some(current);
     Ok(cannot_fit(before, &cands, best_total))
@@ -455,7 +467,7 @@ pub fn segments_json(r: &Rewritten) -> Vec<serde_json::Value> {
                 "flops_added": c.cost,
                 "dropped_from_step": c.free_from,
                 "rematerialised_at_step": r.plan.remat_at.get(i).copied().flatten(),
-                "first_backward_use_step": c.needed_at,
+                "next_use_step": c.needed_at,
                 "boundary": why,
                 "why": format!("dropping frees {} from step {} to step {}, under the ceiling at the high-water mark", human(c.bytes), c.free_from, c.needed_at),
             })
