@@ -22,7 +22,7 @@ use ckpt_opt::size::human;
 use ckpt_passes::classify;
 use ckpt_passes::ledger::{ledger, Optimizer};
 use ckpt_passes::memory::{schedule, simulate};
-use ckpt_passes::recompute::{candidates, problem};
+use ckpt_passes::recompute::{candidates, problem, rewrite};
 use ckpt_solver::{solve_ilp_with, IlpOptions};
 
 struct Bench {
@@ -178,6 +178,47 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
                 )
             }
             Err(e) => println!("    first ILP solve       {} (error: {e})", secs(t_solve)),
+        }
+        if let Ok(p) = &sol {
+            // One simulator trial, as the plan search runs it per flip (optimize::simulated_total):
+            // rewrite, clone the graph, apply the patch (which verifies), ORT order, simulate.
+            let n = 5u32;
+            let (mut t_rw, mut t_clone, mut t_apply, mut t_sched, mut t_sim, mut t_drop) = Default::default();
+            for _ in 0..n {
+                let (patch, d) = timed(|| rewrite(&a.graph, &cands, p, "trial"));
+                t_rw += d;
+                let (mut g2, d) = timed(|| a.graph.clone());
+                t_clone += d;
+                let (r, d) = timed(|| patch.apply(&mut g2));
+                t_apply += d;
+                r?;
+                let (sc, d) = timed(|| schedule(&g2));
+                t_sched += d;
+                let sc = sc?;
+                let (r, d) = timed(|| simulate(&g2, &sc, &bind));
+                t_sim += d;
+                r?;
+                let ((), d) = timed(|| drop(g2));
+                t_drop += d;
+            }
+            let per = |d: Duration| d / n;
+            let verify_only = timed(|| ckpt_ir::verify(&a.graph)).1;
+            // The imported ModelProto alone (Graph keeps it, and every NodeProto again, by value).
+            let (proto, t_proto) = timed(|| a.graph.model().clone());
+            let t_proto_drop = timed(|| drop(proto)).1;
+            println!(
+                "    one search trial      {} = rewrite {} + graph clone {} + apply {} (of which verify ~{}) + ORT schedule {} + simulate {} + drop {}; the ModelProto alone: clone {} + drop {}",
+                secs(per(t_rw + t_clone + t_apply + t_sched + t_sim + t_drop)),
+                secs(per(t_rw)),
+                secs(per(t_clone)),
+                secs(per(t_apply)),
+                secs(verify_only),
+                secs(per(t_sched)),
+                secs(per(t_sim)),
+                secs(per(t_drop)),
+                secs(t_proto),
+                secs(t_proto_drop)
+            );
         }
         if std::env::var_os("SCALE_BENCH_PROBE").is_some() {
             // The same problem under other CBC settings: what a faster configuration would buy.
