@@ -134,7 +134,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
     let cannot_fit = |before: Analysis, cands: &Candidates, best: Option<u64>| {
         let lowest = lowest_reachable(job, &before, cands, best);
         let message = format!(
-            "no recompute plan fits: the lowest peak recompute reaches under ONNX Runtime's allocator is {} ({} fixed + {} arena), above the ceiling of {}; dominant ledger line: {}",
+            "no recompute plan fits: the lowest peak found under ONNX Runtime's allocator (recomputing every candidate, or the search's best) is {} ({} fixed + {} arena), above the ceiling of {}; dominant ledger line: {}",
             human(lowest),
             human(fixed),
             human(lowest.saturating_sub(fixed)),
@@ -177,80 +177,56 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         }
         best = Some((plan, after, text));
     }
-    // 2. Local search with the simulator in the loop: from the best plan, flip the candidate
-    //    (add or drop) that lowers the simulated total most, until the plan fits or no flip helps;
-    //    then drop recomputes the fit does not need, most expensive first.
-    // Start from the better of the ILP's plan and no recompute, by simulated total.
-    let mut set: Vec<bool> = match &best {
-        Some((p, a, _)) if a.ledger.total_bytes < before.ledger.total_bytes => p.recompute.clone(),
-        _ => vec![false; cands.list.len()],
+    // 2. Local search with the simulator in the loop, from the ILP's plan (when it simulated
+    //    better than no recompute) and then from no recompute: flip the candidate (add or drop)
+    //    that lowers the simulated peak most per added FLOP, until a flip fits or none helps.
+    let search = Search {
+        job,
+        before: &before,
+        cands: &cands,
+        prob: &prob,
+        effective,
+        cost_floor: (step_flops(&before, &job.bindings) as f64 / 1000.0).max(1.0),
+        debug,
     };
-    let mut current = best.as_ref().map_or(before.ledger.total_bytes, |(_, a, _)| a.ledger.total_bytes).min(before.ledger.total_bytes);
-    let mut trials = 0usize;
     let started = Instant::now();
-    let mut fitting: Option<(Plan, Analysis, String)> = None;
-    // Bounded by a move count, not by wall time, so that the same input gives the same plan;
-    // the time limit only stops a search that would otherwise run on (labelled in the receipt).
-    let max_moves = 2 * set.len() + 1;
-    let mut moves = 0;
-    while fitting.is_none() && moves < max_moves && trials < MAX_TRIALS && started.elapsed() < 10 * job.time_limit {
-        moves += 1;
-        // Flips worth trying: every chosen candidate (drop it) and the unchosen ones with the
-        // most bytes·window per FLOP (add one).
-        let mut adds: Vec<usize> = (0..set.len()).filter(|&i| !set[i]).collect();
-        adds.sort_by(|&x, &y| {
-            let (cx, cy) = (&cands.list[x], &cands.list[y]);
-            let kx = cx.bytes as f64 * (cx.needed_at - cx.free_from) as f64 / cx.cost as f64;
-            let ky = cy.bytes as f64 * (cy.needed_at - cy.free_from) as f64 / cy.cost as f64;
-            ky.total_cmp(&kx).then(x.cmp(&y))
-        });
-        adds.truncate(SEARCH_WIDTH);
-        let flips: Vec<usize> = (0..set.len()).filter(|&i| set[i]).chain(adds).collect();
-        // Score every flip by the simulator. A flip that fits wins (cheapest first); otherwise
-        // the one that lowers the peak most per added FLOP (drops that lower it are free).
-        let current_cost = plan_from_set(&prob, set.clone()).cost;
-        let mut fits: Option<(u64, usize, Plan)> = None;
-        let mut step_best: Option<(f64, u64, usize)> = None; // (score, total, flip)
-        for i in flips {
-            attempts += 1;
-            trials += 1;
-            let mut trial = set.clone();
-            trial[i] = !trial[i];
-            let plan = plan_from_set(&prob, trial);
-            let total = simulated_total(job, &before, &cands, &plan)?;
-            if total <= effective {
-                if fits.as_ref().is_none_or(|f| (plan.cost, i) < (f.0, f.1)) {
-                    fits = Some((plan.cost, i, plan));
-                }
-                continue;
-            }
-            if total >= current {
-                continue;
-            }
-            let gain = (current - total) as f64;
-            let added = plan.cost as f64 - current_cost as f64;
-            let score = if added <= 0.0 { f64::INFINITY } else { gain / added };
-            if step_best.is_none_or(|b| score > b.0 || (score == b.0 && total < b.1)) {
-                step_best = Some((score, total, i));
-            }
+    let mut trials = 0usize;
+    let mut starts: Vec<Vec<bool>> = Vec::new();
+    if let Some((p, a, _)) = &best {
+        if a.ledger.total_bytes < before.ledger.total_bytes {
+            starts.push(p.recompute.clone());
         }
-        if let Some((_, i, plan)) = fits {
-            set[i] = !set[i];
-            if debug {
-                eprintln!("search: flip candidate {i} -> fits");
-            }
-            let (after, text) = realise(job, &before, &cands, &plan)?;
-            fitting = Some((plan, after, text));
-            break;
-        }
-        let Some((_, total, i)) = step_best else { break };
-        if debug {
-            eprintln!("search: flip candidate {i} -> simulated total {total}");
-        }
-        set[i] = !set[i];
-        current = total;
     }
-    if let Some((mut plan, _, _)) = fitting {
+    starts.push(vec![false; cands.list.len()]);
+    let opts = IlpOptions { time_limit: job.time_limit / 4, ..opts.clone() };
+    let (found, current) = {
+        let mut current = before.ledger.total_bytes;
+        let mut found: Option<(Vec<bool>, Plan)> = None;
+        // More starting points when those fail: the ILP's optima at tighter budgets (its linear
+        // model under-counts what ORT's allocator holds, so a tighter target lands nearer the truth).
+        let tighter = [0.9f64, 0.8].into_iter().filter_map(|f| {
+            let mut p = problem(&before.graph, &before.sim, &cands, (arena_ceiling as f64 * f) as u64);
+            p.ceiling = p.ceiling.max(1);
+            match solve_ilp_with(&p, &opts) {
+                Ok(plan) if plan.info.status == ckpt_solver::Status::Optimal => Some(plan.recompute),
+                _ => None,
+            }
+        });
+        let mut starts: Box<dyn Iterator<Item = Vec<bool>>> = Box::new(starts.into_iter().chain(tighter));
+        for start in &mut starts {
+            match search.climb(start, &mut trials)? {
+                Climb::Fits(set, plan) => {
+                    found = Some((set, plan));
+                    break;
+                }
+                Climb::Stuck(total) => current = current.min(total),
+            }
+        }
+        (found, current)
+    };
+    attempts += trials;
+    let fitting = found;
+    if let Some((mut set, mut plan)) = fitting {
         // Cut FLOPs: drop recomputes the fit does not need, then swap each remaining one (most
         // expensive first) for a cheaper unchosen candidate that keeps the plan under the ceiling.
         let mut chosen: Vec<usize> = (0..set.len()).filter(|&i| set[i]).collect();
@@ -270,12 +246,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
                 continue;
             }
             let mut cheaper: Vec<usize> = (0..set.len()).filter(|&j| !set[j] && cands.list[j].cost < cands.list[i].cost).collect();
-            cheaper.sort_by(|&x, &y| {
-                let (cx, cy) = (&cands.list[x], &cands.list[y]);
-                let kx = cx.bytes as f64 * (cx.needed_at - cx.free_from) as f64 / cx.cost as f64;
-                let ky = cy.bytes as f64 * (cy.needed_at - cy.free_from) as f64 / cy.cost as f64;
-                ky.total_cmp(&kx).then(x.cmp(&y))
-            });
+            cheaper.sort_by(|&x, &y| ratio(&cands.list[y]).total_cmp(&ratio(&cands.list[x])).then(x.cmp(&y)));
             for j in cheaper.into_iter().take(SEARCH_WIDTH) {
                 if trials >= MAX_TRIALS {
                     break;
@@ -298,6 +269,98 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
     }
     let best_total = Some(current);
     Ok(cannot_fit(before, &cands, best_total))
+}
+
+/// The simulator-in-the-loop search's fixed context.
+struct Search<'a> {
+    job: &'a Job,
+    before: &'a Analysis,
+    cands: &'a Candidates,
+    prob: &'a ckpt_solver::Problem,
+    effective: u64,
+    cost_floor: f64,
+    debug: bool,
+}
+
+/// How a climb ended.
+enum Climb {
+    /// This set fits (its plan).
+    Fits(Vec<bool>, Plan),
+    /// No flip lowers the peak any more: the lowest simulated total reached.
+    Stuck(u64),
+}
+
+impl Search<'_> {
+    fn total(&self, plan: &Plan) -> Result<u64> {
+        simulated_total(self.job, self.before, self.cands, plan)
+    }
+
+    /// Hill-climb from `set`, bounded by a move and a simulation count (never by time, so
+    /// that the same input gives the same plan).
+    fn climb(&self, mut set: Vec<bool>, trials: &mut usize) -> Result<Climb> {
+        let mut current = self.total(&plan_from_set(self.prob, set.clone()))?;
+        if current <= self.effective {
+            return Ok(Climb::Fits(set.clone(), plan_from_set(self.prob, set)));
+        }
+        let max_moves = 2 * set.len() + 1;
+        for _ in 0..max_moves {
+            if *trials >= MAX_TRIALS {
+                break;
+            }
+            // Flips worth trying: every chosen candidate (drop it) and the unchosen ones with
+            // the most bytes·window per FLOP (add one).
+            let mut adds: Vec<usize> = (0..set.len()).filter(|&i| !set[i]).collect();
+            adds.sort_by(|&x, &y| ratio(&self.cands.list[y]).total_cmp(&ratio(&self.cands.list[x])).then(x.cmp(&y)));
+            adds.truncate(SEARCH_WIDTH);
+            let flips: Vec<usize> = (0..set.len()).filter(|&i| set[i]).chain(adds).collect();
+            let current_cost = plan_from_set(self.prob, set.clone()).cost;
+            let mut fits: Option<(u64, usize, Plan)> = None;
+            let mut step_best: Option<(f64, u64, usize)> = None; // (score, total, flip)
+            for i in flips {
+                *trials += 1;
+                let mut trial = set.clone();
+                trial[i] = !trial[i];
+                let plan = plan_from_set(self.prob, trial);
+                let total = self.total(&plan)?;
+                if total <= self.effective {
+                    if fits.as_ref().is_none_or(|f| (plan.cost, i) < (f.0, f.1)) {
+                        fits = Some((plan.cost, i, plan));
+                    }
+                    continue;
+                }
+                if total >= current {
+                    continue;
+                }
+                let gain = (current - total) as f64;
+                let added = plan.cost as f64 - current_cost as f64;
+                // Per added FLOP, with a floor of 0.1% of a step on the cost, so that near-free
+                // flips that save next to nothing do not win every move; drops that help are free.
+                let score = if added <= 0.0 { f64::INFINITY } else { gain / (added + self.cost_floor) };
+                if step_best.is_none_or(|b| score > b.0 || (score == b.0 && total < b.1)) {
+                    step_best = Some((score, total, i));
+                }
+            }
+            if let Some((_, i, plan)) = fits {
+                set[i] = !set[i];
+                if self.debug {
+                    eprintln!("search: flip candidate {i} -> fits");
+                }
+                return Ok(Climb::Fits(set, plan));
+            }
+            let Some((_, total, i)) = step_best else { break };
+            if self.debug {
+                eprintln!("search: flip candidate {i} -> simulated total {total}");
+            }
+            set[i] = !set[i];
+            current = total;
+        }
+        Ok(Climb::Stuck(current))
+    }
+}
+
+/// Bytes freed times window length per FLOP: how promising a candidate looks.
+fn ratio(c: &ckpt_passes::recompute::Candidate) -> f64 {
+    c.bytes as f64 * (c.needed_at - c.free_from) as f64 / c.cost as f64
 }
 
 /// How many unchosen candidates one search move tries adding.

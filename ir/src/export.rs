@@ -13,14 +13,14 @@ use crate::onnx;
 
 /// The graph as a ModelProto.
 pub fn export(graph: &Graph) -> onnx::ModelProto {
-    let mut model = graph.model.clone();
+    let mut model = (*graph.model).clone();
     let g = model.graph.get_or_insert_with(Default::default);
     g.node = graph
         .order
         .iter()
         .map(|&id| {
             let node = graph.node(id);
-            let mut p = node.proto.clone();
+            let mut p = (*node.proto).clone();
             p.input = node.inputs.iter().map(|t| t.map_or_else(String::new, |t| graph.tensor(t).name.clone())).collect();
             p.output = node.outputs.iter().map(|t| t.map_or_else(String::new, |t| graph.tensor(t).name.clone())).collect();
             p

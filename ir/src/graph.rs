@@ -104,7 +104,7 @@ pub struct Node {
     pub origin: NodeOrigin,
     /// The node as stored in the file: attributes, doc string, metadata, overload.
     /// Its input/output name lists are rewritten from `inputs`/`outputs` on export.
-    pub(crate) proto: onnx::NodeProto,
+    pub(crate) proto: std::sync::Arc<onnx::NodeProto>,
 }
 
 impl Node {
@@ -170,7 +170,8 @@ impl Node {
 /// A training graph.
 #[derive(Clone, Debug)]
 pub struct Graph {
-    pub(crate) model: onnx::ModelProto,
+    /// Shared: patches clone graphs often and change the model only in its metadata.
+    pub(crate) model: std::sync::Arc<onnx::ModelProto>,
     pub(crate) g: StableDiGraph<Node, TensorId>,
     pub(crate) tensors: Vec<Tensor>,
     pub(crate) by_name: HashMap<String, TensorId>,

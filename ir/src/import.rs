@@ -47,7 +47,7 @@ pub fn import_model(model: onnx::ModelProto, path: &Path, dir: Option<&Path>) ->
     let proto_graph = model.graph.clone().ok_or_else(|| ImportError::NoGraph { path: path.to_path_buf() })?;
 
     let mut graph = Graph {
-        model,
+        model: std::sync::Arc::new(model),
         g: StableDiGraph::new(),
         tensors: Vec::new(),
         by_name: HashMap::new(),
@@ -157,7 +157,7 @@ pub fn import_model(model: onnx::ModelProto, path: &Path, dir: Option<&Path>) ->
             inputs: Vec::new(),
             outputs,
             origin: NodeOrigin::Imported,
-            proto: np.clone(),
+            proto: std::sync::Arc::new(np.clone()),
         });
         ids.push(id);
         graph.order.push(id);

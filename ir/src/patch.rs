@@ -132,8 +132,9 @@ impl Patch {
                     return Err(PatchError::Reassigned { label: self.label.clone(), name: graph.tensor(o).name.clone() });
                 }
             }
-            let mut proto: onnx::NodeProto = template.proto.clone();
+            let mut proto: onnx::NodeProto = (*template.proto).clone();
             proto.name = Some(nn.name.clone());
+            let proto = std::sync::Arc::new(proto);
             let id = graph.add_node(Node {
                 name: nn.name.clone(),
                 domain: template.domain.clone(),
@@ -170,7 +171,7 @@ impl Patch {
             graph.connect(to, rw.node);
         }
         for (k, v) in &self.metadata {
-            let props = &mut graph.model.metadata_props;
+            let props = &mut std::sync::Arc::make_mut(&mut graph.model).metadata_props;
             match props.iter_mut().find(|e| e.key.as_deref() == Some(k)) {
                 Some(e) => e.value = Some(v.clone()),
                 None => props.push(onnx::StringStringEntryProto { key: Some(k.clone()), value: Some(v.clone()) }),

@@ -47,7 +47,7 @@ impl Default for IlpOptions {
             watchdog_slack: Duration::from_secs(5),
             relative_gap: 0.0,
             warm_start: true,
-            initial_depth: 2,
+            initial_depth: 0,
             cbc_parameters: Vec::new(),
         }
     }
