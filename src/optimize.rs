@@ -111,6 +111,7 @@ fn lowest_reachable(job: &Job, before: &Analysis, cands: &Candidates, best: Opti
 
 /// Run the job up to (not including) writing.
 pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
+    let t0 = Instant::now();
     let before = analyse(graph, &job.bindings, job.loss.as_deref(), job.optimizer, job.optimizer_bits)?;
     let effective = (job.ceiling as f64 * (1.0 - job.reserve_pct / 100.0)).floor() as u64;
     if before.ledger.total_bytes <= effective {
@@ -131,15 +132,20 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         return Ok(Outcome::CannotFit { before, message, lowest_total: fixed });
     }
     let cands = candidates(&before.graph, &before.sim, &before.types, &job.bindings);
-    let cannot_fit = |before: Analysis, cands: &Candidates, best: Option<u64>| {
+    let cannot_fit = |before: Analysis, cands: &Candidates, best: Option<u64>, timed_out: bool| {
         let lowest = lowest_reachable(job, &before, cands, best);
         let message = format!(
-            "no recompute plan fits: the lowest peak found under ONNX Runtime's allocator (recomputing every candidate, or the search's best) is {} ({} fixed + {} arena), above the ceiling of {}; dominant ledger line: {}",
+            "no recompute plan fits: the lowest peak found under ONNX Runtime's allocator (recomputing every candidate, or the search's best) is {} ({} fixed + {} arena), above the ceiling of {}; dominant ledger line: {}{}",
             human(lowest),
             human(fixed),
             human(lowest.saturating_sub(fixed)),
             human(effective),
-            before.ledger.dominant()
+            before.ledger.dominant(),
+            if timed_out {
+                format!(" (the search stopped at the time limit of {} s; a longer --time-limit may find a plan)", job.time_limit.as_secs_f64())
+            } else {
+                String::new()
+            }
         );
         Outcome::CannotFit { before, message, lowest_total: lowest }
     };
@@ -188,6 +194,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         effective,
         cost_floor: (step_flops(&before, &job.bindings) as f64 / 1000.0).max(1.0),
         debug,
+        deadline: t0 + job.time_limit,
     };
     let started = Instant::now();
     let mut trials = 0usize;
@@ -214,6 +221,9 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         });
         let mut starts: Box<dyn Iterator<Item = Vec<bool>>> = Box::new(starts.into_iter().chain(tighter));
         for start in &mut starts {
+            if Instant::now() >= search.deadline {
+                break;
+            }
             match search.climb(start, &mut trials)? {
                 Climb::Fits(set, plan) => {
                     found = Some((set, plan));
@@ -248,7 +258,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
             let mut cheaper: Vec<usize> = (0..set.len()).filter(|&j| !set[j] && cands.list[j].cost < cands.list[i].cost).collect();
             cheaper.sort_by(|&x, &y| ratio(&cands.list[y]).total_cmp(&ratio(&cands.list[x])).then(x.cmp(&y)));
             for j in cheaper.into_iter().take(SEARCH_WIDTH) {
-                if trials >= MAX_TRIALS {
+                if trials >= MAX_TRIALS || Instant::now() >= search.deadline {
                     break;
                 }
                 trials += 1;
@@ -267,8 +277,8 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         plan.info.wall = started.elapsed();
         return Ok(Outcome::Rewritten(Box::new(Rewritten { before, after, cands, plan, patch_text: text, arena_ceiling, solve_attempts: attempts, ilp })));
     }
-    let best_total = Some(current);
-    Ok(cannot_fit(before, &cands, best_total))
+    let timed_out = Instant::now() >= search.deadline;
+    Ok(cannot_fit(before, &cands, Some(current), timed_out))
 }
 
 /// The simulator-in-the-loop search's fixed context.
@@ -280,6 +290,9 @@ struct Search<'a> {
     effective: u64,
     cost_floor: f64,
     debug: bool,
+    /// The time limit: a search still running then stops with what it has (the only way the
+    /// clock can change a result, and the receipt says so).
+    deadline: Instant,
 }
 
 /// How a climb ended.
@@ -304,7 +317,7 @@ impl Search<'_> {
         }
         let max_moves = 2 * set.len() + 1;
         for _ in 0..max_moves {
-            if *trials >= MAX_TRIALS {
+            if *trials >= MAX_TRIALS || Instant::now() >= self.deadline {
                 break;
             }
             // Flips worth trying: every chosen candidate (drop it) and the unchosen ones with
@@ -317,6 +330,9 @@ impl Search<'_> {
             let mut fits: Option<(u64, usize, Plan)> = None;
             let mut step_best: Option<(f64, u64, usize)> = None; // (score, total, flip)
             for i in flips {
+                if Instant::now() >= self.deadline {
+                    break;
+                }
                 *trials += 1;
                 let mut trial = set.clone();
                 trial[i] = !trial[i];

@@ -20,7 +20,7 @@ fn job(path: &std::path::Path, ceiling: u64) -> Job {
         optimizer: Optimizer::None,
         optimizer_bits: 32,
         reserve_pct: 0.0,
-        time_limit: Duration::from_secs(5),
+        time_limit: Duration::from_secs(120),
     }
 }
 

@@ -23,7 +23,7 @@ fn every_std_fixture_at_four_ceilings() {
             let c = ceiling.to_string();
             let o = run(&[
                 path_str(&f.path), "--ceiling", &c, "-o", path_str(&out), "--validate", "--json", "--runs", "1",
-                "--time-limit", "5", "--int-range", "attention_mask=1:2",
+                "--time-limit", "20", "--int-range", "attention_mask=1:2",
             ]);
             let label = format!("{} at {pct}% ({ceiling} B)", f.name);
             let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{label}: {e}: {}", stderr(&o)));
