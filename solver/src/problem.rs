@@ -134,17 +134,7 @@ pub(crate) fn dependents(cands: &[Candidate]) -> Vec<Vec<usize>> {
 /// cycle; candidates on or behind a cycle are left out.
 pub(crate) fn topological_order(cands: &[Candidate]) -> Vec<usize> {
     let n = cands.len();
-    let deps_of = |k: usize| {
-        let mut d: Vec<usize> = cands[k]
-            .deps
-            .iter()
-            .copied()
-            .filter(|&d| d < n && d != k)
-            .collect();
-        d.sort_unstable();
-        d.dedup();
-        d
-    };
+    let deps_of = |k: usize| clean_deps(cands, k);
     let mut indegree: Vec<usize> = (0..n).map(|k| deps_of(k).len()).collect();
     let dependents = dependents(cands);
     let mut ready: Vec<usize> = (0..n).filter(|&k| indegree[k] == 0).rev().collect();
@@ -255,4 +245,12 @@ pub(crate) fn remat_steps(problem: &Problem, recompute: &[bool]) -> Vec<Option<u
             return r;
         }
     }
+}
+
+/// Candidate `k`'s dependencies: in range, not itself, sorted, once each.
+pub(crate) fn clean_deps(cands: &[Candidate], k: usize) -> Vec<usize> {
+    let mut d: Vec<usize> = cands[k].deps.iter().copied().filter(|&d| d < cands.len() && d != k).collect();
+    d.sort_unstable();
+    d.dedup();
+    d
 }
