@@ -146,7 +146,7 @@ fn print_memory(an: &ckpt_opt::optimize::Analysis) {
         let node = pk.node.map(|n| an.graph.node(n).name.clone()).unwrap_or_default();
         println!("  {:<10} {:>12}  at step {:>5}  {}", p.name(), human(pk.bytes), pk.step, node);
     }
-    if let Some(&n) = an.sim.schedule.order.get(an.sim.peak_step) {
+    if let Some(n) = ckpt_passes::memory::peak_node(&an.sim) {
         println!("high-water mark: step {} node `{}` ({}, {})", an.sim.peak_step, an.graph.node(n).name, an.graph.node(n).op_label(), an.class.phase(n));
         for (t, b) in an.sim.live_tensors_at(an.sim.peak_step).iter().take(5) {
             println!("      {:<40} {:>12}  {}", an.graph.tensor(*t).name, human(*b), an.class.kind(*t).name());

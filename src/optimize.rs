@@ -9,7 +9,7 @@ use anyhow::{anyhow, Context, Result};
 use serde_json::json;
 
 use ckpt_ir::ops::infer;
-use ckpt_ir::{export, export_bytes, write_atomic, Bindings, Graph, Message};
+use ckpt_ir::{export_bytes, write_atomic, Bindings, Graph};
 use ckpt_passes::ledger::{ledger, Ledger, Optimizer};
 use ckpt_passes::memory::{schedule, simulate, Simulation};
 use ckpt_passes::recompute::{candidates, problem, rewrite, Candidates};
@@ -105,7 +105,7 @@ pub struct Rewritten {
 fn lowest_reachable(job: &Job, before: &Analysis, cands: &Candidates, best: Option<u64>) -> u64 {
     let prob = problem(&before.graph, &before.sim, cands, 0);
     let all = plan_from_set(&prob, vec![true; cands.list.len()]);
-    let simulated_all = realise(job, before, cands, &all).map(|(a, _)| a.ledger.total_bytes).unwrap_or(u64::MAX);
+    let simulated_all = simulated_total(job, before, cands, &all).unwrap_or(u64::MAX);
     simulated_all.min(best.unwrap_or(u64::MAX)).min(before.ledger.total_bytes)
 }
 
@@ -466,7 +466,7 @@ pub fn trace_json(a: &Analysis) -> serde_json::Value {
         .iter()
         .map(|(p, pk)| json!({"phase": p.name(), "peak_bytes": pk.bytes, "step": pk.step, "node": pk.node.map(|n| a.graph.node(n).name.clone())}))
         .collect();
-    let node = a.sim.schedule.order.get(a.sim.peak_step).copied();
+    let node = ckpt_passes::memory::peak_node(&a.sim);
     let largest: Vec<serde_json::Value> = a
         .sim
         .live_tensors_at(a.sim.peak_step)
@@ -559,13 +559,4 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     let d = sha2::Sha256::digest(bytes);
     d.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Serialized model for hashing and validation.
-pub fn model_bytes(g: &Graph) -> Vec<u8> {
-    export(g).encode_to_vec()
-}
-
-pub fn elapsed_ms(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
 }

@@ -7,7 +7,7 @@ use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
 
 use ckpt_ir::onnx::{self, attribute_proto::AttributeType};
-use ckpt_ir::{Bindings, Message};
+use ckpt_ir::Message;
 use ckpt_runtime::{compare, measure_peak, run, time_steps, Arena, Comparison, HostTensor, Model, SessionConfig, Tolerances};
 
 /// Random ops whose seed attribute is set identically in both graphs.
@@ -200,9 +200,4 @@ pub fn validate(
         session: serde_json::to_value(&o.cfg).unwrap_or_default(),
         input_generation,
     })
-}
-
-/// Bindings as the runtime wants them.
-pub fn runtime_dims(b: &Bindings) -> std::collections::BTreeMap<String, usize> {
-    b.iter().map(|(k, v)| (k.clone(), *v as usize)).collect()
 }

@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use ckpt_ir::{Bindings, Graph, NodeId, ShapeError, TensorId, TensorSource};
+use ckpt_ir::{Bindings, Graph, NodeId, ShapeError, TensorId};
 
 use crate::phases::{Classification, Phase};
 use crate::schedule::{try_ort_default_order, OrderNode};
@@ -516,9 +516,4 @@ impl Arena {
 /// Node whose step is the peak, for reports.
 pub fn peak_node(sim: &Simulation) -> Option<NodeId> {
     sim.schedule.order.get(sim.peak_step).copied()
-}
-
-/// A tensor is computed (has a buffer or aliases one) by some scheduled node.
-pub fn is_computed(graph: &Graph, t: TensorId) -> bool {
-    matches!(graph.tensor(t).source, TensorSource::Node(_))
 }
