@@ -59,9 +59,15 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
 
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument (not starting with '-') picks models.
-    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
     let only = std::env::var("SCALE_BENCH_ONLY").ok();
-    let time_limit = std::env::var("SCALE_BENCH_TIME_LIMIT").ok().and_then(|s| s.parse::<f64>().ok()).unwrap_or(30.0);
+    let time_limit = std::env::var("SCALE_BENCH_TIME_LIMIT")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .unwrap_or(30.0);
     let pcts: Vec<u64> = match std::env::var("SCALE_BENCH_CEILINGS") {
         Ok(s) => s.split(',').filter_map(|p| p.trim().parse().ok()).collect(),
         Err(_) => vec![95, 90],
@@ -70,12 +76,20 @@ fn main() {
     let dir = root.join("target").join("bench");
     let mut summary = Vec::new();
     for b in BENCHES {
-        if only.as_deref().is_some_and(|o| o != b.stem) || (!filter.is_empty() && !filter.iter().any(|f| b.stem.contains(f.as_str()))) {
+        if only.as_deref().is_some_and(|o| o != b.stem)
+            || (!filter.is_empty() && !filter.iter().any(|f| b.stem.contains(f.as_str())))
+        {
             continue;
         }
         let path = dir.join(format!("{}.onnx", b.stem));
         if !path.exists() {
-            println!("SKIP {}: {} is absent; generate it with `{}` (from {})", b.stem, path.display(), b.make, root.display());
+            println!(
+                "SKIP {}: {} is absent; generate it with `{}` (from {})",
+                b.stem,
+                path.display(),
+                b.make,
+                root.display()
+            );
             continue;
         }
         match run(b, &path, time_limit, &pcts) {
@@ -99,7 +113,12 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
     let size = std::fs::metadata(path)?.len();
     let (graph, t_import) = timed(|| import_file(path));
     let graph = graph?;
-    println!("  file {}, {} nodes, {} tensors", human(size), graph.node_count(), graph.tensor_ids().count());
+    println!(
+        "  file {}, {} nodes, {} tensors",
+        human(size),
+        graph.node_count(),
+        graph.tensor_ids().count()
+    );
     println!("  import                  {}", secs(t_import));
 
     // analyse, stage by stage (the same calls as optimize::analyse)
@@ -147,7 +166,12 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
         a.ledger.saved_activations_count
     );
     let (cands, t_cands) = timed(|| candidates(&a.graph, &a.sim, &a.types, &bind));
-    println!("  candidates              {} ({} candidates, {} excluded)", secs(t_cands), cands.list.len(), cands.excluded.len());
+    println!(
+        "  candidates              {} ({} candidates, {} excluded)",
+        secs(t_cands),
+        cands.list.len(),
+        cands.excluded.len()
+    );
 
     let mut out = Vec::new();
     for &pct in pcts {
@@ -156,9 +180,16 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
         // one bare ILP solve at the plan's first budget, to split the solver from the rest
         let arena = ceiling.saturating_sub(fixed);
         let (prob, t_prob) = timed(|| problem(&a.graph, &a.sim, &cands, arena));
-        let opts = IlpOptions { time_limit: Duration::from_secs_f64(time_limit), ..Default::default() };
+        let opts = IlpOptions {
+            time_limit: Duration::from_secs_f64(time_limit),
+            ..Default::default()
+        };
         let (sol, t_solve) = timed(|| solve_ilp_with(&prob, &opts));
-        println!("    problem build         {} ({} steps)", secs(t_prob), prob.base_live.len());
+        println!(
+            "    problem build         {} ({} steps)",
+            secs(t_prob),
+            prob.base_live.len()
+        );
         match &sol {
             Ok(p) => {
                 let m = &p.info.model;
@@ -183,7 +214,8 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
             // One simulator trial, as the plan search runs it per flip (optimize::simulated_total):
             // rewrite, clone the graph, apply the patch (which verifies), ORT order, simulate.
             let n = 5u32;
-            let (mut t_rw, mut t_clone, mut t_apply, mut t_sched, mut t_sim, mut t_drop) = Default::default();
+            let (mut t_rw, mut t_clone, mut t_apply, mut t_sched, mut t_sim, mut t_drop) =
+                Default::default();
             for _ in 0..n {
                 let (patch, d) = timed(|| rewrite(&a.graph, &cands, p, "trial"));
                 t_rw += d;
@@ -223,11 +255,41 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
         if std::env::var_os("SCALE_BENCH_PROBE").is_some() {
             // The same problem under other CBC settings: what a faster configuration would buy.
             let variants: Vec<(&str, IlpOptions)> = vec![
-                ("ratioGap 0.01", IlpOptions { relative_gap: 0.01, ..opts.clone() }),
-                ("ratioGap 0.05", IlpOptions { relative_gap: 0.05, ..opts.clone() }),
-                ("cuts off", IlpOptions { cbc_parameters: vec![("cuts".into(), "off".into())], ..opts.clone() }),
-                ("no warm start", IlpOptions { warm_start: false, ..opts.clone() }),
-                ("depth 0", IlpOptions { initial_depth: 0, ..opts.clone() }),
+                (
+                    "ratioGap 0.01",
+                    IlpOptions {
+                        relative_gap: 0.01,
+                        ..opts.clone()
+                    },
+                ),
+                (
+                    "ratioGap 0.05",
+                    IlpOptions {
+                        relative_gap: 0.05,
+                        ..opts.clone()
+                    },
+                ),
+                (
+                    "cuts off",
+                    IlpOptions {
+                        cbc_parameters: vec![("cuts".into(), "off".into())],
+                        ..opts.clone()
+                    },
+                ),
+                (
+                    "no warm start",
+                    IlpOptions {
+                        warm_start: false,
+                        ..opts.clone()
+                    },
+                ),
+                (
+                    "depth 0",
+                    IlpOptions {
+                        initial_depth: 0,
+                        ..opts.clone()
+                    },
+                ),
             ];
             for (label, o) in variants {
                 let (r, t) = timed(|| solve_ilp_with(&prob, &o));
@@ -279,7 +341,11 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
             ),
         };
         println!("    plan (whole)          {}  {desc}", secs(t_plan));
-        println!("    import + plan         {}  target < {}: {met}", secs(whole), secs(b.target));
+        println!(
+            "    import + plan         {}  target < {}: {met}",
+            secs(whole),
+            secs(b.target)
+        );
         out.push(format!(
             "{:<9} {:>5} nodes  ceiling {pct}%: import {:.2} s + plan {:.2} s = {:.2} s (target < {:.0} s: {met})",
             b.stem,

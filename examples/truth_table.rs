@@ -19,13 +19,19 @@ fn main() -> Result<()> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("tests/fixtures"))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
-            let n = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let n = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
             n.ends_with(".onnx") && !n.starts_with("ort_") && !n.starts_with("neg_")
         })
         .collect();
     files.sort();
     files.push(root.join("examples/gpt2_4l_train.onnx"));
-    println!("{:<28} {:>12} {:>12} {:>7} {:>12} {:>12} {:>7}", "model", "pred exact", "ORT exact", "ratio", "pred arena", "ORT arena", "ratio");
+    println!(
+        "{:<28} {:>12} {:>12} {:>7} {:>12} {:>12} {:>7}",
+        "model", "pred exact", "ORT exact", "ratio", "pred arena", "ORT arena", "ratio"
+    );
     let mut worst: f64 = 0.0;
     for f in files {
         let g = ckpt_ir::import_file(&f)?;
@@ -35,15 +41,25 @@ fn main() -> Result<()> {
         let overrides = InputOverrides::parse(&[], &["attention_mask=1:2".to_string()])?;
         let (inputs, _) = make_inputs(&g, &b, 1, &overrides, &[])?;
         let bytes = std::fs::read(&f)?;
-        let name = f.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let mut cfg = SessionConfig { opt_level: OptLevel::Disable, arena: Arena::Exact, ..Default::default() };
+        let name = f
+            .file_stem()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut cfg = SessionConfig {
+            opt_level: OptLevel::Disable,
+            arena: Arena::Exact,
+            ..Default::default()
+        };
         let exact = measure_peak(Model::new(&name, &bytes), &inputs, &cfg)?.peak_bytes;
         cfg.arena = Arena::Session;
         let session = measure_peak(Model::new(&name, &bytes), &inputs, &cfg)?.peak_bytes;
         let r1 = sim.peak_live as f64 / exact as f64;
         let r2 = sim.arena_peak as f64 / session as f64;
         worst = worst.max((r1 - 1.0).abs()).max((r2 - 1.0).abs());
-        println!("{name:<28} {:>12} {exact:>12} {r1:>7.3} {:>12} {session:>12} {r2:>7.3}", sim.peak_live, sim.arena_peak);
+        println!(
+            "{name:<28} {:>12} {exact:>12} {r1:>7.3} {:>12} {session:>12} {r2:>7.3}",
+            sim.peak_live, sim.arena_peak
+        );
     }
     println!("worst deviation: {:.2}%", worst * 100.0);
     Ok(())

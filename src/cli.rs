@@ -106,7 +106,14 @@ impl ModelArgs {
             "sgd" => Optimizer::Sgd,
             _ => Optimizer::None,
         };
-        (o, if self.optimizer_dtype == "f32" { 32 } else { 16 })
+        (
+            o,
+            if self.optimizer_dtype == "f32" {
+                32
+            } else {
+                16
+            },
+        )
     }
 }
 
@@ -167,13 +174,16 @@ pub struct ExportArgs {
 pub fn parse_bindings(dims: &[String]) -> Result<Bindings, Failure> {
     let mut b = Bindings::new();
     for d in dims {
-        let (name, value) = d
-            .split_once('=')
-            .ok_or_else(|| Failure::input(anyhow!("--dim `{d}`: expected NAME=VALUE, e.g. --dim seq=4096")))?;
-        let v: u64 = value
-            .trim()
-            .parse()
-            .map_err(|_| Failure::input(anyhow!("--dim `{d}`: `{value}` is not a non-negative integer")))?;
+        let (name, value) = d.split_once('=').ok_or_else(|| {
+            Failure::input(anyhow!(
+                "--dim `{d}`: expected NAME=VALUE, e.g. --dim seq=4096"
+            ))
+        })?;
+        let v: u64 = value.trim().parse().map_err(|_| {
+            Failure::input(anyhow!(
+                "--dim `{d}`: `{value}` is not a non-negative integer"
+            ))
+        })?;
         b.insert(name.trim().to_string(), v);
     }
     Ok(b)
@@ -181,7 +191,9 @@ pub fn parse_bindings(dims: &[String]) -> Result<Bindings, Failure> {
 
 /// Import a model, naming the file in any error.
 pub fn load(path: &std::path::Path) -> Result<ckpt_ir::Graph, Failure> {
-    ckpt_ir::import_file(path).with_context(|| format!("importing {}", path.display())).map_err(Failure::input)
+    ckpt_ir::import_file(path)
+        .with_context(|| format!("importing {}", path.display()))
+        .map_err(Failure::input)
 }
 
 pub fn run(cli: Cli) -> Result<(), Failure> {

@@ -25,14 +25,26 @@ impl InputOverrides {
     pub fn parse(inputs: &[String], ranges: &[String]) -> Result<InputOverrides> {
         let mut o = InputOverrides::default();
         for s in inputs {
-            let (n, f) = s.split_once('=').ok_or_else(|| anyhow!("--input `{s}`: expected NAME=file.npy"))?;
+            let (n, f) = s
+                .split_once('=')
+                .ok_or_else(|| anyhow!("--input `{s}`: expected NAME=file.npy"))?;
             o.files.insert(n.to_string(), PathBuf::from(f));
         }
         for s in ranges {
-            let (n, r) = s.split_once('=').ok_or_else(|| anyhow!("--int-range `{s}`: expected NAME=LO:HI"))?;
-            let (lo, hi) = r.split_once(':').ok_or_else(|| anyhow!("--int-range `{s}`: expected NAME=LO:HI"))?;
-            let lo: i64 = lo.trim().parse().with_context(|| format!("--int-range `{s}`: LO"))?;
-            let hi: i64 = hi.trim().parse().with_context(|| format!("--int-range `{s}`: HI"))?;
+            let (n, r) = s
+                .split_once('=')
+                .ok_or_else(|| anyhow!("--int-range `{s}`: expected NAME=LO:HI"))?;
+            let (lo, hi) = r
+                .split_once(':')
+                .ok_or_else(|| anyhow!("--int-range `{s}`: expected NAME=LO:HI"))?;
+            let lo: i64 = lo
+                .trim()
+                .parse()
+                .with_context(|| format!("--int-range `{s}`: LO"))?;
+            let hi: i64 = hi
+                .trim()
+                .parse()
+                .with_context(|| format!("--int-range `{s}`: HI"))?;
             if hi <= lo {
                 bail!("--int-range `{s}`: HI must be greater than LO");
             }
@@ -74,7 +86,11 @@ pub fn make_inputs(
     let mut out = Vec::new();
     let mut how = Vec::new();
     for name in overrides.files.keys() {
-        if !graph.inputs().iter().any(|&t| &graph.tensor(t).name == name) {
+        if !graph
+            .inputs()
+            .iter()
+            .any(|&t| &graph.tensor(t).name == name)
+        {
             bail!("--input {name}: the model has no input named `{name}`");
         }
     }
@@ -83,15 +99,26 @@ pub fn make_inputs(
         if tensor.is_initializer() {
             continue;
         }
-        let dtype = tensor.dtype.ok_or_else(|| anyhow!("input `{}` has no element type", tensor.name))?;
-        let rdt = runtime_dtype(dtype).ok_or_else(|| anyhow!("input `{}`: element type {dtype} is not supported", tensor.name))?;
+        let dtype = tensor
+            .dtype
+            .ok_or_else(|| anyhow!("input `{}` has no element type", tensor.name))?;
+        let rdt = runtime_dtype(dtype).ok_or_else(|| {
+            anyhow!(
+                "input `{}`: element type {dtype} is not supported",
+                tensor.name
+            )
+        })?;
         if let Some(path) = overrides.files.get(&tensor.name) {
-            let h = read_npy(path, &tensor.name, Some(rdt)).with_context(|| format!("--input {}", tensor.name))?;
+            let h = read_npy(path, &tensor.name, Some(rdt))
+                .with_context(|| format!("--input {}", tensor.name))?;
             out.push(h);
             how.push(format!("{}: from {}", tensor.name, path.display()));
             continue;
         }
-        let shape = tensor.shape.as_ref().ok_or_else(|| anyhow!("input `{}` has no shape", tensor.name))?;
+        let shape = tensor
+            .shape
+            .as_ref()
+            .ok_or_else(|| anyhow!("input `{}` has no shape", tensor.name))?;
         let dims: Vec<usize> = shape
             .eval(bindings)
             .with_context(|| format!("input `{}`", tensor.name))?
@@ -104,9 +131,15 @@ pub fn make_inputs(
         } else if dtype == DType::Bool {
             (Distribution::Ones, "all true".to_string())
         } else if let Some(&(lo, hi)) = overrides.ranges.get(&tensor.name) {
-            (Distribution::IntRange { lo, hi }, format!("integers in [{lo}, {hi}) from --int-range"))
+            (
+                Distribution::IntRange { lo, hi },
+                format!("integers in [{lo}, {hi}) from --int-range"),
+            )
         } else if let Some(r) = int_range(graph, t, bindings) {
-            (Distribution::IntRange { lo: r.lo, hi: r.hi }, format!("integers in [{}, {}): {}", r.lo, r.hi, r.why))
+            (
+                Distribution::IntRange { lo: r.lo, hi: r.hi },
+                format!("integers in [{}, {}): {}", r.lo, r.hi, r.why),
+            )
         } else {
             bail!(
                 "input `{}` ({dtype}): no consumer implies a valid range; give one with --int-range {}=LO:HI or --input {}=file.npy",
@@ -115,7 +148,13 @@ pub fn make_inputs(
                 tensor.name
             );
         };
-        out.push(generate(&tensor.name, rdt, &dims, dist, derive_seed(seed, &tensor.name))?);
+        out.push(generate(
+            &tensor.name,
+            rdt,
+            &dims,
+            dist,
+            derive_seed(seed, &tensor.name),
+        )?);
         how.push(format!("{}: {why}", tensor.name));
     }
     Ok((out, how))

@@ -6,8 +6,8 @@ use ckpt_ir::{type_str, Graph};
 use ckpt_passes::{classify, TensorKind};
 
 use crate::cli::{load, parse_bindings, InspectArgs};
-use ckpt_opt::size::human;
 use crate::Failure;
+use ckpt_opt::size::human;
 
 pub fn run(a: &InspectArgs) -> Result<(), Failure> {
     let graph = load(&a.model)?;
@@ -22,8 +22,13 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
         for p in c.of_kind(TensorKind::Parameter) {
             params += 1;
             let t = graph.tensor(p);
-            let (Some(shape), Some(dtype)) = (&t.shape, t.dtype) else { continue };
-            match (shape.numel_under(&bindings), shape.bytes_under(dtype.bits(), &bindings)) {
+            let (Some(shape), Some(dtype)) = (&t.shape, t.dtype) else {
+                continue;
+            };
+            match (
+                shape.numel_under(&bindings),
+                shape.bytes_under(dtype.bits(), &bindings),
+            ) {
                 (Ok(n), Ok(b)) => {
                     param_elems += n;
                     if let Ok(total) = &mut param_bytes {
@@ -47,10 +52,19 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
             })
             .collect()
     };
-    let opsets: serde_json::Map<String, serde_json::Value> =
-        graph.opsets().into_iter().map(|(d, v)| (d, json!(v))).collect();
+    let opsets: serde_json::Map<String, serde_json::Value> = graph
+        .opsets()
+        .into_iter()
+        .map(|(d, v)| (d, json!(v)))
+        .collect();
     let (optimizer, bits) = a.model_args.optimizer();
-    let analysis = ckpt_opt::optimize::analyse(graph.clone(), &bindings, a.model_args.loss.as_deref(), optimizer, bits);
+    let analysis = ckpt_opt::optimize::analyse(
+        graph.clone(),
+        &bindings,
+        a.model_args.loss.as_deref(),
+        optimizer,
+        bits,
+    );
     if a.json {
         let v = json!({
             "model": a.model.display().to_string(),
@@ -81,7 +95,10 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
             }
             Err(e) => v["memory_model_error"] = json!(format!("{e:#}")),
         }
-        println!("{}", serde_json::to_string_pretty(&v).map_err(Failure::input)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).map_err(Failure::input)?
+        );
         return Ok(());
     }
     print_human(&graph, a, &class, params, param_elems, &param_bytes);
@@ -101,9 +118,21 @@ fn print_human(
     param_bytes: &Result<u64, String>,
 ) {
     println!("model        {}", a.model.display());
-    let opsets: Vec<String> = graph.opsets().iter().map(|(d, v)| format!("{d} {v}")).collect();
-    println!("ir_version   {}   opsets: {}", graph.ir_version(), opsets.join(", "));
-    println!("nodes        {}   tensors: {}", graph.node_count(), graph.tensor_count());
+    let opsets: Vec<String> = graph
+        .opsets()
+        .iter()
+        .map(|(d, v)| format!("{d} {v}"))
+        .collect();
+    println!(
+        "ir_version   {}   opsets: {}",
+        graph.ir_version(),
+        opsets.join(", ")
+    );
+    println!(
+        "nodes        {}   tensors: {}",
+        graph.node_count(),
+        graph.tensor_count()
+    );
     match class {
         Ok(c) => println!("loss         {}", graph.tensor(c.loss).name),
         Err(e) => println!("loss         ? ({e})"),
@@ -115,16 +144,29 @@ fn print_human(
     println!("parameters   {params} tensors, {param_elems} elements, {bytes}");
     let syms = graph.symbols();
     if !syms.is_empty() {
-        println!("symbolic     {} (bind with --dim NAME=VALUE)", syms.join(", "));
+        println!(
+            "symbolic     {} (bind with --dim NAME=VALUE)",
+            syms.join(", ")
+        );
     }
     let kind = |t| class.as_ref().map(|c| c.kind(t).name()).unwrap_or("?");
     println!("inputs ({}):", graph.inputs().len());
     for &t in graph.inputs() {
-        println!("  {:<40} {:<24} {}", graph.tensor(t).name, type_str(graph, t), kind(t));
+        println!(
+            "  {:<40} {:<24} {}",
+            graph.tensor(t).name,
+            type_str(graph, t),
+            kind(t)
+        );
     }
     println!("outputs ({}):", graph.outputs().len());
     for &t in graph.outputs() {
-        println!("  {:<40} {:<24} {}", graph.tensor(t).name, type_str(graph, t), kind(t));
+        println!(
+            "  {:<40} {:<24} {}",
+            graph.tensor(t).name,
+            type_str(graph, t),
+            kind(t)
+        );
     }
 }
 
@@ -132,24 +174,56 @@ fn print_memory(an: &ckpt_opt::optimize::Analysis) {
     let l = &an.ledger;
     println!("ledger (one training step):");
     for (name, bytes) in l.lines() {
-        let mark = if name == l.dominant() { "  <- dominant" } else { "" };
+        let mark = if name == l.dominant() {
+            "  <- dominant"
+        } else {
+            ""
+        };
         println!("  {:<22} {:>12}{mark}", name, human(bytes));
     }
-    println!("  {:<22} {:>12}  ({} tensors)", "saved activations #", "", l.saved_activations_count);
+    println!(
+        "  {:<22} {:>12}  ({} tensors)",
+        "saved activations #", "", l.saved_activations_count
+    );
     for (n, b) in &l.largest_saved {
         println!("      {:<40} {:>12}", n, human(*b));
     }
-    println!("  {:<22} {:>12}  (ORT arena, one step; default BFC arena: {})", "predicted arena peak", human(l.arena_peak_bytes), human(an.sim.arena_peak));
+    println!(
+        "  {:<22} {:>12}  (ORT arena, one step; default BFC arena: {})",
+        "predicted arena peak",
+        human(l.arena_peak_bytes),
+        human(an.sim.arena_peak)
+    );
     println!("  {:<22} {:>12}", "total", human(l.total_bytes));
     println!("phase trace (peak live arena bytes per phase):");
     for (p, pk) in an.sim.phase_peaks(&an.class) {
-        let node = pk.node.map(|n| an.graph.node(n).name.clone()).unwrap_or_default();
-        println!("  {:<10} {:>12}  at step {:>5}  {}", p.name(), human(pk.bytes), pk.step, node);
+        let node = pk
+            .node
+            .map(|n| an.graph.node(n).name.clone())
+            .unwrap_or_default();
+        println!(
+            "  {:<10} {:>12}  at step {:>5}  {}",
+            p.name(),
+            human(pk.bytes),
+            pk.step,
+            node
+        );
     }
     if let Some(n) = ckpt_passes::memory::peak_node(&an.sim) {
-        println!("high-water mark: step {} node `{}` ({}, {})", an.sim.peak_step, an.graph.node(n).name, an.graph.node(n).op_label(), an.class.phase(n));
+        println!(
+            "high-water mark: step {} node `{}` ({}, {})",
+            an.sim.peak_step,
+            an.graph.node(n).name,
+            an.graph.node(n).op_label(),
+            an.class.phase(n)
+        );
         for (t, b) in an.sim.live_tensors_at(an.sim.peak_step).iter().take(5) {
-            println!("      {:<40} {:>12}  {}", an.graph.tensor(*t).name, human(*b), an.class.kind(*t).name());
+            println!(
+                "      {:<40} {:>12}  {}",
+                an.graph.tensor(*t).name,
+                human(*b),
+                an.class.kind(*t).name()
+            );
         }
     }
 }

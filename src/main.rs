@@ -21,7 +21,10 @@ pub struct Failure {
 
 impl Failure {
     pub fn input(error: impl Into<anyhow::Error>) -> Failure {
-        Failure { code: 1, error: error.into() }
+        Failure {
+            code: 1,
+            error: error.into(),
+        }
     }
 }
 
@@ -43,7 +46,9 @@ fn main() -> ExitCode {
         Err(e) => {
             let _ = e.print();
             return match e.kind() {
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    ExitCode::SUCCESS
+                }
                 _ => ExitCode::from(1),
             };
         }

@@ -17,7 +17,11 @@ use crate::Failure;
 
 fn session_config(r: &RunArgs) -> SessionConfig {
     SessionConfig {
-        provider: if r.provider == "cuda" { Provider::Cuda } else { Provider::Cpu },
+        provider: if r.provider == "cuda" {
+            Provider::Cuda
+        } else {
+            Provider::Cpu
+        },
         opt_level: match r.ort_opt_level.as_str() {
             "basic" => OptLevel::Basic,
             "extended" => OptLevel::Extended,
@@ -31,7 +35,10 @@ fn session_config(r: &RunArgs) -> SessionConfig {
 fn tolerances(r: &RunArgs) -> Tolerances {
     let mut t = Tolerances::default();
     if r.rtol.is_some() || r.atol.is_some() {
-        let f = Tol { rtol: r.rtol.unwrap_or(t.f32.rtol), atol: r.atol.unwrap_or(t.f32.atol) };
+        let f = Tol {
+            rtol: r.rtol.unwrap_or(t.f32.rtol),
+            atol: r.atol.unwrap_or(t.f32.atol),
+        };
         t.f32 = f;
         t.f64 = f;
         t.f16 = f;
@@ -54,8 +61,20 @@ fn run_validation(
     // Ranges and shapes of inputs read the inferred types (symbolic graphs name dims `unk__N`).
     let (typed, _) = optimize::with_inferred_types(original.clone())?;
     let (inputs, how) = make_inputs(&typed, bindings, r.seed, &overrides, params)?;
-    let opts = ValidateOptions { cfg: session_config(r), tol: tolerances(r), seed: r.seed, warmup: 2, runs: r.runs.max(1) };
-    Ok(validate(&ckpt_ir::export(original), &ckpt_ir::export(rewritten), &inputs, how, &opts)?)
+    let opts = ValidateOptions {
+        cfg: session_config(r),
+        tol: tolerances(r),
+        seed: r.seed,
+        warmup: 2,
+        runs: r.runs.max(1),
+    };
+    Ok(validate(
+        &ckpt_ir::export(original),
+        &ckpt_ir::export(rewritten),
+        &inputs,
+        how,
+        &opts,
+    )?)
 }
 
 fn print_validation(v: &Validation) {
@@ -66,18 +85,45 @@ fn print_validation(v: &Validation) {
             o.name,
             o.max_abs_err,
             o.max_rel_err,
-            if o.bitwise_equal { "bitwise identical" } else if o.passed { "within tolerance" } else { "MISMATCH" },
-            o.message.as_ref().map(|m| format!(" ({m})")).unwrap_or_default()
+            if o.bitwise_equal {
+                "bitwise identical"
+            } else if o.passed {
+                "within tolerance"
+            } else {
+                "MISMATCH"
+            },
+            o.message
+                .as_ref()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default()
         );
     }
-    println!("  control (`{}` scaled by 1+1e-3): {}", v.control_tensor, if v.control_rejected { "rejected, as it must be" } else { "NOT rejected: the comparison cannot tell graphs apart" });
+    println!(
+        "  control (`{}` scaled by 1+1e-3): {}",
+        v.control_tensor,
+        if v.control_rejected {
+            "rejected, as it must be"
+        } else {
+            "NOT rejected: the comparison cannot tell graphs apart"
+        }
+    );
     println!("  rng: {}", v.rng_policy);
     if let Some(w) = &v.cse_warning {
         println!("  warning: {w}");
     }
-    println!("  {:<12} {:>14} {:>18} {:>9} {:>9}", "", "peak (exact)", "peak (ORT arena)", "p50 ms", "p95 ms");
+    println!(
+        "  {:<12} {:>14} {:>18} {:>9} {:>9}",
+        "", "peak (exact)", "peak (ORT arena)", "p50 ms", "p95 ms"
+    );
     for (name, m) in [("original", &v.original), ("rewritten", &v.rewritten)] {
-        println!("  {:<12} {:>14} {:>18} {:>9.2} {:>9.2}", name, human(m.peak_bytes), human(m.peak_bytes_default_arena), m.p50_ms, m.p95_ms);
+        println!(
+            "  {:<12} {:>14} {:>18} {:>9.2} {:>9.2}",
+            name,
+            human(m.peak_bytes),
+            human(m.peak_bytes_default_arena),
+            m.p50_ms,
+            m.p95_ms
+        );
     }
 }
 
@@ -90,30 +136,56 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
         .unwrap_or_default();
     let v = run_validation(&original, &rewritten, &b, &params, &a.run)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&v).map_err(Failure::input)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).map_err(Failure::input)?
+        );
     } else {
         print_validation(&v);
     }
     if v.passed {
         Ok(())
     } else {
-        Err(Failure { code: 3, error: anyhow!("validation failed: {}", if v.control_rejected { "outputs differ" } else { "the broken control was not rejected" }) })
+        Err(Failure {
+            code: 3,
+            error: anyhow!(
+                "validation failed: {}",
+                if v.control_rejected {
+                    "outputs differ"
+                } else {
+                    "the broken control was not rejected"
+                }
+            ),
+        })
     }
 }
 
 pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
     let t0 = Instant::now();
-    let model = args.model.clone().ok_or_else(|| Failure::input(anyhow!("no model given: ckpt-opt MODEL --ceiling SIZE (see --help)")))?;
-    let ceiling_s = args.ceiling.clone().ok_or_else(|| Failure::input(anyhow!("--ceiling is required, e.g. --ceiling 69GiB")))?;
+    let model = args.model.clone().ok_or_else(|| {
+        Failure::input(anyhow!(
+            "no model given: ckpt-opt MODEL --ceiling SIZE (see --help)"
+        ))
+    })?;
+    let ceiling_s = args
+        .ceiling
+        .clone()
+        .ok_or_else(|| Failure::input(anyhow!("--ceiling is required, e.g. --ceiling 69GiB")))?;
     let ceiling = parse_size(&ceiling_s).map_err(|e| Failure::input(anyhow!("--ceiling {e}")))?;
     if !(0.0..100.0).contains(&args.reserve) {
-        return Err(Failure::input(anyhow!("--reserve {} must be a percentage in [0, 100)", args.reserve)));
+        return Err(Failure::input(anyhow!(
+            "--reserve {} must be a percentage in [0, 100)",
+            args.reserve
+        )));
     }
     if !(args.time_limit > 0.0 && args.time_limit.is_finite()) {
-        return Err(Failure::input(anyhow!("--time-limit must be a positive number of seconds")));
+        return Err(Failure::input(anyhow!(
+            "--time-limit must be a positive number of seconds"
+        )));
     }
     let bindings = parse_bindings(&args.model_args.dims)?;
-    let input_bytes = std::fs::read(&model).with_context(|| format!("reading {}", model.display()))?;
+    let input_bytes =
+        std::fs::read(&model).with_context(|| format!("reading {}", model.display()))?;
     let graph = load(&model)?;
     let (optimizer, bits) = args.model_args.optimizer();
     let job = Job {
@@ -138,20 +210,31 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         "rng_policy": ckpt_opt::validate::RNG_POLICY,
     });
     match outcome {
-        Outcome::CannotFit { before, message, lowest_total } => {
+        Outcome::CannotFit {
+            before,
+            message,
+            lowest_total,
+        } => {
             receipt["status"] = json!("ceiling_cannot_be_met");
             receipt["diagnosis"] = json!(message);
             receipt["lowest_reachable_total_bytes"] = json!(lowest_total);
             receipt["ledger"] = optimize::ledger_json(&before.ledger);
             write_receipt(&args, &receipt)?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&receipt).map_err(Failure::input)?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&receipt).map_err(Failure::input)?
+                );
             }
-            Err(Failure { code: 2, error: anyhow!("the ceiling of {} cannot be met: {message}", human(ceiling)) })
+            Err(Failure {
+                code: 2,
+                error: anyhow!("the ceiling of {} cannot be met: {message}", human(ceiling)),
+            })
         }
         Outcome::AlreadyFits { before } => {
             receipt["status"] = json!("already_fits");
-            receipt["predicted_peak_bytes"] = json!({"before": before.ledger.total_bytes, "after": before.ledger.total_bytes});
+            receipt["predicted_peak_bytes"] =
+                json!({"before": before.ledger.total_bytes, "after": before.ledger.total_bytes});
             receipt["ledger"] = optimize::ledger_json(&before.ledger);
             receipt["added_flops"] = json!(0);
             receipt["segments"] = json!([]);
@@ -161,28 +244,42 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             }
             write_receipt(&args, &receipt)?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&receipt).map_err(Failure::input)?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&receipt).map_err(Failure::input)?
+                );
             } else {
                 println!(
                     "{}: predicted peak {} already fits the ceiling of {}; nothing to recompute{}",
                     model.display(),
                     human(before.ledger.total_bytes),
                     human(ceiling),
-                    if args.output.is_some() { " (unchanged graph written)" } else { "" }
+                    if args.output.is_some() {
+                        " (unchanged graph written)"
+                    } else {
+                        ""
+                    }
                 );
             }
             Ok(())
         }
         Outcome::Rewritten(r) => {
-            let out = args.output.clone().unwrap_or_else(|| optimize::default_output(&model));
+            let out = args
+                .output
+                .clone()
+                .unwrap_or_else(|| optimize::default_output(&model));
             let bytes = optimize::write(&r.after.graph, &out, &model)?;
             let step = optimize::step_flops(&r.before, &bindings).max(1);
             let info = &r.plan.info;
             receipt["status"] = json!("rewritten");
-            receipt["output"] = json!({"path": out.display().to_string(), "sha256": optimize::sha256_hex(&bytes)});
-            receipt["predicted_peak_bytes"] = json!({"before": r.before.ledger.total_bytes, "after": r.after.ledger.total_bytes});
-            receipt["predicted_arena_peak_bytes"] = json!({"before": r.before.sim.peak_live, "after": r.after.sim.peak_live});
-            receipt["predicted_default_arena_peak_bytes"] = json!({"before": r.before.sim.arena_peak, "after": r.after.sim.arena_peak});
+            receipt["output"] =
+                json!({"path": out.display().to_string(), "sha256": optimize::sha256_hex(&bytes)});
+            receipt["predicted_peak_bytes"] =
+                json!({"before": r.before.ledger.total_bytes, "after": r.after.ledger.total_bytes});
+            receipt["predicted_arena_peak_bytes"] =
+                json!({"before": r.before.sim.peak_live, "after": r.after.sim.peak_live});
+            receipt["predicted_default_arena_peak_bytes"] =
+                json!({"before": r.before.sim.arena_peak, "after": r.after.sim.arena_peak});
             receipt["ledger"] = json!({"before": optimize::ledger_json(&r.before.ledger), "after": optimize::ledger_json(&r.after.ledger)});
             receipt["trace"] = json!({"before": optimize::trace_json(&r.before), "after": optimize::trace_json(&r.after)});
             receipt["added_flops"] = json!(r.plan.cost);
@@ -209,7 +306,13 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             let mut validation_failed = None;
             if args.validate {
                 let params: Vec<_> = r.before.class.of_kind(TensorKind::Parameter).collect();
-                let v = run_validation(&r.before.graph, &r.after.graph, &bindings, &params, &args.run)?;
+                let v = run_validation(
+                    &r.before.graph,
+                    &r.after.graph,
+                    &bindings,
+                    &params,
+                    &args.run,
+                )?;
                 if !v.passed {
                     validation_failed = Some(v.control_rejected);
                 }
@@ -221,14 +324,24 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             receipt["seconds"] = json!(t0.elapsed().as_secs_f64());
             write_receipt(&args, &receipt)?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&receipt).map_err(Failure::input)?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&receipt).map_err(Failure::input)?
+                );
             } else {
                 print_summary(&r, &out, ceiling, step);
             }
             match validation_failed {
                 Some(control) => Err(Failure {
                     code: 3,
-                    error: anyhow!("validation failed: {}", if control { "outputs differ" } else { "the broken control was not rejected" }),
+                    error: anyhow!(
+                        "validation failed: {}",
+                        if control {
+                            "outputs differ"
+                        } else {
+                            "the broken control was not rejected"
+                        }
+                    ),
                 }),
                 None => Ok(()),
             }
@@ -263,7 +376,8 @@ fn print_summary(r: &optimize::Rewritten, out: &std::path::Path, ceiling: u64, s
 fn write_receipt(args: &OptimizeArgs, receipt: &serde_json::Value) -> Result<(), Failure> {
     if let Some(path) = &args.receipt {
         let text = serde_json::to_string_pretty(receipt).map_err(Failure::input)?;
-        ckpt_ir::write_atomic(path, text.as_bytes(), args.model.as_deref()).with_context(|| format!("writing receipt {}", path.display()))?;
+        ckpt_ir::write_atomic(path, text.as_bytes(), args.model.as_deref())
+            .with_context(|| format!("writing receipt {}", path.display()))?;
     }
     Ok(())
 }

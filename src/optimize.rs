@@ -52,12 +52,19 @@ pub struct Analysis {
 /// inputs' symbols (`batch*seq`) so that bindings can evaluate it.
 pub fn with_inferred_types(mut graph: Graph) -> Result<(Graph, ckpt_ir::ops::Types)> {
     let types = infer(&graph).context("shape inference")?;
-    let input_symbols: std::collections::BTreeSet<String> =
-        graph.inputs().iter().filter_map(|&t| graph.tensor(t).shape.as_ref()).flat_map(|s| s.symbols()).collect();
+    let input_symbols: std::collections::BTreeSet<String> = graph
+        .inputs()
+        .iter()
+        .filter_map(|&t| graph.tensor(t).shape.as_ref())
+        .flat_map(|s| s.symbols())
+        .collect();
     let ids: Vec<_> = graph.tensor_ids().collect();
     for t in ids {
         let tensor = graph.tensor(t);
-        let stray = tensor.shape.as_ref().is_some_and(|s| s.symbols().iter().any(|x| !input_symbols.contains(x)));
+        let stray = tensor
+            .shape
+            .as_ref()
+            .is_some_and(|s| s.symbols().iter().any(|x| !input_symbols.contains(x)));
         if tensor.dtype.is_none() || tensor.shape.is_none() || stray {
             if let Some(tt) = types.get(t) {
                 let (d, s) = (tt.dtype, tt.shape.clone());
@@ -69,13 +76,25 @@ pub fn with_inferred_types(mut graph: Graph) -> Result<(Graph, ckpt_ir::ops::Typ
 }
 
 /// The analysis of a graph: types, phases, ORT's schedule, the simulation and the ledger.
-pub fn analyse(graph: Graph, b: &Bindings, loss: Option<&str>, optimizer: Optimizer, bits: u64) -> Result<Analysis> {
+pub fn analyse(
+    graph: Graph,
+    b: &Bindings,
+    loss: Option<&str>,
+    optimizer: Optimizer,
+    bits: u64,
+) -> Result<Analysis> {
     let (graph, types) = with_inferred_types(graph)?;
     let class = classify(&graph, loss)?;
     let sched = schedule(&graph)?;
     let sim = simulate(&graph, &sched, b)?;
     let ledger = ledger(&graph, &class, &sim, b, optimizer, bits);
-    Ok(Analysis { graph, class, sim, ledger, types })
+    Ok(Analysis {
+        graph,
+        class,
+        sim,
+        ledger,
+        types,
+    })
 }
 
 /// How the job ended.
@@ -83,7 +102,11 @@ pub enum Outcome {
     /// Already under the ceiling; nothing to do.
     AlreadyFits { before: Analysis },
     /// No plan can fit: the diagnosis.
-    CannotFit { before: Analysis, message: String, lowest_total: u64 },
+    CannotFit {
+        before: Analysis,
+        message: String,
+        lowest_total: u64,
+    },
     /// Rewritten.
     Rewritten(Box<Rewritten>),
 }
@@ -106,13 +129,21 @@ fn lowest_reachable(job: &Job, before: &Analysis, cands: &Candidates, best: Opti
     let prob = problem(&before.graph, &before.sim, cands, 0);
     let all = plan_from_set(&prob, vec![true; cands.list.len()]);
     let simulated_all = simulated_total(job, before, cands, &all).unwrap_or(u64::MAX);
-    simulated_all.min(best.unwrap_or(u64::MAX)).min(before.ledger.total_bytes)
+    simulated_all
+        .min(best.unwrap_or(u64::MAX))
+        .min(before.ledger.total_bytes)
 }
 
 /// Run the job up to (not including) writing.
 pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
     let t0 = Instant::now();
-    let before = analyse(graph, &job.bindings, job.loss.as_deref(), job.optimizer, job.optimizer_bits)?;
+    let before = analyse(
+        graph,
+        &job.bindings,
+        job.loss.as_deref(),
+        job.optimizer,
+        job.optimizer_bits,
+    )?;
     let effective = (job.ceiling as f64 * (1.0 - job.reserve_pct / 100.0)).floor() as u64;
     if before.ledger.total_bytes <= effective {
         return Ok(Outcome::AlreadyFits { before });
@@ -129,7 +160,11 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
             human(effective),
             job.reserve_pct
         );
-        return Ok(Outcome::CannotFit { before, message, lowest_total: fixed });
+        return Ok(Outcome::CannotFit {
+            before,
+            message,
+            lowest_total: fixed,
+        });
     }
     let cands = candidates(&before.graph, &before.sim, &before.types, &job.bindings);
     let cannot_fit = |before: Analysis, cands: &Candidates, best: Option<u64>, timed_out: bool| {
@@ -147,14 +182,22 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
                 String::new()
             }
         );
-        Outcome::CannotFit { before, message, lowest_total: lowest }
+        Outcome::CannotFit {
+            before,
+            message,
+            lowest_total: lowest,
+        }
     };
     let debug = std::env::var_os("CKPT_OPT_DEBUG").is_some();
     let arena_ceiling = effective - fixed;
     // 1. The ILP on the linear model, with half the time limit. Only a plan it proved optimal
     //    is used (a plan cut off by the clock would make the output depend on the machine's
     //    speed); the simulator then checks it against ORT's allocator.
-    let opts = IlpOptions { time_limit: job.time_limit / 2, watchdog_slack: job.time_limit / 8, ..Default::default() };
+    let opts = IlpOptions {
+        time_limit: job.time_limit / 2,
+        watchdog_slack: job.time_limit / 8,
+        ..Default::default()
+    };
     let mut attempts = 1;
     let prob = problem(&before.graph, &before.sim, &cands, arena_ceiling);
     let solved = solve_ilp_with(&prob, &opts);
@@ -166,20 +209,44 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         Err(e) => json!({"error": e.to_string()}),
     };
     let ilp_plan = match solved {
-        Ok(p) if matches!(p.info.status, ckpt_solver::Status::Optimal | ckpt_solver::Status::NoRecomputeNeeded) => Some(p),
-        Ok(_) | Err(SolveError::Infeasible { .. } | SolveError::NoPlanWithinTimeLimit { .. } | SolveError::DoesNotFit { .. }) => None,
+        Ok(p)
+            if matches!(
+                p.info.status,
+                ckpt_solver::Status::Optimal | ckpt_solver::Status::NoRecomputeNeeded
+            ) =>
+        {
+            Some(p)
+        }
+        Ok(_)
+        | Err(
+            SolveError::Infeasible { .. }
+            | SolveError::NoPlanWithinTimeLimit { .. }
+            | SolveError::DoesNotFit { .. },
+        ) => None,
         Err(e) => return Err(anyhow!(e)),
     };
     let mut best: Option<(Plan, Analysis, String)> = None;
     if let Some(plan) = ilp_plan {
         let (after, text) = realise(job, &before, &cands, &plan)?;
         if debug {
-            eprintln!("ilp: solver peak {} simulated {}", plan.peak, after.sim.peak_live);
+            eprintln!(
+                "ilp: solver peak {} simulated {}",
+                plan.peak, after.sim.peak_live
+            );
         }
         ilp["simulated_peak_bytes"] = json!(after.ledger.total_bytes);
         ilp["used"] = json!(after.ledger.total_bytes <= effective);
         if after.ledger.total_bytes <= effective {
-            return Ok(Outcome::Rewritten(Box::new(Rewritten { before, after, cands, plan, patch_text: text, arena_ceiling, solve_attempts: attempts, ilp })));
+            return Ok(Outcome::Rewritten(Box::new(Rewritten {
+                before,
+                after,
+                cands,
+                plan,
+                patch_text: text,
+                arena_ceiling,
+                solve_attempts: attempts,
+                ilp,
+            })));
         }
         best = Some((plan, after, text));
     }
@@ -205,21 +272,32 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         }
     }
     starts.push(vec![false; cands.list.len()]);
-    let opts = IlpOptions { time_limit: job.time_limit / 4, ..opts.clone() };
+    let opts = IlpOptions {
+        time_limit: job.time_limit / 4,
+        ..opts.clone()
+    };
     let (found, current) = {
         let mut current = before.ledger.total_bytes;
         let mut found: Option<(Vec<bool>, Plan)> = None;
         // More starting points when those fail: the ILP's optima at tighter budgets (its linear
         // model under-counts what ORT's allocator holds, so a tighter target lands nearer the truth).
         let tighter = [0.9f64, 0.8].into_iter().filter_map(|f| {
-            let mut p = problem(&before.graph, &before.sim, &cands, (arena_ceiling as f64 * f) as u64);
+            let mut p = problem(
+                &before.graph,
+                &before.sim,
+                &cands,
+                (arena_ceiling as f64 * f) as u64,
+            );
             p.ceiling = p.ceiling.max(1);
             match solve_ilp_with(&p, &opts) {
-                Ok(plan) if plan.info.status == ckpt_solver::Status::Optimal => Some(plan.recompute),
+                Ok(plan) if plan.info.status == ckpt_solver::Status::Optimal => {
+                    Some(plan.recompute)
+                }
                 _ => None,
             }
         });
-        let mut starts: Box<dyn Iterator<Item = Vec<bool>>> = Box::new(starts.into_iter().chain(tighter));
+        let mut starts: Box<dyn Iterator<Item = Vec<bool>>> =
+            Box::new(starts.into_iter().chain(tighter));
         for start in &mut starts {
             if Instant::now() >= search.deadline {
                 break;
@@ -255,8 +333,14 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
             if !set[i] {
                 continue;
             }
-            let mut cheaper: Vec<usize> = (0..set.len()).filter(|&j| !set[j] && cands.list[j].cost < cands.list[i].cost).collect();
-            cheaper.sort_by(|&x, &y| ratio(&cands.list[y]).total_cmp(&ratio(&cands.list[x])).then(x.cmp(&y)));
+            let mut cheaper: Vec<usize> = (0..set.len())
+                .filter(|&j| !set[j] && cands.list[j].cost < cands.list[i].cost)
+                .collect();
+            cheaper.sort_by(|&x, &y| {
+                ratio(&cands.list[y])
+                    .total_cmp(&ratio(&cands.list[x]))
+                    .then(x.cmp(&y))
+            });
             for j in cheaper.into_iter().take(SEARCH_WIDTH) {
                 if trials >= MAX_TRIALS || Instant::now() >= search.deadline {
                     break;
@@ -275,7 +359,16 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         }
         let (after, text) = realise(job, &before, &cands, &plan)?;
         plan.info.wall = started.elapsed();
-        return Ok(Outcome::Rewritten(Box::new(Rewritten { before, after, cands, plan, patch_text: text, arena_ceiling, solve_attempts: attempts, ilp })));
+        return Ok(Outcome::Rewritten(Box::new(Rewritten {
+            before,
+            after,
+            cands,
+            plan,
+            patch_text: text,
+            arena_ceiling,
+            solve_attempts: attempts,
+            ilp,
+        })));
     }
     let timed_out = Instant::now() >= search.deadline;
     Ok(cannot_fit(before, &cands, Some(current), timed_out))
@@ -323,7 +416,11 @@ impl Search<'_> {
             // Flips worth trying: every chosen candidate (drop it) and the unchosen ones with
             // the most bytes·window per FLOP (add one).
             let mut adds: Vec<usize> = (0..set.len()).filter(|&i| !set[i]).collect();
-            adds.sort_by(|&x, &y| ratio(&self.cands.list[y]).total_cmp(&ratio(&self.cands.list[x])).then(x.cmp(&y)));
+            adds.sort_by(|&x, &y| {
+                ratio(&self.cands.list[y])
+                    .total_cmp(&ratio(&self.cands.list[x]))
+                    .then(x.cmp(&y))
+            });
             adds.truncate(SEARCH_WIDTH);
             let flips: Vec<usize> = (0..set.len()).filter(|&i| set[i]).chain(adds).collect();
             let current_cost = plan_from_set(self.prob, set.clone()).cost;
@@ -351,7 +448,11 @@ impl Search<'_> {
                 let added = plan.cost as f64 - current_cost as f64;
                 // Per added FLOP, with a floor of 0.1% of a step on the cost, so that near-free
                 // flips that save next to nothing do not win every move; drops that help are free.
-                let score = if added <= 0.0 { f64::INFINITY } else { gain / (added + self.cost_floor) };
+                let score = if added <= 0.0 {
+                    f64::INFINITY
+                } else {
+                    gain / (added + self.cost_floor)
+                };
                 if step_best.is_none_or(|b| score > b.0 || (score == b.0 && total < b.1)) {
                     step_best = Some((score, total, i));
                 }
@@ -363,7 +464,9 @@ impl Search<'_> {
                 }
                 return Ok(Climb::Fits(set, plan));
             }
-            let Some((_, total, i)) = step_best else { break };
+            let Some((_, total, i)) = step_best else {
+                break;
+            };
             if self.debug {
                 eprintln!("search: flip candidate {i} -> simulated total {total}");
             }
@@ -411,25 +514,50 @@ fn plan_from_set(prob: &ckpt_solver::Problem, set: Vec<bool>) -> Plan {
 fn simulated_total(job: &Job, before: &Analysis, cands: &Candidates, plan: &Plan) -> Result<u64> {
     let patch = rewrite(&before.graph, cands, plan, "trial");
     let mut g2 = before.graph.clone();
-    patch.apply(&mut g2).context("applying the recompute patch")?;
+    patch
+        .apply(&mut g2)
+        .context("applying the recompute patch")?;
     let sim = simulate(&g2, &schedule(&g2)?, &job.bindings)?;
     Ok(before.ledger.fixed_bytes + sim.peak_live)
 }
 
 /// Rewrite the graph for `plan`, apply, and analyse the result (the simulator is the truth).
-fn realise(job: &Job, before: &Analysis, cands: &Candidates, plan: &Plan) -> Result<(Analysis, String)> {
-    let mut patch = rewrite(&before.graph, cands, plan, &format!("recompute for ceiling {}", job.ceiling));
-    patch.metadata.push((METADATA_KEY.to_string(), CSE_VALUE.to_string()));
+fn realise(
+    job: &Job,
+    before: &Analysis,
+    cands: &Candidates,
+    plan: &Plan,
+) -> Result<(Analysis, String)> {
+    let mut patch = rewrite(
+        &before.graph,
+        cands,
+        plan,
+        &format!("recompute for ceiling {}", job.ceiling),
+    );
+    patch
+        .metadata
+        .push((METADATA_KEY.to_string(), CSE_VALUE.to_string()));
     let text = patch.to_string();
     let mut g2 = before.graph.clone();
-    patch.apply(&mut g2).context("applying the recompute patch")?;
-    let after = analyse(g2, &job.bindings, job.loss.as_deref(), job.optimizer, job.optimizer_bits)?;
+    patch
+        .apply(&mut g2)
+        .context("applying the recompute patch")?;
+    let after = analyse(
+        g2,
+        &job.bindings,
+        job.loss.as_deref(),
+        job.optimizer,
+        job.optimizer_bits,
+    )?;
     Ok((after, text))
 }
 
 /// `model.onnx` → `model.ckpt.onnx` beside it.
 pub fn default_output(model: &Path) -> PathBuf {
-    let stem = model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+    let stem = model
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
     model.with_file_name(format!("{stem}.ckpt.onnx"))
 }
 

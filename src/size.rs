@@ -3,7 +3,9 @@
 /// Parse a size; binary (KiB, MiB, GiB, TiB) and decimal (KB, MB, GB, TB) units, `B` optional.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let unit = unit.trim();
     let mult: u64 = match unit.to_ascii_lowercase().as_str() {
@@ -16,12 +18,18 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "mib" => 1 << 20,
         "gib" => 1 << 30,
         "tib" => 1 << 40,
-        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")),
+        _ => {
+            return Err(format!(
+                "`{s}`: unknown unit `{unit}` (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+            ))
+        }
     };
     if num.is_empty() {
         return Err(format!("`{s}`: no number"));
     }
-    let value: f64 = num.parse().map_err(|_| format!("`{s}`: `{num}` is not a number"))?;
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}`: `{num}` is not a number"))?;
     let bytes = value * mult as f64;
     if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
         return Err(format!("`{s}` is out of range"));

@@ -8,7 +8,10 @@ use serde::Serialize;
 
 use ckpt_ir::onnx::{self, attribute_proto::AttributeType};
 use ckpt_ir::Message;
-use ckpt_runtime::{compare, measure_peak, run, time_steps, Arena, Comparison, HostTensor, Model, SessionConfig, Tolerances};
+use ckpt_runtime::{
+    compare, measure_peak, run, time_steps, Arena, Comparison, HostTensor, Model, SessionConfig,
+    Tolerances,
+};
 
 /// Random ops whose seed attribute is set identically in both graphs.
 const RANDOM_OPS: &[(&str, bool)] = &[
@@ -26,22 +29,38 @@ const RANDOM_OPS: &[(&str, bool)] = &[
 pub const RNG_POLICY: &str = "random ops (Dropout, RandomUniform(Like), RandomNormal(Like), Bernoulli, Multinomial) get the same seed in both graphs, derived from the run seed and the node name, set in memory only; each graph is compared on the first run of a fresh session; random ops are never recomputed";
 
 fn fnv(s: &str) -> u64 {
-    s.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+    s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
 }
 
 /// Set the seed of every random op from `seed` and the node's name. Returns how many.
 pub fn seed_random_ops(model: &mut onnx::ModelProto, seed: u64) -> usize {
-    let Some(g) = model.graph.as_mut() else { return 0 };
+    let Some(g) = model.graph.as_mut() else {
+        return 0;
+    };
     let mut count = 0;
     for n in &mut g.node {
         let op = n.op_type.as_deref().unwrap_or("");
-        let Some(&(_, int_seed)) = RANDOM_OPS.iter().find(|(o, _)| *o == op) else { continue };
+        let Some(&(_, int_seed)) = RANDOM_OPS.iter().find(|(o, _)| *o == op) else {
+            continue;
+        };
         let s = (fnv(n.name.as_deref().unwrap_or("")) ^ seed) % 1_000_000_007;
         n.attribute.retain(|a| a.name.as_deref() != Some("seed"));
         n.attribute.push(if int_seed {
-            onnx::AttributeProto { name: Some("seed".into()), r#type: Some(AttributeType::Int as i32), i: Some(s as i64), ..Default::default() }
+            onnx::AttributeProto {
+                name: Some("seed".into()),
+                r#type: Some(AttributeType::Int as i32),
+                i: Some(s as i64),
+                ..Default::default()
+            }
         } else {
-            onnx::AttributeProto { name: Some("seed".into()), r#type: Some(AttributeType::Float as i32), f: Some(s as f32), ..Default::default() }
+            onnx::AttributeProto {
+                name: Some("seed".into()),
+                r#type: Some(AttributeType::Float as i32),
+                f: Some(s as f32),
+                ..Default::default()
+            }
         });
         count += 1;
     }
@@ -52,7 +71,10 @@ pub fn seed_random_ops(model: &mut onnx::ModelProto, seed: u64) -> usize {
 /// graph output (the loss) is scaled by 1 + 1e-3. Returns the model and the tensor's name.
 pub fn broken_control(model: &onnx::ModelProto) -> Result<(onnx::ModelProto, String)> {
     let mut m = model.clone();
-    let g = m.graph.as_mut().ok_or_else(|| anyhow!("model has no graph"))?;
+    let g = m
+        .graph
+        .as_mut()
+        .ok_or_else(|| anyhow!("model has no graph"))?;
     let float_names: std::collections::HashSet<String> = g
         .value_info
         .iter()
@@ -61,19 +83,29 @@ pub fn broken_control(model: &onnx::ModelProto) -> Result<(onnx::ModelProto, Str
         .filter(|v| matches!(v.r#type.as_ref().and_then(|t| t.value.as_ref()), Some(onnx::type_proto::Value::TensorType(t)) if t.elem_type == Some(1)))
         .filter_map(|v| v.name.clone())
         .collect();
-    let first_out = g.output.first().and_then(|o| o.name.clone()).ok_or_else(|| anyhow!("model has no outputs"))?;
+    let first_out = g
+        .output
+        .first()
+        .and_then(|o| o.name.clone())
+        .ok_or_else(|| anyhow!("model has no outputs"))?;
     let producer = g
         .node
         .iter()
         .position(|n| n.output.contains(&first_out))
-        .ok_or_else(|| anyhow!("output `{first_out}` has no producer to perturb for the control"))?;
+        .ok_or_else(|| {
+            anyhow!("output `{first_out}` has no producer to perturb for the control")
+        })?;
     let (slot, target) = g.node[producer]
         .input
         .iter()
         .enumerate()
         .find(|(_, t)| float_names.contains(*t))
         .map(|(s, t)| (s, t.clone()))
-        .ok_or_else(|| anyhow!("the node computing `{first_out}` has no float input to perturb for the control"))?;
+        .ok_or_else(|| {
+            anyhow!(
+                "the node computing `{first_out}` has no float input to perturb for the control"
+            )
+        })?;
     let scaled = format!("{target}.ckpt_opt_control");
     let scale = "ckpt_opt_control_scale".to_string();
     g.node[producer].input[slot] = scaled.clone();
@@ -136,8 +168,16 @@ pub struct ValidateOptions {
     pub runs: usize,
 }
 
-fn measure(label: &str, bytes: &[u8], inputs: &[HostTensor], o: &ValidateOptions) -> Result<Measured> {
-    let exact_cfg = SessionConfig { arena: Arena::Exact, ..o.cfg.clone() };
+fn measure(
+    label: &str,
+    bytes: &[u8],
+    inputs: &[HostTensor],
+    o: &ValidateOptions,
+) -> Result<Measured> {
+    let exact_cfg = SessionConfig {
+        arena: Arena::Exact,
+        ..o.cfg.clone()
+    };
     let exact = if o.cfg.provider == ckpt_runtime::Provider::Cpu {
         measure_peak(Model::new(label, bytes), inputs, &exact_cfg)?.peak_bytes
     } else {
@@ -145,7 +185,12 @@ fn measure(label: &str, bytes: &[u8], inputs: &[HostTensor], o: &ValidateOptions
     };
     let default_arena = measure_peak(Model::new(label, bytes), inputs, &o.cfg)?.peak_bytes;
     let t = time_steps(Model::new(label, bytes), inputs, &o.cfg, o.warmup, o.runs)?;
-    Ok(Measured { peak_bytes: exact, peak_bytes_default_arena: default_arena, p50_ms: t.p50_ms, p95_ms: t.p95_ms })
+    Ok(Measured {
+        peak_bytes: exact,
+        peak_bytes_default_arena: default_arena,
+        p50_ms: t.p50_ms,
+        p95_ms: t.p95_ms,
+    })
 }
 
 /// Validate `rewritten` against `original` (both already imported from these models).
@@ -161,17 +206,34 @@ pub fn validate(
     let seeded = seed_random_ops(&mut a, o.seed);
     seed_random_ops(&mut b, o.seed);
     let (a_bytes, b_bytes) = (a.encode_to_vec(), b.encode_to_vec());
-    let info = ckpt_runtime::init(None).context("finding ONNX Runtime")?.clone();
-    let ref_out = run(Model::new("original", &a_bytes), inputs, &o.cfg).context("running the original graph")?;
-    let cand_out = run(Model::new("rewritten", &b_bytes), inputs, &o.cfg).context("running the rewritten graph")?;
+    let info = ckpt_runtime::init(None)
+        .context("finding ONNX Runtime")?
+        .clone();
+    let ref_out = run(Model::new("original", &a_bytes), inputs, &o.cfg)
+        .context("running the original graph")?;
+    let cand_out = run(Model::new("rewritten", &b_bytes), inputs, &o.cfg)
+        .context("running the rewritten graph")?;
     let cmp: Comparison = compare(&ref_out, &cand_out, &o.tol);
     let (control, control_tensor) = broken_control(&b)?;
-    let control_out = run(Model::new("control", &control.encode_to_vec()), inputs, &o.cfg).context("running the control")?;
+    let control_out = run(
+        Model::new("control", &control.encode_to_vec()),
+        inputs,
+        &o.cfg,
+    )
+    .context("running the control")?;
     let control_rejected = !compare(&ref_out, &control_out, &o.tol).passed;
     let original_m = measure("original", &a_bytes, inputs, o)?;
     let rewritten_m = measure("rewritten", &b_bytes, inputs, o)?;
-    let cse_cfg = SessionConfig { disable_cse: false, opt_level: ckpt_runtime::OptLevel::Basic, arena: Arena::Exact, ..o.cfg.clone() };
-    let no_cse_cfg = SessionConfig { disable_cse: true, ..cse_cfg.clone() };
+    let cse_cfg = SessionConfig {
+        disable_cse: false,
+        opt_level: ckpt_runtime::OptLevel::Basic,
+        arena: Arena::Exact,
+        ..o.cfg.clone()
+    };
+    let no_cse_cfg = SessionConfig {
+        disable_cse: true,
+        ..cse_cfg.clone()
+    };
     let (with_cse, without_cse) = if o.cfg.provider == ckpt_runtime::Provider::Cpu {
         (
             measure_peak(Model::new("rewritten", &b_bytes), inputs, &cse_cfg)?.peak_bytes,

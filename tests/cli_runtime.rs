@@ -10,38 +10,91 @@ fn integer_input_without_a_range_is_refused_by_name_and_npy_overrides_it() {
     let f = root().join("tests/fixtures/hfgpt2_d0_aot.onnx");
     let o = run(&["validate", path_str(&f), path_str(&f), "--runs", "1"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(stderr(&o).contains("attention_mask") && stderr(&o).contains("--int-range"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("attention_mask") && stderr(&o).contains("--int-range"),
+        "{}",
+        stderr(&o)
+    );
     let dir = tempfile::tempdir().unwrap();
     let npy = dir.path().join("mask.npy");
-    let ones = ckpt_runtime::HostTensor::from_values("attention_mask", vec![2, 32], &vec![1i64; 64]).unwrap();
+    let ones =
+        ckpt_runtime::HostTensor::from_values("attention_mask", vec![2, 32], &vec![1i64; 64])
+            .unwrap();
     ckpt_runtime::write_npy(&npy, &ones).unwrap();
     let arg = format!("attention_mask={}", npy.display());
-    let o = run(&["validate", path_str(&f), path_str(&f), "--runs", "1", "--input", &arg, "--json"]);
+    let o = run(&[
+        "validate",
+        path_str(&f),
+        path_str(&f),
+        "--runs",
+        "1",
+        "--input",
+        &arg,
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    assert!(v["input_generation"].as_array().unwrap().iter().any(|s| s.as_str().unwrap().contains("mask.npy")));
+    assert!(v["input_generation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s.as_str().unwrap().contains("mask.npy")));
 }
 
 #[test]
 fn cuda_without_cuda_is_a_clear_error() {
     let f = root().join("tests/fixtures/mlp_d0_aot.onnx");
-    let o = run(&["validate", path_str(&f), path_str(&f), "--provider", "cuda", "--runs", "1"]);
+    let o = run(&[
+        "validate",
+        path_str(&f),
+        path_str(&f),
+        "--provider",
+        "cuda",
+        "--runs",
+        "1",
+    ]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("onnxruntime-gpu==1.31.1"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("onnxruntime-gpu==1.31.1"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
 fn training_artifacts_plan_with_bindings_and_name_missing_training_ops() {
     let f = root().join("tests/fixtures/ort_gpt2_training.onnx");
-    let o = run(&["inspect", path_str(&f), "--dim", "batch=2", "--dim", "seq=32", "--json"]);
+    let o = run(&[
+        "inspect",
+        path_str(&f),
+        "--dim",
+        "batch=2",
+        "--dim",
+        "seq=32",
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let total = v["ledger"]["total_bytes"].as_u64().unwrap();
-    assert!(v["ledger"]["optimizer_state_bytes"].as_u64().unwrap() > 0, "accumulation buffers");
+    assert!(
+        v["ledger"]["optimizer_state_bytes"].as_u64().unwrap() > 0,
+        "accumulation buffers"
+    );
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("o.onnx");
     let c = (total * 90 / 100).to_string();
-    let o = run(&[path_str(&f), "--dim", "batch=2", "--dim", "seq=32", "--ceiling", &c, "-o", path_str(&out), "--json"]);
+    let o = run(&[
+        path_str(&f),
+        "--dim",
+        "batch=2",
+        "--dim",
+        "seq=32",
+        "--ceiling",
+        &c,
+        "-o",
+        path_str(&out),
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert!(r["predicted_peak_bytes"]["after"].as_u64().unwrap() <= total * 90 / 100);
@@ -51,9 +104,21 @@ fn training_artifacts_plan_with_bindings_and_name_missing_training_ops() {
     assert!(stderr(&o).contains("--dim"), "{}", stderr(&o));
     // Stock ONNX Runtime has no training ops: validation says which and what to do.
     let m = root().join("tests/fixtures/ort_mlp_training.onnx");
-    let o = run(&["validate", path_str(&m), path_str(&m), "--dim", "batch=8", "--runs", "1"]);
+    let o = run(&[
+        "validate",
+        path_str(&m),
+        path_str(&m),
+        "--dim",
+        "batch=8",
+        "--runs",
+        "1",
+    ]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("InPlaceAccumulatorV2") && stderr(&o).contains("--ort-lib"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("InPlaceAccumulatorV2") && stderr(&o).contains("--ort-lib"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -71,7 +136,18 @@ fn declared_optimizer_state_enters_the_ledger() {
     let adam16 = ledger(&["--optimizer", "adam", "--optimizer-dtype", "bf16"]);
     let params = none["parameters_bytes"].as_u64().unwrap();
     assert_eq!(none["optimizer_state_bytes"], 0);
-    assert_eq!(adam["optimizer_state_bytes"].as_u64().unwrap(), 2 * params, "two f32 moments per parameter");
-    assert_eq!(adam16["optimizer_state_bytes"].as_u64().unwrap(), params, "two bf16 moments");
-    assert_eq!(adam["total_bytes"].as_u64().unwrap(), none["total_bytes"].as_u64().unwrap() + 2 * params);
+    assert_eq!(
+        adam["optimizer_state_bytes"].as_u64().unwrap(),
+        2 * params,
+        "two f32 moments per parameter"
+    );
+    assert_eq!(
+        adam16["optimizer_state_bytes"].as_u64().unwrap(),
+        params,
+        "two bf16 moments"
+    );
+    assert_eq!(
+        adam["total_bytes"].as_u64().unwrap(),
+        none["total_bytes"].as_u64().unwrap() + 2 * params
+    );
 }

@@ -16,8 +16,16 @@ fn every_fixture_round_trips_losslessly() {
         let g = import_file(&f.path).unwrap_or_else(|e| panic!("{}: {e}", f.name));
         ckpt_ir::verify(&g).unwrap_or_else(|e| panic!("{}: {e}", f.name));
         let out = export(&g);
-        assert!(out == original, "{}: export(import(f)) differs from f", f.name);
-        assert!(ckpt_ir::export_bytes(&g) == bytes, "{}: re-encoding is not byte-identical", f.name);
+        assert!(
+            out == original,
+            "{}: export(import(f)) differs from f",
+            f.name
+        );
+        assert!(
+            ckpt_ir::export_bytes(&g) == bytes,
+            "{}: re-encoding is not byte-identical",
+            f.name
+        );
     }
 }
 
@@ -37,15 +45,40 @@ fn inspect_works_on_every_fixture() {
         let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
         assert!(v["nodes"].as_u64().unwrap() > 10, "{}", f.name);
         assert!(v["ir_version"].as_i64().unwrap() >= 8, "{}", f.name);
-        let params = f.manifest["parameter_inputs"].as_array().map_or(0, |a| a.len()) as u64;
-        assert_eq!(v["parameters"]["count"].as_u64(), Some(params), "{}: parameter count", f.name);
+        let params = f.manifest["parameter_inputs"]
+            .as_array()
+            .map_or(0, |a| a.len()) as u64;
+        assert_eq!(
+            v["parameters"]["count"].as_u64(),
+            Some(params),
+            "{}: parameter count",
+            f.name
+        );
         if f.kind == "std" {
-            assert!(v["predicted_peak_bytes"].as_u64().unwrap() > 0, "{}", f.name);
-            for key in ["parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "saved_activations_bytes", "saved_activations_count"] {
+            assert!(
+                v["predicted_peak_bytes"].as_u64().unwrap() > 0,
+                "{}",
+                f.name
+            );
+            for key in [
+                "parameters_bytes",
+                "gradients_bytes",
+                "optimizer_state_bytes",
+                "saved_activations_bytes",
+                "saved_activations_count",
+            ] {
                 assert!(v["ledger"][key].is_u64(), "{}: ledger.{key}", f.name);
             }
-            assert!(v["ledger"]["saved_activations_count"].as_u64().unwrap() > 0, "{}", f.name);
-            assert!(v["peak"]["phase"].is_string() && v["peak"]["node"].is_string(), "{}", f.name);
+            assert!(
+                v["ledger"]["saved_activations_count"].as_u64().unwrap() > 0,
+                "{}",
+                f.name
+            );
+            assert!(
+                v["peak"]["phase"].is_string() && v["peak"]["node"].is_string(),
+                "{}",
+                f.name
+            );
         }
         let o = run(&["inspect", path_str(&f.path)]);
         assert!(o.status.success(), "{}", f.name);
@@ -76,7 +109,12 @@ fn bad_input_exits_1_naming_the_file() {
     }
     let o = run(&["inspect", "/no/such/model.onnx"]);
     assert_eq!(o.status.code(), Some(1));
-    let o = run(&["inspect", path_str(&root().join("tests/fixtures/mlp_d0_aot.onnx")), "--dim", "seq"]);
+    let o = run(&[
+        "inspect",
+        path_str(&root().join("tests/fixtures/mlp_d0_aot.onnx")),
+        "--dim",
+        "seq",
+    ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("NAME=VALUE"));
     let o = run(&["--frobnicate"]);
@@ -89,6 +127,10 @@ fn symbolic_dims_are_reported_and_bindable() {
     let o = run(&["inspect", path_str(&p), "--json", "--dim", "batch=8"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    assert!(v["symbolic_dims"].as_array().unwrap().iter().any(|d| d == "batch"));
+    assert!(v["symbolic_dims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|d| d == "batch"));
     assert_eq!(v["bindings"]["batch"], 8);
 }

@@ -5,7 +5,10 @@ mod common;
 use common::*;
 
 fn example() -> String {
-    root().join("examples/gpt2_4l_train.onnx").display().to_string()
+    root()
+        .join("examples/gpt2_4l_train.onnx")
+        .display()
+        .to_string()
 }
 
 #[test]
@@ -13,15 +16,31 @@ fn example_is_rewritten_validated_and_measured_lower() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.onnx");
     let receipt = dir.path().join("receipt.json");
-    let o = run(&[&example(), "--ceiling", "36MiB", "-o", path_str(&out), "--validate", "--receipt", path_str(&receipt), "--runs", "2"]);
+    let o = run(&[
+        &example(),
+        "--ceiling",
+        "36MiB",
+        "-o",
+        path_str(&out),
+        "--validate",
+        "--receipt",
+        path_str(&receipt),
+        "--runs",
+        "2",
+    ]);
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
-    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap()).unwrap();
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap()).unwrap();
     let before = r["predicted_peak_bytes"]["before"].as_u64().unwrap();
     let after = r["predicted_peak_bytes"]["after"].as_u64().unwrap();
     assert!(after < before && after <= 36 << 20, "{before} -> {after}");
     assert!(r["added_flops"].as_u64().unwrap() > 0);
     assert!(!r["segments"].as_array().unwrap().is_empty());
-    assert!(r["solver"]["status"].is_string() && r["solver"]["gap"].is_f64(), "{}", r["solver"]);
+    assert!(
+        r["solver"]["status"].is_string() && r["solver"]["gap"].is_f64(),
+        "{}",
+        r["solver"]
+    );
     let v = &r["validation"];
     assert_eq!(v["passed"], true);
     assert_eq!(v["control_rejected"], true);
@@ -30,16 +49,26 @@ fn example_is_rewritten_validated_and_measured_lower() {
     }
     let measured_before = v["original"]["peak_bytes"].as_u64().unwrap();
     let measured_after = v["rewritten"]["peak_bytes"].as_u64().unwrap();
-    assert!(measured_after < measured_before, "measured {measured_before} -> {measured_after}");
+    assert!(
+        measured_after < measured_before,
+        "measured {measured_before} -> {measured_after}"
+    );
     let predicted_arena = r["predicted_arena_peak_bytes"]["after"].as_u64().unwrap();
     let ratio = predicted_arena as f64 / measured_after as f64;
-    assert!((ratio - 1.0).abs() <= 0.10, "predicted {predicted_arena} vs measured {measured_after}");
+    assert!(
+        (ratio - 1.0).abs() <= 0.10,
+        "predicted {predicted_arena} vs measured {measured_after}"
+    );
     // ORT's CSE, left on, merges the clones back: validation measures and says so.
     assert!(v["cse_warning"].is_string(), "{}", v["cse_warning"]);
     assert!(v["rewritten_peak_bytes_with_cse"].as_u64().unwrap() > 0);
     // The CSE setting travels with the model.
     let g = ckpt_ir::import_file(&out).unwrap();
-    assert!(g.model().metadata_props.iter().any(|e| e.value.as_deref() == Some("CommonSubexpressionElimination")));
+    assert!(g
+        .model()
+        .metadata_props
+        .iter()
+        .any(|e| e.value.as_deref() == Some("CommonSubexpressionElimination")));
 }
 
 #[test]
@@ -75,10 +104,18 @@ fn ceiling_already_met_writes_nothing_without_output() {
 fn impossible_ceiling_exits_2_with_diagnosis() {
     let o = run(&[&example(), "--ceiling", "1MiB"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("recompute cannot help"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("recompute cannot help"),
+        "{}",
+        stderr(&o)
+    );
     let o = run(&[&example(), "--ceiling", "20MiB", "--json"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("lowest peak found under ONNX Runtime"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("lowest peak found under ONNX Runtime"),
+        "{}",
+        stderr(&o)
+    );
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["status"], "ceiling_cannot_be_met");
     assert!(v["lowest_reachable_total_bytes"].as_u64().unwrap() > 20 << 20);
@@ -86,7 +123,11 @@ fn impossible_ceiling_exits_2_with_diagnosis() {
 
 #[test]
 fn bad_flags_exit_1() {
-    for args in [vec![example(), "--ceiling".into(), "12 parsecs".into()], vec![example()], vec!["--ceiling".into(), "1GiB".into()]] {
+    for args in [
+        vec![example(), "--ceiling".into(), "12 parsecs".into()],
+        vec![example()],
+        vec!["--ceiling".into(), "1GiB".into()],
+    ] {
         let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
         let o = run(&a);
         assert_eq!(o.status.code(), Some(1), "{a:?}: {}", stderr(&o));
@@ -97,12 +138,28 @@ fn bad_flags_exit_1() {
 fn validate_rejects_the_negative_fixture_and_accepts_self() {
     let good = root().join("tests/fixtures/mlp_d0_aot.onnx");
     let bad = root().join("tests/fixtures/neg_mlp_nll_unfixed.onnx");
-    let o = run(&["validate", path_str(&good), path_str(&bad), "--json", "--runs", "1"]);
+    let o = run(&[
+        "validate",
+        path_str(&good),
+        path_str(&bad),
+        "--json",
+        "--runs",
+        "1",
+    ]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["passed"], false);
     for f in std_fixtures() {
-        let o = run(&["validate", path_str(&f.path), path_str(&f.path), "--json", "--runs", "1", "--int-range", "attention_mask=1:2"]);
+        let o = run(&[
+            "validate",
+            path_str(&f.path),
+            path_str(&f.path),
+            "--json",
+            "--runs",
+            "1",
+            "--int-range",
+            "attention_mask=1:2",
+        ]);
         assert!(o.status.success(), "{}: {}", f.name, stderr(&o));
         let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
         assert_eq!(v["control_rejected"], true, "{}", f.name);

@@ -20,12 +20,20 @@ fn emulated_order_matches_ort_profile_on_every_std_fixture() {
         let g = import_file(&f.path).unwrap();
         let s = schedule(&g).unwrap();
         let bytes = std::fs::read(&f.path).unwrap();
-        let cfg = SessionConfig { opt_level: OptLevel::Disable, intra_threads: Some(1), ..Default::default() };
+        let cfg = SessionConfig {
+            opt_level: OptLevel::Disable,
+            intra_threads: Some(1),
+            ..Default::default()
+        };
         let events = profile_order(Model::new(&f.name, &bytes), &inputs_for(&g), &cfg).unwrap();
         let profiled: Vec<String> = events.iter().map(|e| e.node_name.clone()).collect();
         let emulated: Vec<String> = s.order.iter().map(|&n| g.node(n).name.clone()).collect();
         assert_eq!(profiled.len(), emulated.len(), "{}: node count", f.name);
-        assert_eq!(profiled, emulated, "{}: ORT's order differs from the emulation", f.name);
+        assert_eq!(
+            profiled, emulated,
+            "{}: ORT's order differs from the emulation",
+            f.name
+        );
     }
 }
 
@@ -36,12 +44,28 @@ fn predicted_peak_is_within_10_percent_of_measured_on_every_std_fixture() {
         let sim = simulate(&g, &schedule(&g).unwrap(), &Bindings::new()).unwrap();
         let bytes = std::fs::read(&f.path).unwrap();
         let inputs = inputs_for(&g);
-        for (arena, predicted) in [(Arena::Exact, sim.peak_live), (Arena::Session, sim.arena_peak)] {
-            let cfg = SessionConfig { opt_level: OptLevel::Disable, arena, ..Default::default() };
-            let measured = measure_peak(Model::new(&f.name, &bytes), &inputs, &cfg).unwrap().peak_bytes;
+        for (arena, predicted) in [
+            (Arena::Exact, sim.peak_live),
+            (Arena::Session, sim.arena_peak),
+        ] {
+            let cfg = SessionConfig {
+                opt_level: OptLevel::Disable,
+                arena,
+                ..Default::default()
+            };
+            let measured = measure_peak(Model::new(&f.name, &bytes), &inputs, &cfg)
+                .unwrap()
+                .peak_bytes;
             let ratio = predicted as f64 / measured as f64;
-            eprintln!("{:<24} {arena:?}: predicted {predicted} measured {measured} ratio {ratio:.4}", f.name);
-            assert!((ratio - 1.0).abs() <= 0.10, "{} {arena:?}: predicted {predicted}, measured {measured}", f.name);
+            eprintln!(
+                "{:<24} {arena:?}: predicted {predicted} measured {measured} ratio {ratio:.4}",
+                f.name
+            );
+            assert!(
+                (ratio - 1.0).abs() <= 0.10,
+                "{} {arena:?}: predicted {predicted}, measured {measured}",
+                f.name
+            );
         }
     }
 }

@@ -28,7 +28,11 @@ fn job(path: &std::path::Path, ceiling: u64) -> Job {
 fn rewritten_graphs_of_every_std_fixture_at_two_ceilings() {
     for f in std_fixtures() {
         let g = import_file(&f.path).unwrap();
-        let total = ckpt_opt::optimize::analyse(g.clone(), &Bindings::new(), None, Optimizer::None, 32).unwrap().ledger.total_bytes;
+        let total =
+            ckpt_opt::optimize::analyse(g.clone(), &Bindings::new(), None, Optimizer::None, 32)
+                .unwrap()
+                .ledger
+                .total_bytes;
         for pct in [95u64, 90] {
             let ceiling = total * pct / 100;
             let text = match plan(&job(&f.path, ceiling), g.clone()).unwrap() {
@@ -44,7 +48,11 @@ fn rewritten_graphs_of_every_std_fixture_at_two_ceilings() {
                         print_graph_with(&a.graph, &order, &note)
                     )
                 }
-                Outcome::CannotFit { message, lowest_total, .. } => format!("ceiling {ceiling}: refused, lowest {lowest_total}\n{message}\n"),
+                Outcome::CannotFit {
+                    message,
+                    lowest_total,
+                    ..
+                } => format!("ceiling {ceiling}: refused, lowest {lowest_total}\n{message}\n"),
                 Outcome::AlreadyFits { .. } => format!("ceiling {ceiling}: already fits\n"),
             };
             insta::assert_snapshot!(format!("rewrite_{}_{pct}", f.name), text);

@@ -22,11 +22,23 @@ fn every_std_fixture_at_four_ceilings() {
             let out = dir.path().join("out.onnx");
             let c = ceiling.to_string();
             let o = run(&[
-                path_str(&f.path), "--ceiling", &c, "-o", path_str(&out), "--validate", "--json", "--runs", "1",
-                "--time-limit", "20", "--int-range", "attention_mask=1:2",
+                path_str(&f.path),
+                "--ceiling",
+                &c,
+                "-o",
+                path_str(&out),
+                "--validate",
+                "--json",
+                "--runs",
+                "1",
+                "--time-limit",
+                "20",
+                "--int-range",
+                "attention_mask=1:2",
             ]);
             let label = format!("{} at {pct}% ({ceiling} B)", f.name);
-            let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{label}: {e}: {}", stderr(&o)));
+            let r: serde_json::Value = serde_json::from_str(&stdout(&o))
+                .unwrap_or_else(|e| panic!("{label}: {e}: {}", stderr(&o)));
             match o.status.code() {
                 Some(0) => {
                     rewritten += 1;
@@ -38,24 +50,37 @@ fn every_std_fixture_at_four_ceilings() {
                     for out in v["outputs"].as_array().unwrap() {
                         assert_eq!(out["bitwise_equal"], true, "{label}: {}", out["name"]);
                     }
-                    let (mb, ma) = (v["original"]["peak_bytes"].as_u64().unwrap(), v["rewritten"]["peak_bytes"].as_u64().unwrap());
+                    let (mb, ma) = (
+                        v["original"]["peak_bytes"].as_u64().unwrap(),
+                        v["rewritten"]["peak_bytes"].as_u64().unwrap(),
+                    );
                     assert!(ma < mb, "{label}: measured {mb} -> {ma}");
                     let predicted = r["predicted_arena_peak_bytes"]["after"].as_u64().unwrap();
                     let ratio = predicted as f64 / ma as f64;
                     eprintln!("{label}: rewritten, predicted arena {predicted}, measured {ma} (was {mb}), +{:.2}% FLOPs", r["added_flops_percent"].as_f64().unwrap());
-                    assert!((ratio - 1.0).abs() <= 0.10, "{label}: predicted {predicted} vs measured {ma}");
+                    assert!(
+                        (ratio - 1.0).abs() <= 0.10,
+                        "{label}: predicted {predicted} vs measured {ma}"
+                    );
                 }
                 Some(2) => {
                     refused += 1;
                     let lowest = r["lowest_reachable_total_bytes"].as_u64().unwrap();
                     eprintln!("{label}: refused, lowest reachable {lowest}");
                     assert!(lowest > ceiling, "{label}: refused although {lowest} fits");
-                    assert!(stderr(&o).contains("lowest peak"), "{label}: {}", stderr(&o));
+                    assert!(
+                        stderr(&o).contains("lowest peak"),
+                        "{label}: {}",
+                        stderr(&o)
+                    );
                 }
                 other => panic!("{label}: exit {other:?}: {}", stderr(&o)),
             }
         }
     }
     eprintln!("rewritten {rewritten}, refused {refused}");
-    assert!(rewritten >= 2, "no fixture could be rewritten at any ceiling");
+    assert!(
+        rewritten >= 2,
+        "no fixture could be rewritten at any ceiling"
+    );
 }

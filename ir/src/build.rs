@@ -17,9 +17,15 @@ impl ModelBuilder {
         ModelBuilder {
             model: onnx::ModelProto {
                 ir_version: Some(10),
-                opset_import: vec![onnx::OperatorSetIdProto { domain: Some(String::new()), version: Some(opset) }],
+                opset_import: vec![onnx::OperatorSetIdProto {
+                    domain: Some(String::new()),
+                    version: Some(opset),
+                }],
                 producer_name: Some("ckpt-opt-test".into()),
-                graph: Some(onnx::GraphProto { name: Some("g".into()), ..Default::default() }),
+                graph: Some(onnx::GraphProto {
+                    name: Some("g".into()),
+                    ..Default::default()
+                }),
                 ..Default::default()
             },
         }
@@ -31,7 +37,10 @@ impl ModelBuilder {
 
     /// Import another domain.
     pub fn opset(mut self, domain: &str, version: i64) -> Self {
-        self.model.opset_import.push(onnx::OperatorSetIdProto { domain: Some(domain.into()), version: Some(version) });
+        self.model.opset_import.push(onnx::OperatorSetIdProto {
+            domain: Some(domain.into()),
+            version: Some(version),
+        });
         self
     }
 
@@ -90,8 +99,16 @@ impl ModelBuilder {
     }
 
     /// A default-domain node with attributes.
-    pub fn node_with(mut self, op: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<onnx::AttributeProto>) -> Self {
-        let name = outputs.first().map_or_else(|| op.to_string(), |o| format!("{op}_{o}"));
+    pub fn node_with(
+        mut self,
+        op: &str,
+        inputs: &[&str],
+        outputs: &[&str],
+        attrs: Vec<onnx::AttributeProto>,
+    ) -> Self {
+        let name = outputs
+            .first()
+            .map_or_else(|| op.to_string(), |o| format!("{op}_{o}"));
         self.graph().node.push(onnx::NodeProto {
             input: inputs.iter().map(|s| s.to_string()).collect(),
             output: outputs.iter().map(|s| s.to_string()).collect(),
@@ -105,7 +122,14 @@ impl ModelBuilder {
     }
 
     /// A node in another domain.
-    pub fn node_in(mut self, domain: &str, op: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<onnx::AttributeProto>) -> Self {
+    pub fn node_in(
+        mut self,
+        domain: &str,
+        op: &str,
+        inputs: &[&str],
+        outputs: &[&str],
+        attrs: Vec<onnx::AttributeProto>,
+    ) -> Self {
         self = self.node_with(op, inputs, outputs, attrs);
         if let Some(n) = self.graph().node.last_mut() {
             n.domain = Some(domain.into());
@@ -142,10 +166,12 @@ pub fn value_info(name: &str, dtype: DType, shape: &str) -> onnx::ValueInfoProto
     onnx::ValueInfoProto {
         name: Some(name.into()),
         r#type: Some(onnx::TypeProto {
-            value: Some(onnx::type_proto::Value::TensorType(onnx::type_proto::Tensor {
-                elem_type: Some(dtype.code()),
-                shape: Some(onnx::TensorShapeProto { dim }),
-            })),
+            value: Some(onnx::type_proto::Value::TensorType(
+                onnx::type_proto::Tensor {
+                    elem_type: Some(dtype.code()),
+                    shape: Some(onnx::TensorShapeProto { dim }),
+                },
+            )),
             denotation: None,
         }),
         ..Default::default()
@@ -153,15 +179,30 @@ pub fn value_info(name: &str, dtype: DType, shape: &str) -> onnx::ValueInfoProto
 }
 
 pub fn attr_i(name: &str, v: i64) -> onnx::AttributeProto {
-    onnx::AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Int as i32), i: Some(v), ..Default::default() }
+    onnx::AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Int as i32),
+        i: Some(v),
+        ..Default::default()
+    }
 }
 
 pub fn attr_f(name: &str, v: f32) -> onnx::AttributeProto {
-    onnx::AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Float as i32), f: Some(v), ..Default::default() }
+    onnx::AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Float as i32),
+        f: Some(v),
+        ..Default::default()
+    }
 }
 
 pub fn attr_ints(name: &str, v: &[i64]) -> onnx::AttributeProto {
-    onnx::AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Ints as i32), ints: v.to_vec(), ..Default::default() }
+    onnx::AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Ints as i32),
+        ints: v.to_vec(),
+        ..Default::default()
+    }
 }
 
 pub fn attr_s(name: &str, v: &str) -> onnx::AttributeProto {

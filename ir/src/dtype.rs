@@ -69,7 +69,10 @@ impl DType {
 
     /// The wire code.
     pub fn code(self) -> i32 {
-        Self::ALL.iter().position(|&d| d == self).map_or(0, |p| p as i32 + 1)
+        Self::ALL
+            .iter()
+            .position(|&d| d == self)
+            .map_or(0, |p| p as i32 + 1)
     }
 
     /// Storage bits per element (strings count as a pointer-sized handle, as ORT stores them).

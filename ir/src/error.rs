@@ -7,11 +7,17 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
     #[error("cannot read {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path} is empty: expected an ONNX model (a serialized ModelProto)")]
     Empty { path: PathBuf },
     #[error("{path} is not a valid ONNX model (protobuf decoding failed: {source}); is the file truncated or of another format?")]
-    Decode { path: PathBuf, source: prost::DecodeError },
+    Decode {
+        path: PathBuf,
+        source: prost::DecodeError,
+    },
     #[error("{path} has ir_version {found}, newer than the {max} this build understands; re-export with an older ONNX or upgrade ckpt-opt")]
     IrVersionTooNew { path: PathBuf, found: i64, max: i64 },
     #[error("{path} has no ir_version: not an ONNX model")]
@@ -19,19 +25,35 @@ pub enum ImportError {
     #[error("{path} has no graph")]
     NoGraph { path: PathBuf },
     #[error("node `{node}` ({op}) reads tensor `{tensor}`, which no node produces and is neither a graph input nor an initializer")]
-    UndefinedInput { node: String, op: String, tensor: String },
+    UndefinedInput {
+        node: String,
+        op: String,
+        tensor: String,
+    },
     #[error("tensor `{tensor}` is assigned twice: by {first} and by {second}")]
-    DuplicateProducer { tensor: String, first: String, second: String },
+    DuplicateProducer {
+        tensor: String,
+        first: String,
+        second: String,
+    },
     #[error("the graph has a cycle through nodes {}", nodes.join(" -> "))]
     Cycle { nodes: Vec<String> },
     #[error("tensor `{tensor}` has unknown element type code {code} (this build knows codes 1..=23, ONNX IR <= 11)")]
     UnknownDType { tensor: String, code: i32 },
     #[error("tensor `{tensor}` has a negative dim {value} at axis {axis}")]
-    NegativeDim { tensor: String, axis: usize, value: i64 },
+    NegativeDim {
+        tensor: String,
+        axis: usize,
+        value: i64,
+    },
     #[error("tensor `{tensor}` with shape {shape} has a byte size that overflows 64 bits")]
     SizeOverflow { tensor: String, shape: String },
     #[error("initializer `{tensor}` has external data at `{location}`, which resolves outside the model directory {dir}; external data must live beside the model")]
-    ExternalOutsideDir { tensor: String, location: String, dir: PathBuf },
+    ExternalOutsideDir {
+        tensor: String,
+        location: String,
+        dir: PathBuf,
+    },
     #[error("initializer `{tensor}` has external data file {path}, which does not exist")]
     ExternalMissing { tensor: String, path: PathBuf },
     #[error("initializer `{tensor}` has malformed external data: {what}")]
@@ -44,7 +66,10 @@ pub enum ImportError {
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
     #[error("cannot write {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("refusing to overwrite the input model {path}; choose another output path")]
     WouldOverwriteInput { path: PathBuf },
 }

@@ -21,8 +21,16 @@ pub fn export(graph: &Graph) -> onnx::ModelProto {
         .map(|&id| {
             let node = graph.node(id);
             let mut p = (*node.proto).clone();
-            p.input = node.inputs.iter().map(|t| t.map_or_else(String::new, |t| graph.tensor(t).name.clone())).collect();
-            p.output = node.outputs.iter().map(|t| t.map_or_else(String::new, |t| graph.tensor(t).name.clone())).collect();
+            p.input = node
+                .inputs
+                .iter()
+                .map(|t| t.map_or_else(String::new, |t| graph.tensor(t).name.clone()))
+                .collect();
+            p.output = node
+                .outputs
+                .iter()
+                .map(|t| t.map_or_else(String::new, |t| graph.tensor(t).name.clone()))
+                .collect();
             p
         })
         .collect();
@@ -44,15 +52,23 @@ pub fn write_atomic(path: &Path, bytes: &[u8], input: Option<&Path>) -> Result<(
             _ => path == input,
         };
         if same {
-            return Err(ExportError::WouldOverwriteInput { path: path.to_path_buf() });
+            return Err(ExportError::WouldOverwriteInput {
+                path: path.to_path_buf(),
+            });
         }
     }
-    let io = |source| ExportError::Io { path: path.to_path_buf(), source };
+    let io = |source| ExportError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "out".into());
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".into());
     let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;

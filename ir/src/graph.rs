@@ -29,7 +29,11 @@ pub enum InitData {
     /// In the model file (raw_data or typed fields).
     Embedded,
     /// In another file, never read to plan: `location` relative to the model directory.
-    External { location: String, offset: u64, length: Option<u64> },
+    External {
+        location: String,
+        offset: u64,
+        length: Option<u64>,
+    },
 }
 
 /// Where a tensor's value comes from.
@@ -110,7 +114,10 @@ pub struct Node {
 impl Node {
     /// The attribute named `name`.
     pub fn attr(&self, name: &str) -> Option<&onnx::AttributeProto> {
-        self.proto.attribute.iter().find(|a| a.name.as_deref() == Some(name))
+        self.proto
+            .attribute
+            .iter()
+            .find(|a| a.name.as_deref() == Some(name))
     }
 
     /// All attributes, in file order.
@@ -131,7 +138,9 @@ impl Node {
     }
 
     pub fn attr_s(&self, name: &str) -> Option<String> {
-        self.attr(name).and_then(|a| a.s.as_ref()).map(|s| String::from_utf8_lossy(s).into_owned())
+        self.attr(name)
+            .and_then(|a| a.s.as_ref())
+            .map(|s| String::from_utf8_lossy(s).into_owned())
     }
 
     pub fn attr_t(&self, name: &str) -> Option<&onnx::TensorProto> {
@@ -204,13 +213,21 @@ impl Graph {
         self.model
             .opset_import
             .iter()
-            .map(|o| (normalise_domain(o.domain.as_deref().unwrap_or("")), o.version.unwrap_or(0)))
+            .map(|o| {
+                (
+                    normalise_domain(o.domain.as_deref().unwrap_or("")),
+                    o.version.unwrap_or(0),
+                )
+            })
             .collect()
     }
 
     /// The opset version imported for `domain` (normalised).
     pub fn opset(&self, domain: &str) -> Option<i64> {
-        self.opsets().into_iter().find(|(d, _)| d == domain).map(|(_, v)| v)
+        self.opsets()
+            .into_iter()
+            .find(|(d, _)| d == domain)
+            .map(|(_, v)| v)
     }
 
     pub fn node(&self, id: NodeId) -> &Node {
@@ -259,12 +276,17 @@ impl Graph {
 
     /// Initializers, in tensor order.
     pub fn initializers(&self) -> impl Iterator<Item = TensorId> + '_ {
-        self.tensor_ids().filter(|&t| self.tensor(t).is_initializer())
+        self.tensor_ids()
+            .filter(|&t| self.tensor(t).is_initializer())
     }
 
     /// Nodes that consume an output of `n` (once each, ordered by id).
     pub fn successors(&self, n: NodeId) -> Vec<NodeId> {
-        let mut v: Vec<NodeId> = self.g.neighbors(nx(n)).map(|i| NodeId(i.index() as u32)).collect();
+        let mut v: Vec<NodeId> = self
+            .g
+            .neighbors(nx(n))
+            .map(|i| NodeId(i.index() as u32))
+            .collect();
         v.sort();
         v.dedup();
         v
@@ -293,8 +315,12 @@ impl Graph {
 
     /// Symbolic dim names used by any tensor, sorted.
     pub fn symbols(&self) -> Vec<String> {
-        let mut v: Vec<String> =
-            self.tensors.iter().filter_map(|t| t.shape.as_ref()).flat_map(|s| s.symbols()).collect();
+        let mut v: Vec<String> = self
+            .tensors
+            .iter()
+            .filter_map(|t| t.shape.as_ref())
+            .flat_map(|s| s.symbols())
+            .collect();
         v.sort();
         v.dedup();
         v

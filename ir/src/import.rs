@@ -22,8 +22,17 @@ pub const MAX_IR_VERSION: i64 = 11;
 
 /// Read and import the model at `path`.
 pub fn import_file(path: &Path) -> Result<Graph, ImportError> {
-    let data = std::fs::read(path).map_err(|source| ImportError::Io { path: path.to_path_buf(), source })?;
-    let dir = path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p });
+    let data = std::fs::read(path).map_err(|source| ImportError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let dir = path.parent().map(|p| {
+        if p.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            p
+        }
+    });
     import_bytes(Bytes::from(data), path, dir)
 }
 
@@ -31,20 +40,36 @@ pub fn import_file(path: &Path) -> Result<Graph, ImportError> {
 /// data is looked for (`None`: external data is an error).
 pub fn import_bytes(data: Bytes, path: &Path, dir: Option<&Path>) -> Result<Graph, ImportError> {
     if data.is_empty() {
-        return Err(ImportError::Empty { path: path.to_path_buf() });
+        return Err(ImportError::Empty {
+            path: path.to_path_buf(),
+        });
     }
-    let model = onnx::ModelProto::decode(data)
-        .map_err(|source| ImportError::Decode { path: path.to_path_buf(), source })?;
+    let model = onnx::ModelProto::decode(data).map_err(|source| ImportError::Decode {
+        path: path.to_path_buf(),
+        source,
+    })?;
     import_model(model, path, dir)
 }
 
 /// Import a decoded model.
-pub fn import_model(model: onnx::ModelProto, path: &Path, dir: Option<&Path>) -> Result<Graph, ImportError> {
-    let ir = model.ir_version.ok_or_else(|| ImportError::NoIrVersion { path: path.to_path_buf() })?;
+pub fn import_model(
+    model: onnx::ModelProto,
+    path: &Path,
+    dir: Option<&Path>,
+) -> Result<Graph, ImportError> {
+    let ir = model.ir_version.ok_or_else(|| ImportError::NoIrVersion {
+        path: path.to_path_buf(),
+    })?;
     if ir > MAX_IR_VERSION {
-        return Err(ImportError::IrVersionTooNew { path: path.to_path_buf(), found: ir, max: MAX_IR_VERSION });
+        return Err(ImportError::IrVersionTooNew {
+            path: path.to_path_buf(),
+            found: ir,
+            max: MAX_IR_VERSION,
+        });
     }
-    let proto_graph = model.graph.clone().ok_or_else(|| ImportError::NoGraph { path: path.to_path_buf() })?;
+    let proto_graph = model.graph.clone().ok_or_else(|| ImportError::NoGraph {
+        path: path.to_path_buf(),
+    })?;
 
     let mut graph = Graph {
         model: std::sync::Arc::new(model),
@@ -84,7 +109,10 @@ pub fn import_model(model: onnx::ModelProto, path: &Path, dir: Option<&Path>) ->
         match graph.by_name.get(&name).copied() {
             Some(id) => {
                 let t = &mut graph.tensors[id.index()];
-                t.source = TensorSource::Initializer { data, overridable: true };
+                t.source = TensorSource::Initializer {
+                    data,
+                    overridable: true,
+                };
                 t.dtype = t.dtype.or(dtype);
                 if t.shape.is_none() {
                     t.shape = Some(shape);
@@ -95,7 +123,10 @@ pub fn import_model(model: onnx::ModelProto, path: &Path, dir: Option<&Path>) ->
                     name,
                     dtype,
                     shape: Some(shape),
-                    source: TensorSource::Initializer { data, overridable: false },
+                    source: TensorSource::Initializer {
+                        data,
+                        overridable: false,
+                    },
                     is_output: false,
                     consumers: Vec::new(),
                 });
@@ -112,7 +143,10 @@ pub fn import_model(model: onnx::ModelProto, path: &Path, dir: Option<&Path>) ->
                     name,
                     dtype,
                     shape: Some(shape),
-                    source: TensorSource::Initializer { data: InitData::Embedded, overridable: false },
+                    source: TensorSource::Initializer {
+                        data: InitData::Embedded,
+                        overridable: false,
+                    },
                     is_output: false,
                     consumers: Vec::new(),
                 });
@@ -135,9 +169,15 @@ pub fn import_model(model: onnx::ModelProto, path: &Path, dir: Option<&Path>) ->
                 let first = match &graph.tensors[existing.index()].source {
                     TensorSource::GraphInput => "the graph inputs".to_string(),
                     TensorSource::Initializer { .. } => "the initializers".to_string(),
-                    TensorSource::Node(_) => producer_label.get(&existing).cloned().unwrap_or_default(),
+                    TensorSource::Node(_) => {
+                        producer_label.get(&existing).cloned().unwrap_or_default()
+                    }
                 };
-                return Err(ImportError::DuplicateProducer { tensor: out.clone(), first, second: label });
+                return Err(ImportError::DuplicateProducer {
+                    tensor: out.clone(),
+                    first,
+                    second: label,
+                });
             }
             let id = graph.add_tensor(Tensor {
                 name: out.clone(),
@@ -187,13 +227,20 @@ pub fn import_model(model: onnx::ModelProto, path: &Path, dir: Option<&Path>) ->
         graph.node_mut(id).inputs = inputs;
     }
     if graph.has_cycle() {
-        return Err(ImportError::Cycle { nodes: cycle_names(&graph) });
+        return Err(ImportError::Cycle {
+            nodes: cycle_names(&graph),
+        });
     }
 
     // Outputs.
     for vi in &proto_graph.output {
         let name = vi.name.clone().unwrap_or_default();
-        let id = *graph.by_name.get(&name).ok_or_else(|| ImportError::UndefinedOutput { tensor: name.clone() })?;
+        let id = *graph
+            .by_name
+            .get(&name)
+            .ok_or_else(|| ImportError::UndefinedOutput {
+                tensor: name.clone(),
+            })?;
         graph.tensors[id.index()].is_output = true;
         graph.outputs.push(id);
         apply_type(&mut graph, id, vi, &mut unknown_dims)?;
@@ -215,7 +262,12 @@ fn node_label(np: &onnx::NodeProto, index: usize) -> String {
     }
 }
 
-fn apply_type(graph: &mut Graph, id: TensorId, vi: &onnx::ValueInfoProto, unknown: &mut usize) -> Result<(), ImportError> {
+fn apply_type(
+    graph: &mut Graph,
+    id: TensorId,
+    vi: &onnx::ValueInfoProto,
+    unknown: &mut usize,
+) -> Result<(), ImportError> {
     let (dtype, shape) = value_type(vi, unknown)?;
     let t = &mut graph.tensors[id.index()];
     if t.dtype.is_none() {
@@ -228,9 +280,14 @@ fn apply_type(graph: &mut Graph, id: TensorId, vi: &onnx::ValueInfoProto, unknow
 }
 
 /// dtype and shape of a value_info; non-tensor types give `(None, None)`.
-fn value_type(vi: &onnx::ValueInfoProto, unknown: &mut usize) -> Result<(Option<DType>, Option<Shape>), ImportError> {
+fn value_type(
+    vi: &onnx::ValueInfoProto,
+    unknown: &mut usize,
+) -> Result<(Option<DType>, Option<Shape>), ImportError> {
     let name = vi.name.as_deref().unwrap_or("");
-    let Some(onnx::type_proto::Value::TensorType(tt)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+    let Some(onnx::type_proto::Value::TensorType(tt)) =
+        vi.r#type.as_ref().and_then(|t| t.value.as_ref())
+    else {
         return Ok((None, None));
     };
     let dtype = tensor_dtype(name, tt.elem_type.unwrap_or(0))?;
@@ -242,7 +299,11 @@ fn value_type(vi: &onnx::ValueInfoProto, unknown: &mut usize) -> Result<(Option<
                 use onnx::tensor_shape_proto::dimension::Value;
                 dims.push(match &d.value {
                     Some(Value::DimValue(v)) if *v < 0 => {
-                        return Err(ImportError::NegativeDim { tensor: name.to_string(), axis, value: *v })
+                        return Err(ImportError::NegativeDim {
+                            tensor: name.to_string(),
+                            axis,
+                            value: *v,
+                        })
                     }
                     Some(Value::DimValue(v)) => Dim::Known(*v as u64),
                     Some(Value::DimParam(p)) if !p.is_empty() => Dim::Sym(p.clone()),
@@ -267,14 +328,21 @@ fn tensor_dtype(tensor: &str, code: i32) -> Result<Option<DType>, ImportError> {
     }
     DType::from_code(code)
         .map(Some)
-        .ok_or_else(|| ImportError::UnknownDType { tensor: tensor.to_string(), code })
+        .ok_or_else(|| ImportError::UnknownDType {
+            tensor: tensor.to_string(),
+            code,
+        })
 }
 
 fn dims_shape(tensor: &str, dims: &[i64]) -> Result<Shape, ImportError> {
     let mut out = Vec::with_capacity(dims.len());
     for (axis, &v) in dims.iter().enumerate() {
         if v < 0 {
-            return Err(ImportError::NegativeDim { tensor: tensor.to_string(), axis, value: v });
+            return Err(ImportError::NegativeDim {
+                tensor: tensor.to_string(),
+                axis,
+                value: v,
+            });
         }
         out.push(Dim::Known(v as u64));
     }
@@ -286,17 +354,27 @@ fn check_size(tensor: &str, dtype: Option<DType>, shape: &Shape) -> Result<(), I
     if shape.dims().iter().all(|d| d.known().is_some()) {
         let bits = dtype.map_or(8, DType::bits);
         if shape.bytes_under(bits, &Default::default()).is_err() {
-            return Err(ImportError::SizeOverflow { tensor: tensor.to_string(), shape: shape.to_string() });
+            return Err(ImportError::SizeOverflow {
+                tensor: tensor.to_string(),
+                shape: shape.to_string(),
+            });
         }
     }
     Ok(())
 }
 
-fn init_data(name: &str, init: &onnx::TensorProto, dir: Option<&Path>) -> Result<InitData, ImportError> {
+fn init_data(
+    name: &str,
+    init: &onnx::TensorProto,
+    dir: Option<&Path>,
+) -> Result<InitData, ImportError> {
     if init.data_location != Some(onnx::tensor_proto::DataLocation::External as i32) {
         return Ok(InitData::Embedded);
     }
-    let malformed = |what: String| ImportError::ExternalMalformed { tensor: name.to_string(), what };
+    let malformed = |what: String| ImportError::ExternalMalformed {
+        tensor: name.to_string(),
+        what,
+    };
     let mut location = None;
     let mut offset = 0u64;
     let mut length = None;
@@ -304,16 +382,32 @@ fn init_data(name: &str, init: &onnx::TensorProto, dir: Option<&Path>) -> Result
         let value = e.value.clone().unwrap_or_default();
         match e.key.as_deref() {
             Some("location") => location = Some(value),
-            Some("offset") => offset = value.parse().map_err(|_| malformed(format!("offset `{value}` is not a number")))?,
-            Some("length") => length = Some(value.parse().map_err(|_| malformed(format!("length `{value}` is not a number")))?),
+            Some("offset") => {
+                offset = value
+                    .parse()
+                    .map_err(|_| malformed(format!("offset `{value}` is not a number")))?
+            }
+            Some("length") => {
+                length = Some(
+                    value
+                        .parse()
+                        .map_err(|_| malformed(format!("length `{value}` is not a number")))?,
+                )
+            }
             _ => {}
         }
     }
     let location = location.ok_or_else(|| malformed("no `location` entry".to_string()))?;
-    let dir = dir.ok_or_else(|| malformed("external data needs the model's directory".to_string()))?;
+    let dir =
+        dir.ok_or_else(|| malformed("external data needs the model's directory".to_string()))?;
     let rel = Path::new(&location);
     let escapes = rel.is_absolute()
-        || rel.components().any(|c| matches!(c, Component::ParentDir | Component::RootDir | Component::Prefix(_)));
+        || rel.components().any(|c| {
+            matches!(
+                c,
+                Component::ParentDir | Component::RootDir | Component::Prefix(_)
+            )
+        });
     let outside = || ImportError::ExternalOutsideDir {
         tensor: name.to_string(),
         location: location.clone(),
@@ -323,18 +417,31 @@ fn init_data(name: &str, init: &onnx::TensorProto, dir: Option<&Path>) -> Result
         return Err(outside());
     }
     let full: PathBuf = dir.join(rel);
-    let meta = std::fs::metadata(&full).map_err(|_| ImportError::ExternalMissing { tensor: name.to_string(), path: full.clone() })?;
+    let meta = std::fs::metadata(&full).map_err(|_| ImportError::ExternalMissing {
+        tensor: name.to_string(),
+        path: full.clone(),
+    })?;
     // A symlink may still point outside: compare canonical paths.
     if let (Ok(cdir), Ok(cfile)) = (dir.canonicalize(), full.canonicalize()) {
         if !cfile.starts_with(&cdir) {
             return Err(outside());
         }
     }
-    let end = offset.checked_add(length.unwrap_or(0)).ok_or_else(|| malformed("offset + length overflows".to_string()))?;
+    let end = offset
+        .checked_add(length.unwrap_or(0))
+        .ok_or_else(|| malformed("offset + length overflows".to_string()))?;
     if end > meta.len() {
-        return Err(malformed(format!("bytes {offset}..{end} lie beyond the end of {} ({} bytes)", full.display(), meta.len())));
+        return Err(malformed(format!(
+            "bytes {offset}..{end} lie beyond the end of {} ({} bytes)",
+            full.display(),
+            meta.len()
+        )));
     }
-    Ok(InitData::External { location, offset, length })
+    Ok(InitData::External {
+        location,
+        offset,
+        length,
+    })
 }
 
 /// Names of nodes on some cycle, for the error message.

@@ -28,7 +28,9 @@ mod verify;
 pub use dtype::DType;
 pub use error::{ExportError, ImportError, VerifyError};
 pub use export::{export, export_bytes, write_atomic};
-pub use graph::{normalise_domain, Graph, InitData, Node, NodeOrigin, Tensor, TensorSource, ONNX_DOMAIN};
+pub use graph::{
+    normalise_domain, Graph, InitData, Node, NodeOrigin, Tensor, TensorSource, ONNX_DOMAIN,
+};
 pub use ids::{NodeId, TensorId};
 pub use import::{import_bytes, import_file, import_model, MAX_IR_VERSION};
 pub use patch::{Applied, NewNode, NewTensor, Patch, PatchError, Rewire, TensorRef};

@@ -74,18 +74,30 @@ pub enum PatchError {
     #[error("patch `{label}`: new tensor `{name}` is produced more than once")]
     Reassigned { label: String, name: String },
     #[error("patch `{label}`: node {node} slot {slot} reads `{actual}`, not `{expected}`")]
-    RewireMismatch { label: String, node: NodeId, slot: usize, expected: String, actual: String },
+    RewireMismatch {
+        label: String,
+        node: NodeId,
+        slot: usize,
+        expected: String,
+        actual: String,
+    },
     #[error("patch `{label}` broke the graph: {source}")]
     Verify { label: String, source: VerifyError },
 }
 
 impl Patch {
     pub fn new(label: impl Into<String>) -> Patch {
-        Patch { label: label.into(), ..Default::default() }
+        Patch {
+            label: label.into(),
+            ..Default::default()
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tensors.is_empty() && self.nodes.is_empty() && self.rewires.is_empty() && self.metadata.is_empty()
+        self.tensors.is_empty()
+            && self.nodes.is_empty()
+            && self.rewires.is_empty()
+            && self.metadata.is_empty()
     }
 
     /// Apply to `graph`, then verify. On error the graph may be partly changed: apply to a clone
@@ -95,7 +107,10 @@ impl Patch {
         let mut applied = Applied::default();
         for nt in &self.tensors {
             if graph.tensor_id(&nt.name).is_some() {
-                return Err(PatchError::NameTaken { label, name: nt.name.clone() });
+                return Err(PatchError::NameTaken {
+                    label,
+                    name: nt.name.clone(),
+                });
             }
             let like = graph.tensor(nt.like).clone();
             if let Some(vi) = value_info_like(graph, nt.like, &nt.name) {
@@ -114,22 +129,38 @@ impl Patch {
         let resolve = |r: TensorRef| -> Result<TensorId, PatchError> {
             match r {
                 TensorRef::Existing(t) => Ok(t),
-                TensorRef::New(i) => applied
-                    .tensors
-                    .get(i)
-                    .copied()
-                    .ok_or(PatchError::NoSuchNewTensor { label: self.label.clone(), index: i }),
+                TensorRef::New(i) => {
+                    applied
+                        .tensors
+                        .get(i)
+                        .copied()
+                        .ok_or(PatchError::NoSuchNewTensor {
+                            label: self.label.clone(),
+                            index: i,
+                        })
+                }
             }
         };
         let mut produced = std::collections::HashSet::new();
         let mut inserts: Vec<(NodeId, NodeId)> = Vec::new();
         for nn in &self.nodes {
             let template = graph.node(nn.copy_of).clone();
-            let inputs = nn.inputs.iter().map(|i| i.map(resolve).transpose()).collect::<Result<Vec<_>, _>>()?;
-            let outputs = nn.outputs.iter().map(|o| o.map(resolve).transpose()).collect::<Result<Vec<_>, _>>()?;
+            let inputs = nn
+                .inputs
+                .iter()
+                .map(|i| i.map(resolve).transpose())
+                .collect::<Result<Vec<_>, _>>()?;
+            let outputs = nn
+                .outputs
+                .iter()
+                .map(|o| o.map(resolve).transpose())
+                .collect::<Result<Vec<_>, _>>()?;
             for &o in outputs.iter().flatten() {
                 if !applied.tensors.contains(&o) || !produced.insert(o) {
-                    return Err(PatchError::Reassigned { label: self.label.clone(), name: graph.tensor(o).name.clone() });
+                    return Err(PatchError::Reassigned {
+                        label: self.label.clone(),
+                        name: graph.tensor(o).name.clone(),
+                    });
                 }
             }
             let mut proto: onnx::NodeProto = (*template.proto).clone();
@@ -174,10 +205,16 @@ impl Patch {
             let props = &mut std::sync::Arc::make_mut(&mut graph.model).metadata_props;
             match props.iter_mut().find(|e| e.key.as_deref() == Some(k)) {
                 Some(e) => e.value = Some(v.clone()),
-                None => props.push(onnx::StringStringEntryProto { key: Some(k.clone()), value: Some(v.clone()) }),
+                None => props.push(onnx::StringStringEntryProto {
+                    key: Some(k.clone()),
+                    value: Some(v.clone()),
+                }),
             }
         }
-        verify(graph).map_err(|source| PatchError::Verify { label: self.label.clone(), source })?;
+        verify(graph).map_err(|source| PatchError::Verify {
+            label: self.label.clone(),
+            source,
+        })?;
         Ok(applied)
     }
 }
@@ -213,10 +250,25 @@ impl fmt::Display for Patch {
         for n in &self.nodes {
             let ins: Vec<String> = n.inputs.iter().map(r).collect();
             let outs: Vec<String> = n.outputs.iter().map(r).collect();
-            writeln!(f, "  node {:?} = copy of {}({}) -> {} before {}", n.name, n.copy_of, ins.join(", "), outs.join(", "), n.before)?;
+            writeln!(
+                f,
+                "  node {:?} = copy of {}({}) -> {} before {}",
+                n.name,
+                n.copy_of,
+                ins.join(", "),
+                outs.join(", "),
+                n.before
+            )?;
         }
         for w in &self.rewires {
-            writeln!(f, "  rewire {}[{}]: {} -> {}", w.node, w.slot, w.from, r(&Some(w.to)))?;
+            writeln!(
+                f,
+                "  rewire {}[{}]: {} -> {}",
+                w.node,
+                w.slot,
+                w.from,
+                r(&Some(w.to))
+            )?;
         }
         for (k, v) in &self.metadata {
             writeln!(f, "  metadata {k:?} = {v:?}")?;

@@ -168,7 +168,12 @@ impl Dim {
             return Dim::Known(0);
         }
         if p.terms.len() == 1 {
-            let (m, c) = p.terms.iter().next().map(|(m, c)| (m.clone(), *c)).unwrap_or_default();
+            let (m, c) = p
+                .terms
+                .iter()
+                .next()
+                .map(|(m, c)| (m.clone(), *c))
+                .unwrap_or_default();
             if m.is_empty() && c >= 0 && c <= u64::MAX as i128 {
                 return Dim::Known(c as u64);
             }
@@ -225,7 +230,10 @@ impl Dim {
     pub fn eval(&self, b: &Bindings) -> Result<u64, ShapeError> {
         match self {
             Dim::Known(k) => Ok(*k),
-            Dim::Sym(s) => b.get(s).copied().ok_or_else(|| ShapeError::Unbound(s.clone())),
+            Dim::Sym(s) => b
+                .get(s)
+                .copied()
+                .ok_or_else(|| ShapeError::Unbound(s.clone())),
             Dim::Expr(p) => {
                 let v = p.eval(b)?;
                 if v < 0 {
@@ -295,7 +303,9 @@ impl Shape {
         let mut n: u64 = 1;
         for d in &self.0 {
             let v = d.eval(b)?;
-            n = n.checked_mul(v).ok_or_else(|| ShapeError::Overflow(self.to_string()))?;
+            n = n
+                .checked_mul(v)
+                .ok_or_else(|| ShapeError::Overflow(self.to_string()))?;
         }
         Ok(n)
     }
@@ -303,7 +313,9 @@ impl Shape {
     /// Bytes for `bits` per element under `b` (sub-byte types round up), overflow checked.
     pub fn bytes_under(&self, bits: u64, b: &Bindings) -> Result<u64, ShapeError> {
         let n = self.numel_under(b)?;
-        let total_bits = n.checked_mul(bits).ok_or_else(|| ShapeError::Overflow(self.to_string()))?;
+        let total_bits = n
+            .checked_mul(bits)
+            .ok_or_else(|| ShapeError::Overflow(self.to_string()))?;
         Ok(total_bits.div_ceil(8))
     }
 
@@ -343,7 +355,10 @@ mod tests {
         assert_eq!(bs.to_string(), "(batch*seq)");
         let two_bs = bs.mul(&Dim::Known(2));
         assert_eq!(two_bs.to_string(), "(2*batch*seq)");
-        assert_eq!(two_bs.div_exact(&s("seq")), Some(s("batch").mul(&Dim::Known(2))));
+        assert_eq!(
+            two_bs.div_exact(&s("seq")),
+            Some(s("batch").mul(&Dim::Known(2)))
+        );
         assert_eq!(two_bs.div_exact(&Dim::Known(2)), Some(bs.clone()));
         assert_eq!(bs.div_exact(&Dim::Known(2)), None);
         assert_eq!(bs.div_exact(&bs), Some(Dim::Known(1)));
@@ -367,7 +382,13 @@ mod tests {
         );
         let huge = Shape::known(&[u64::MAX, 2]);
         assert!(matches!(huge.numel_under(&b), Err(ShapeError::Overflow(_))));
-        assert!(matches!(Shape::known(&[u64::MAX / 4]).bytes_under(32, &b), Err(ShapeError::Overflow(_))));
-        assert!(matches!(Dim::Known(1).sub(&s("seq")).eval(&b), Err(ShapeError::Negative(_))));
+        assert!(matches!(
+            Shape::known(&[u64::MAX / 4]).bytes_under(32, &b),
+            Err(ShapeError::Overflow(_))
+        ));
+        assert!(matches!(
+            Dim::Known(1).sub(&s("seq")).eval(&b),
+            Err(ShapeError::Negative(_))
+        ));
     }
 }

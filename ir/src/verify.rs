@@ -23,7 +23,10 @@ pub fn verify(graph: &Graph) -> Result<(), VerifyError> {
             if graph.tensor(t).producer() != Some(n) {
                 return Err(VerifyError::Inconsistent {
                     tensor: graph.tensor(t).name.clone(),
-                    what: format!("output of {n} but its source says {:?}", graph.tensor(t).source),
+                    what: format!(
+                        "output of {n} but its source says {:?}",
+                        graph.tensor(t).source
+                    ),
                 });
             }
         }
@@ -32,17 +35,25 @@ pub fn verify(graph: &Graph) -> Result<(), VerifyError> {
         let tensor = graph.tensor(t);
         let expected = usize::from(matches!(tensor.source, TensorSource::Node(_)));
         if producers[t.index()] != expected && producers[t.index()] > 0 {
-            return Err(VerifyError::MultipleProducers { tensor: tensor.name.clone(), count: producers[t.index()] + 1 - expected });
+            return Err(VerifyError::MultipleProducers {
+                tensor: tensor.name.clone(),
+                count: producers[t.index()] + 1 - expected,
+            });
         }
     }
 
-    let mut defined: HashSet<TensorId> =
-        graph.tensor_ids().filter(|&t| !matches!(graph.tensor(t).source, TensorSource::Node(_))).collect();
+    let mut defined: HashSet<TensorId> = graph
+        .tensor_ids()
+        .filter(|&t| !matches!(graph.tensor(t).source, TensorSource::Node(_)))
+        .collect();
     for &n in graph.nodes() {
         let node = graph.node(n);
         for t in node.input_tensors() {
             if !defined.contains(&t) {
-                return Err(VerifyError::UseBeforeDef { node: node.display_name(n), tensor: graph.tensor(t).name.clone() });
+                return Err(VerifyError::UseBeforeDef {
+                    node: node.display_name(n),
+                    tensor: graph.tensor(t).name.clone(),
+                });
             }
             if !graph.tensor(t).consumers().contains(&n) {
                 return Err(VerifyError::Inconsistent {

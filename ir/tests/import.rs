@@ -4,7 +4,9 @@ use std::path::Path;
 
 use ckpt_ir::build::{attr_f, attr_i, attr_ints, ModelBuilder};
 use ckpt_ir::onnx;
-use ckpt_ir::{export, export_bytes, import_bytes, import_file, print_graph, DType, Dim, ImportError, Message};
+use ckpt_ir::{
+    export, export_bytes, import_bytes, import_file, print_graph, DType, Dim, ImportError, Message,
+};
 
 fn small_model() -> onnx::ModelProto {
     let mut m = ModelBuilder::new(20)
@@ -13,13 +15,26 @@ fn small_model() -> onnx::ModelProto {
         .init_f32("b", &[3], &[0.5, -1.0, 2.0])
         .node("MatMul", &["x", "w"], &["h"])
         .node("Add", &["h", "b"], &["a"])
-        .node_with("Gemm", &["a", "w", ""], &["g"], vec![attr_i("transB", 0), attr_f("alpha", 1.0)])
-        .node_with("ReduceSum", &["g"], &["loss"], vec![attr_i("keepdims", 0), attr_ints("axes", &[0, 1])])
+        .node_with(
+            "Gemm",
+            &["a", "w", ""],
+            &["g"],
+            vec![attr_i("transB", 0), attr_f("alpha", 1.0)],
+        )
+        .node_with(
+            "ReduceSum",
+            &["g"],
+            &["loss"],
+            vec![attr_i("keepdims", 0), attr_ints("axes", &[0, 1])],
+        )
         .value_info("h", DType::F32, "batch,3")
         .output("loss", DType::F32, "")
         .build();
     m.doc_string = Some("doc".into());
-    m.metadata_props.push(onnx::StringStringEntryProto { key: Some("k".into()), value: Some("v".into()) });
+    m.metadata_props.push(onnx::StringStringEntryProto {
+        key: Some("k".into()),
+        value: Some("v".into()),
+    });
     m
 }
 
@@ -36,7 +51,11 @@ fn round_trip_is_lossless_and_keeps_presence() {
     assert_eq!(out, model);
     // Field presence: transB = 0 is still present after the round trip.
     let gemm = &out.graph.as_ref().unwrap().node[2];
-    let tb = gemm.attribute.iter().find(|a| a.name.as_deref() == Some("transB")).unwrap();
+    let tb = gemm
+        .attribute
+        .iter()
+        .find(|a| a.name.as_deref() == Some("transB"))
+        .unwrap();
     assert_eq!(tb.i, Some(0));
     assert_eq!(export_bytes(&g), bytes);
 }
@@ -46,7 +65,10 @@ fn import_builds_tensors_shapes_and_edges() {
     let g = import(small_model().encode_to_vec()).unwrap();
     assert_eq!(g.node_count(), 4);
     let x = g.tensor_id("x").unwrap();
-    assert_eq!(g.tensor(x).shape.as_ref().unwrap().dims()[0], Dim::sym("batch"));
+    assert_eq!(
+        g.tensor(x).shape.as_ref().unwrap().dims()[0],
+        Dim::sym("batch")
+    );
     let b = g.tensor_id("b").unwrap();
     assert!(g.tensor(b).is_initializer());
     let w = g.tensor_id("w").unwrap();
@@ -103,7 +125,15 @@ fn not_protobuf() {
     assert!(matches!(e, ImportError::Decode { .. }), "{e}");
     // Text that happens to decode still has no ir_version / graph.
     let e = import(b"hello".to_vec()).unwrap_err();
-    assert!(matches!(e, ImportError::Decode { .. } | ImportError::NoIrVersion { .. } | ImportError::NoGraph { .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            ImportError::Decode { .. }
+                | ImportError::NoIrVersion { .. }
+                | ImportError::NoGraph { .. }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -135,10 +165,21 @@ fn two_producers() {
         .build();
     let e = import(m.encode_to_vec()).unwrap_err();
     assert!(matches!(e, ImportError::DuplicateProducer { .. }), "{e}");
-    assert!(e.to_string().contains("`y`") && e.to_string().contains("Relu_y") && e.to_string().contains("Neg_y"), "{e}");
+    assert!(
+        e.to_string().contains("`y`")
+            && e.to_string().contains("Relu_y")
+            && e.to_string().contains("Neg_y"),
+        "{e}"
+    );
     // Assigning a graph input is also a second producer.
-    let m = ModelBuilder::new(20).input("x", DType::F32, "2").node("Relu", &["x"], &["x"]).build();
-    assert!(matches!(import(m.encode_to_vec()).unwrap_err(), ImportError::DuplicateProducer { .. }));
+    let m = ModelBuilder::new(20)
+        .input("x", DType::F32, "2")
+        .node("Relu", &["x"], &["x"])
+        .build();
+    assert!(matches!(
+        import(m.encode_to_vec()).unwrap_err(),
+        ImportError::DuplicateProducer { .. }
+    ));
 }
 
 #[test]
@@ -159,7 +200,9 @@ fn cycle() {
 fn unknown_dtype() {
     let mut m = small_model();
     let vi = &mut m.graph.as_mut().unwrap().input[0];
-    if let Some(onnx::type_proto::Value::TensorType(t)) = vi.r#type.as_mut().and_then(|t| t.value.as_mut()) {
+    if let Some(onnx::type_proto::Value::TensorType(t)) =
+        vi.r#type.as_mut().and_then(|t| t.value.as_mut())
+    {
         t.elem_type = Some(99);
     }
     let e = err(m.encode_to_vec());
@@ -168,9 +211,15 @@ fn unknown_dtype() {
 
 #[test]
 fn negative_dim() {
-    let m = ModelBuilder::new(20).input("x", DType::F32, "2,-3").node("Relu", &["x"], &["y"]).build();
+    let m = ModelBuilder::new(20)
+        .input("x", DType::F32, "2,-3")
+        .node("Relu", &["x"], &["y"])
+        .build();
     let e = err(m.encode_to_vec());
-    assert!(e.contains("`x`") && e.contains("-3") && e.contains("axis 1"), "{e}");
+    assert!(
+        e.contains("`x`") && e.contains("-3") && e.contains("axis 1"),
+        "{e}"
+    );
     let m = ModelBuilder::new(20).init_f32("w", &[-1], &[]).build();
     assert!(err(m.encode_to_vec()).contains("`w`"));
 }
@@ -195,9 +244,18 @@ fn external_model(location: &str) -> onnx::ModelProto {
             data_type: Some(DType::F32.code()),
             data_location: Some(onnx::tensor_proto::DataLocation::External as i32),
             external_data: vec![
-                onnx::StringStringEntryProto { key: Some("location".into()), value: Some(location.into()) },
-                onnx::StringStringEntryProto { key: Some("offset".into()), value: Some("0".into()) },
-                onnx::StringStringEntryProto { key: Some("length".into()), value: Some("16".into()) },
+                onnx::StringStringEntryProto {
+                    key: Some("location".into()),
+                    value: Some(location.into()),
+                },
+                onnx::StringStringEntryProto {
+                    key: Some("offset".into()),
+                    value: Some("0".into()),
+                },
+                onnx::StringStringEntryProto {
+                    key: Some("length".into()),
+                    value: Some("16".into()),
+                },
             ],
             ..Default::default()
         })
@@ -232,14 +290,20 @@ fn external_data_outside_model_dir() {
         let p = sub.join("m.onnx");
         std::fs::write(&p, external_model(loc).encode_to_vec()).unwrap();
         let e = import_file(&p).unwrap_err();
-        assert!(matches!(e, ImportError::ExternalOutsideDir { .. }), "{loc}: {e}");
+        assert!(
+            matches!(e, ImportError::ExternalOutsideDir { .. }),
+            "{loc}: {e}"
+        );
         assert!(e.to_string().contains("`w`"));
     }
     // A symlink inside the directory that points outside is refused too.
     std::os::unix::fs::symlink(dir.path().join("secret.bin"), sub.join("link.bin")).unwrap();
     let p = sub.join("m.onnx");
     std::fs::write(&p, external_model("link.bin").encode_to_vec()).unwrap();
-    assert!(matches!(import_file(&p).unwrap_err(), ImportError::ExternalOutsideDir { .. }));
+    assert!(matches!(
+        import_file(&p).unwrap_err(),
+        ImportError::ExternalOutsideDir { .. }
+    ));
 }
 
 #[test]
@@ -253,11 +317,17 @@ fn external_data_missing() {
     // Present but too short.
     std::fs::write(dir.path().join("short.bin"), [0u8; 8]).unwrap();
     std::fs::write(&p, external_model("short.bin").encode_to_vec()).unwrap();
-    assert!(matches!(import_file(&p).unwrap_err(), ImportError::ExternalMalformed { .. }));
+    assert!(matches!(
+        import_file(&p).unwrap_err(),
+        ImportError::ExternalMalformed { .. }
+    ));
 }
 
 #[test]
 fn undefined_output() {
-    let m = ModelBuilder::new(20).input("x", DType::F32, "2").output("nope", DType::F32, "2").build();
+    let m = ModelBuilder::new(20)
+        .input("x", DType::F32, "2")
+        .output("nope", DType::F32, "2")
+        .build();
     assert!(err(m.encode_to_vec()).contains("`nope`"));
 }

@@ -20,9 +20,19 @@ fn broadcasting_keeps_symbols_and_ones_broadcast() {
         .node("Less", &["w", "c"], &["lt"])
         .node("Not", &["lt"], &["n"])
         .node("And", &["n", "mask"], &["and"])
-        .node_with("Cast", &["and"], &["f"], vec![attr_i("to", DType::F16.code() as i64)])
+        .node_with(
+            "Cast",
+            &["and"],
+            &["f"],
+            vec![attr_i("to", DType::F16.code() as i64)],
+        )
         .node("Sum", &["x", "bias", "c"], &["sum"])
-        .node_with("Gelu", &["x"], &["gelu"], vec![attr_s("approximate", "tanh")])
+        .node_with(
+            "Gelu",
+            &["x"],
+            &["gelu"],
+            vec![attr_s("approximate", "tanh")],
+        )
         .output("w", DType::F32, "")
         .output("f", DType::F16, "")
         .output("sum", DType::F32, "")
@@ -51,7 +61,11 @@ fn undecidable_broadcast_is_assumed_and_noted() {
     let (g, t) = run(m);
     assert_eq!(ty(&g, &t, "z"), "f32[8,4]");
     assert_eq!(t.warnings().len(), 1);
-    assert!(t.warnings()[0].contains("Add_z") && t.warnings()[0].contains("n == 8"), "{:?}", t.warnings());
+    assert!(
+        t.warnings()[0].contains("Add_z") && t.warnings()[0].contains("n == 8"),
+        "{:?}",
+        t.warnings()
+    );
 }
 
 #[test]
@@ -63,7 +77,10 @@ fn known_dims_that_do_not_broadcast_are_an_error_naming_the_node() {
         .output("z", DType::F32, "")
         .build();
     let e = try_run(m).unwrap_err().to_string();
-    assert!(e.contains("Mul_z") && e.contains("(Mul)") && e.contains("3 and 5"), "{e}");
+    assert!(
+        e.contains("Mul_z") && e.contains("(Mul)") && e.contains("3 and 5"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -116,7 +133,12 @@ fn legacy_broadcast_before_opset_7_follows_a() {
     let m = ModelBuilder::new(6)
         .input("x", DType::F32, "n,3,8,8")
         .input("b", DType::F32, "3")
-        .node_with("Add", &["x", "b"], &["y"], vec![attr_i("broadcast", 1), attr_i("axis", 1)])
+        .node_with(
+            "Add",
+            &["x", "b"],
+            &["y"],
+            vec![attr_i("broadcast", 1), attr_i("axis", 1)],
+        )
         .output("y", DType::F32, "")
         .build();
     let (g, t) = run(m);

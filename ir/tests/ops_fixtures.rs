@@ -66,7 +66,10 @@ fn compare(full: &Graph, bare: &Graph) -> Tally {
             continue;
         };
         if got.dtype != fd || got.shape.rank() != fs.rank() {
-            t.mismatched.push(format!("{}: file {fd}{fs}, inferred {}{}", file.name, got.dtype, got.shape));
+            t.mismatched.push(format!(
+                "{}: file {fd}{fs}, inferred {}{}",
+                file.name, got.dtype, got.shape
+            ));
             continue;
         }
         let mut unknown = false;
@@ -82,7 +85,8 @@ fn compare(full: &Graph, bare: &Graph) -> Tally {
             }
         }
         if bad {
-            t.mismatched.push(format!("{}: file {fs}, inferred {}", file.name, got.shape));
+            t.mismatched
+                .push(format!("{}: file {fs}, inferred {}", file.name, got.shape));
         } else if unknown {
             t.unknown += 1;
         } else {
@@ -99,7 +103,10 @@ fn inferred_types_match_the_exporters_value_info() {
         let full = load(&path, false);
         let bare = load(&path, true);
         let t = compare(&full, &bare);
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let warnings = infer(&bare).map(|ty| ty.warnings().len()).unwrap_or(0);
         println!(
             "{name}: matched {}, unknown in file {}, mismatched {}, no value_info {}, warnings {warnings}",
@@ -116,32 +123,65 @@ fn inferred_types_match_the_exporters_value_info() {
             failures.push(name);
         }
     }
-    assert!(failures.is_empty(), "fixtures with mismatches: {failures:?}");
+    assert!(
+        failures.is_empty(),
+        "fixtures with mismatches: {failures:?}"
+    );
 }
 
 #[test]
 fn symbolic_fixtures_infer_products_of_batch_and_seq() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/ort_gpt2_training.onnx");
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/ort_gpt2_training.onnx");
     let g = load(&path, true);
     let types = infer(&g).expect("infers");
-    let shape = |name: &str| types.shape(g.tensor_id(name).expect("tensor exists")).cloned().expect("typed");
+    let shape = |name: &str| {
+        types
+            .shape(g.tensor_id(name).expect("tensor exists"))
+            .cloned()
+            .expect("typed")
+    };
     let (b, s) = (Dim::sym("batch"), Dim::sym("seq"));
     // Reshape to [-1, 64] of a [batch, seq, 64] activation: -1 = batch*seq.
-    assert_eq!(shape("/h.0/attn/c_attn/MatMul_Grad/A_reshape_2d").dims(), &[b.mul(&s), Dim::Known(64)]);
+    assert_eq!(
+        shape("/h.0/attn/c_attn/MatMul_Grad/A_reshape_2d").dims(),
+        &[b.mul(&s), Dim::Known(64)]
+    );
     // Reshape to Concat(Shape[0], Shape[1], 2, 32): stays [batch, seq, 2, 32].
-    assert_eq!(shape("/h.0/attn/Reshape_output_0").dims(), &[b.clone(), s.clone(), Dim::Known(2), Dim::Known(32)]);
+    assert_eq!(
+        shape("/h.0/attn/Reshape_output_0").dims(),
+        &[b.clone(), s.clone(), Dim::Known(2), Dim::Known(32)]
+    );
     // Causal mask from ConstantOfShape(Concat(seq, seq)).
-    assert_eq!(shape("/h.0/attn/ConstantOfShape_output_0").dims(), &[s.clone(), s.clone()]);
+    assert_eq!(
+        shape("/h.0/attn/ConstantOfShape_output_0").dims(),
+        &[s.clone(), s.clone()]
+    );
     // The shifted logits: Slice(…, 0, -1) on the seq axis.
-    assert_eq!(shape("/Slice_output_0").dims(), &[b.clone(), s.sub(&Dim::Known(1)), Dim::Known(256)]);
+    assert_eq!(
+        shape("/Slice_output_0").dims(),
+        &[b.clone(), s.sub(&Dim::Known(1)), Dim::Known(256)]
+    );
     // GatherGrad takes its shape from Shape(wte.weight).
-    assert_eq!(shape("wte.weight_grad").dims(), &[Dim::Known(256), Dim::Known(64)]);
+    assert_eq!(
+        shape("wte.weight_grad").dims(),
+        &[Dim::Known(256), Dim::Known(64)]
+    );
 }
 
 #[test]
 fn fixture_policies_keep_dropout_and_accumulators() {
-    for (file, stochastic, stateful) in [("mlp_d01_aot.onnx", 2, 0), ("mlp_d01_makefx.onnx", 2, 0), ("gpt2_d01_aot.onnx", 7, 0), ("ort_gpt2_training.onnx", 0, 29), ("ort_mlp_training.onnx", 2, 6), ("mlp_d0_aot.onnx", 0, 0)] {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(file);
+    for (file, stochastic, stateful) in [
+        ("mlp_d01_aot.onnx", 2, 0),
+        ("mlp_d01_makefx.onnx", 2, 0),
+        ("gpt2_d01_aot.onnx", 7, 0),
+        ("ort_gpt2_training.onnx", 0, 29),
+        ("ort_mlp_training.onnx", 2, 6),
+        ("mlp_d0_aot.onnx", 0, 0),
+    ] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures")
+            .join(file);
         let g = load(&path, false);
         let (mut st, mut sf, mut unknown) = (0, 0, 0);
         for &n in g.nodes() {
@@ -159,25 +199,43 @@ fn fixture_policies_keep_dropout_and_accumulators() {
 #[test]
 fn symbolic_fixture_warns_only_about_slice_bounds() {
     // wpe[0:seq] (seq ≤ ctx is the model's contract) and labels[:, 1:] (seq ≥ 1).
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/ort_gpt2_training.onnx");
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/ort_gpt2_training.onnx");
     let g = load(&path, true);
     let types = infer(&g).expect("infers");
     assert_eq!(types.warnings().len(), 2, "{:?}", types.warnings());
-    assert!(types.warnings().iter().all(|w| w.contains("(Slice): slice bound")), "{:?}", types.warnings());
+    assert!(
+        types
+            .warnings()
+            .iter()
+            .all(|w| w.contains("(Slice): slice bound")),
+        "{:?}",
+        types.warnings()
+    );
 }
 
 #[test]
 fn symbolic_fixtures_evaluate_under_the_manifest_sizes_without_fresh_symbols() {
-    for (file, bindings) in [("ort_gpt2_training.onnx", vec![("batch", 2u64), ("seq", 32)]), ("ort_mlp_training.onnx", vec![("batch", 8)])] {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(file);
+    for (file, bindings) in [
+        ("ort_gpt2_training.onnx", vec![("batch", 2u64), ("seq", 32)]),
+        ("ort_mlp_training.onnx", vec![("batch", 8)]),
+    ] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures")
+            .join(file);
         let g = load(&path, true);
         let types = infer(&g).expect("infers");
         let b: ckpt_ir::Bindings = bindings.iter().map(|(k, v)| (k.to_string(), *v)).collect();
         let mut evaluated = 0;
         for (t, tt) in types.iter() {
             let s = &tt.shape;
-            assert!(s.symbols().iter().all(|x| x == "batch" || x == "seq"), "{file}: {} has {s}", g.tensor(t).name);
-            s.eval(&b).unwrap_or_else(|e| panic!("{file}: {} {s}: {e}", g.tensor(t).name));
+            assert!(
+                s.symbols().iter().all(|x| x == "batch" || x == "seq"),
+                "{file}: {} has {s}",
+                g.tensor(t).name
+            );
+            s.eval(&b)
+                .unwrap_or_else(|e| panic!("{file}: {} {s}: {e}", g.tensor(t).name));
             evaluated += 1;
         }
         assert_eq!(evaluated, g.tensor_count(), "{file}: every tensor typed");

@@ -25,14 +25,40 @@ fn flop_table() {
         .init_i64("t", &[2], &[-1, 64])
         .node("MatMul", &["x", "w"], &["mm"])
         .node("MatMul", &["a", "bt"], &["bmm"])
-        .node_with("Gemm", &["m", "wt", "bias"], &["gemm"], vec![attr_i("transB", 1)])
-        .node_in("com.microsoft", "FusedMatMul", &["mm", "w"], &["fmm"], vec![attr_i("transB", 1)])
-        .node_with("Conv", &["img", "k"], &["conv"], vec![attr_i("group", 2), attr_ints("pads", &[1, 1, 1, 1])])
+        .node_with(
+            "Gemm",
+            &["m", "wt", "bias"],
+            &["gemm"],
+            vec![attr_i("transB", 1)],
+        )
+        .node_in(
+            "com.microsoft",
+            "FusedMatMul",
+            &["mm", "w"],
+            &["fmm"],
+            vec![attr_i("transB", 1)],
+        )
+        .node_with(
+            "Conv",
+            &["img", "k"],
+            &["conv"],
+            vec![attr_i("group", 2), attr_ints("pads", &[1, 1, 1, 1])],
+        )
         .node("Add", &["x", "bias"], &["add"])
         .node("Relu", &["add"], &["relu"])
-        .node_with("Gelu", &["add"], &["gelu"], vec![attr_s("approximate", "tanh")])
+        .node_with(
+            "Gelu",
+            &["add"],
+            &["gelu"],
+            vec![attr_s("approximate", "tanh")],
+        )
         .node_with("Softmax", &["bmm"], &["sm"], vec![attr_i("axis", -1)])
-        .node_with("LayerNormalization", &["x", "lnw", "bias"], &["ln"], vec![attr_i("axis", -1)])
+        .node_with(
+            "LayerNormalization",
+            &["x", "lnw", "bias"],
+            &["ln"],
+            vec![attr_i("axis", -1)],
+        )
         .node_with("ReduceSum", &["x"], &["rs"], vec![attr_i("keepdims", 0)])
         .node("Reshape", &["x", "t"], &["rsh"])
         .node("Transpose", &["x"], &["tr"])
@@ -40,10 +66,16 @@ fn flop_table() {
         .build();
     let (g, t) = run(m);
     let b = bind(&[("b", 2), ("s", 8), ("h", 4), ("n", 5)]);
-    let f = |name: &str| flops(&g, producer(&g, name), &t, &b).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let f = |name: &str| {
+        flops(&g, producer(&g, name), &t, &b).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
     let tokens = 2 * 8;
     assert_eq!(f("mm"), 2 * tokens * 256 * 64, "MatMul 2·m·n·k");
-    assert_eq!(f("bmm"), 2 * (2 * 4) * 8 * 8 * 16, "batched MatMul 2·batch·m·n·k");
+    assert_eq!(
+        f("bmm"),
+        2 * (2 * 4) * 8 * 8 * 16,
+        "batched MatMul 2·batch·m·n·k"
+    );
     assert_eq!(f("gemm"), 2 * 5 * 64 * 32 + 5 * 64, "Gemm 2·m·n·k + bias");
     assert_eq!(f("fmm"), 2 * tokens * 64 * 256, "FusedMatMul with transB");
     // Conv: 2·N·Cout·Hout·Wout·(Cin/g)·kH·kW (weights are [Cout, Cin/g, kH, kW]).
@@ -53,7 +85,11 @@ fn flop_table() {
     assert_eq!(f("gelu"), tokens * 64 * cost::GELU_TANH);
     assert_eq!(f("sm"), 2 * 4 * 8 * 8 * cost::SOFTMAX);
     assert_eq!(f("ln"), tokens * 64 * cost::LAYER_NORM);
-    assert_eq!(f("rs"), tokens * 64 * cost::REDUCTION, "reductions count input elements");
+    assert_eq!(
+        f("rs"),
+        tokens * 64 * cost::REDUCTION,
+        "reductions count input elements"
+    );
     assert_eq!(f("rsh"), 0);
     assert_eq!(f("tr"), 0);
     assert_eq!(f("emb"), 0);
@@ -94,7 +130,10 @@ fn unbound_symbols_and_unknown_ops_are_errors() {
         .build();
     let (g, t) = run(m);
     let e = flops(&g, producer(&g, "r"), &t, &bind(&[])).unwrap_err();
-    assert!(matches!(e, FlopError::Shape { .. }) && e.to_string().contains("--dim b="), "{e}");
+    assert!(
+        matches!(e, FlopError::Shape { .. }) && e.to_string().contains("--dim b="),
+        "{e}"
+    );
     let e = flops(&g, producer(&g, "y"), &t, &bind(&[("b", 1)])).unwrap_err();
     assert!(matches!(e, FlopError::NotInRegistry { .. }), "{e}");
 }

@@ -50,11 +50,38 @@ fn gemm_and_fused_matmul_transposes() {
         .input("bias", DType::F32, "64")
         .input("dy", DType::F32, "b,s,64")
         .input("p", DType::F32, "h,b,s,k")
-        .node_with("Gemm", &["x", "w", "bias"], &["y"], vec![attr_i("transB", 1)])
+        .node_with(
+            "Gemm",
+            &["x", "w", "bias"],
+            &["y"],
+            vec![attr_i("transB", 1)],
+        )
         .node_with("Gemm", &["x", "y"], &["gw"], vec![attr_i("transA", 1)])
-        .node_in("com.microsoft", "FusedMatMul", &["dy", "w"], &["dx"], vec![attr_i("transB", 0), attr_f("alpha", 1.0)])
-        .node_in("com.microsoft", "FusedMatMul", &["dy", "dy"], &["ata"], vec![attr_i("transA", 1)])
-        .node_in("com.microsoft", "FusedMatMul", &["p", "p"], &["tb"], vec![attr_i("transBatchA", 1), attr_i("transB", 1), attr_i("transBatchB", 1)])
+        .node_in(
+            "com.microsoft",
+            "FusedMatMul",
+            &["dy", "w"],
+            &["dx"],
+            vec![attr_i("transB", 0), attr_f("alpha", 1.0)],
+        )
+        .node_in(
+            "com.microsoft",
+            "FusedMatMul",
+            &["dy", "dy"],
+            &["ata"],
+            vec![attr_i("transA", 1)],
+        )
+        .node_in(
+            "com.microsoft",
+            "FusedMatMul",
+            &["p", "p"],
+            &["tb"],
+            vec![
+                attr_i("transBatchA", 1),
+                attr_i("transB", 1),
+                attr_i("transBatchB", 1),
+            ],
+        )
         .output("gw", DType::F32, "")
         .output("dx", DType::F32, "")
         .output("ata", DType::F32, "")
@@ -75,8 +102,21 @@ fn conv_output_dims() {
         .input("x", DType::F32, "n,3,32,32")
         .input("w", DType::F32, "16,3,3,3")
         .input("xs", DType::F32, "n,3,h,w")
-        .node_with("Conv", &["x", "w"], &["y"], vec![attr_ints("pads", &[1, 1, 1, 1]), attr_ints("strides", &[2, 2])])
-        .node_with("Conv", &["xs", "w"], &["ys"], vec![attr_ints("pads", &[1, 1, 1, 1])])
+        .node_with(
+            "Conv",
+            &["x", "w"],
+            &["y"],
+            vec![
+                attr_ints("pads", &[1, 1, 1, 1]),
+                attr_ints("strides", &[2, 2]),
+            ],
+        )
+        .node_with(
+            "Conv",
+            &["xs", "w"],
+            &["ys"],
+            vec![attr_ints("pads", &[1, 1, 1, 1])],
+        )
         .output("y", DType::F32, "")
         .output("ys", DType::F32, "")
         .build();
@@ -89,8 +129,24 @@ fn conv_output_dims() {
 fn pools() {
     let m = ModelBuilder::new(20)
         .input("x", DType::F32, "n,8,32,32")
-        .node_with("MaxPool", &["x"], &["y", "idx"], vec![attr_ints("kernel_shape", &[2, 2]), attr_ints("strides", &[2, 2])])
-        .node_with("AveragePool", &["x"], &["a"], vec![attr_ints("kernel_shape", &[3, 3]), attr_ints("pads", &[1, 1, 1, 1])])
+        .node_with(
+            "MaxPool",
+            &["x"],
+            &["y", "idx"],
+            vec![
+                attr_ints("kernel_shape", &[2, 2]),
+                attr_ints("strides", &[2, 2]),
+            ],
+        )
+        .node_with(
+            "AveragePool",
+            &["x"],
+            &["a"],
+            vec![
+                attr_ints("kernel_shape", &[3, 3]),
+                attr_ints("pads", &[1, 1, 1, 1]),
+            ],
+        )
         .node("GlobalAveragePool", &["x"], &["g"])
         .output("y", DType::F32, "")
         .output("a", DType::F32, "")
@@ -112,8 +168,18 @@ fn einsum_shapes_and_flops() {
         .input("k", DType::F32, "b,h,t,d")
         .input("x", DType::F32, "b,s,64")
         .input("w", DType::F32, "64,32")
-        .node_with("Einsum", &["q", "k"], &["att"], vec![attr_s("equation", "bhsd,bhtd->bhst")])
-        .node_with("Einsum", &["x", "w"], &["proj"], vec![attr_s("equation", "...i,ij->...j")])
+        .node_with(
+            "Einsum",
+            &["q", "k"],
+            &["att"],
+            vec![attr_s("equation", "bhsd,bhtd->bhst")],
+        )
+        .node_with(
+            "Einsum",
+            &["x", "w"],
+            &["proj"],
+            vec![attr_s("equation", "...i,ij->...j")],
+        )
         .node_with("Einsum", &["w"], &["wt"], vec![attr_s("equation", "ij")])
         .node_with("Einsum", &["w"], &["tr"], vec![attr_s("equation", "ji")])
         .output("att", DType::F32, "")
@@ -125,8 +191,15 @@ fn einsum_shapes_and_flops() {
     assert_eq!(ty(&g, &t, "att"), "f32[b,h,s,t]");
     assert_eq!(ty(&g, &t, "proj"), "f32[b,s,32]");
     assert_eq!(ty(&g, &t, "wt"), "f32[64,32]");
-    assert_eq!(ty(&g, &t, "tr"), "f32[32,64]", "implicit output: letters sorted");
+    assert_eq!(
+        ty(&g, &t, "tr"),
+        "f32[32,64]",
+        "implicit output: letters sorted"
+    );
     let b = ops_common::bind(&[("b", 2), ("h", 4), ("s", 8), ("t", 8), ("d", 16)]);
     let att = ops_common::producer(&g, "att");
-    assert_eq!(flops(&g, att, &t, &b).expect("flops"), 2 * 2 * 4 * 8 * 8 * 16);
+    assert_eq!(
+        flops(&g, att, &t, &b).expect("flops"),
+        2 * 2 * 4 * 8 * 8 * 16
+    );
 }

@@ -12,8 +12,18 @@ fn layer_norm_stats_and_softmax() {
         .input("x", DType::F16, "b,s,64")
         .input("w", DType::F16, "64")
         .input("bias", DType::F16, "64")
-        .node_with("LayerNormalization", &["x", "w", "bias"], &["y", "mean", "istd"], vec![attr_i("axis", -1)])
-        .node_with("LayerNormalization", &["x", "w"], &["y2", "m2"], vec![attr_i("axis", 1), attr_i("stash_type", 11)])
+        .node_with(
+            "LayerNormalization",
+            &["x", "w", "bias"],
+            &["y", "mean", "istd"],
+            vec![attr_i("axis", -1)],
+        )
+        .node_with(
+            "LayerNormalization",
+            &["x", "w"],
+            &["y2", "m2"],
+            vec![attr_i("axis", 1), attr_i("stash_type", 11)],
+        )
         .node_with("Softmax", &["y"], &["p"], vec![attr_i("axis", -1)])
         .node_with("LogSoftmax", &["y"], &["lp"], vec![attr_i("axis", 1)])
         .output("istd", DType::F32, "")
@@ -35,13 +45,33 @@ fn reductions_by_attribute_and_by_input() {
     let m = ModelBuilder::new(20)
         .input("x", DType::F32, "b,s,64")
         .init_i64("ax", &[2], &[0, 1])
-        .node_with("ReduceSum", &["x", "ax"], &["bias_grad"], vec![attr_i("keepdims", 0)])
+        .node_with(
+            "ReduceSum",
+            &["x", "ax"],
+            &["bias_grad"],
+            vec![attr_i("keepdims", 0)],
+        )
         .node("ReduceSum", &["x"], &["all"])
-        .node_with("ReduceSum", &["x"], &["noop"], vec![attr_i("noop_with_empty_axes", 1)])
+        .node_with(
+            "ReduceSum",
+            &["x"],
+            &["noop"],
+            vec![attr_i("noop_with_empty_axes", 1)],
+        )
         .node_with("ReduceMean", &["x", "ax"], &["mean"], vec![])
-        .node_with("ArgMax", &["x"], &["am"], vec![attr_i("axis", -1), attr_i("keepdims", 0)])
+        .node_with(
+            "ArgMax",
+            &["x"],
+            &["am"],
+            vec![attr_i("axis", -1), attr_i("keepdims", 0)],
+        )
         .node("Shape", &["x"], &["sh"])
-        .node_with("ReduceProd", &["sh"], &["numel"], vec![attr_i("keepdims", 0)])
+        .node_with(
+            "ReduceProd",
+            &["sh"],
+            &["numel"],
+            vec![attr_i("keepdims", 0)],
+        )
         .output("bias_grad", DType::F32, "")
         .output("all", DType::F32, "")
         .output("noop", DType::F32, "")
@@ -62,7 +92,12 @@ fn reductions_by_attribute_and_by_input() {
 fn reduce_axes_attribute_before_opset_13() {
     let m = ModelBuilder::new(11)
         .input("x", DType::F32, "b,s,64")
-        .node_with("ReduceSum", &["x"], &["y"], vec![attr_ints("axes", &[-1]), attr_i("keepdims", 1)])
+        .node_with(
+            "ReduceSum",
+            &["x"],
+            &["y"],
+            vec![attr_ints("axes", &[-1]), attr_i("keepdims", 1)],
+        )
         .output("y", DType::F32, "")
         .build();
     let (g, t) = run(m);
@@ -76,8 +111,20 @@ fn contrib_skip_layer_norm() {
         .input("x", DType::F16, "b,s,64")
         .input("skip", DType::F16, "b,s,64")
         .input("g", DType::F16, "64")
-        .node_in("com.microsoft", "SkipLayerNormalization", &["x", "skip", "g"], &["y", "mean", "istd", "sum"], vec![])
-        .node_in("com.microsoft", "SkipSimplifiedLayerNormalization", &["x", "skip", "g"], &["y2", "", "istd2", "sum2"], vec![])
+        .node_in(
+            "com.microsoft",
+            "SkipLayerNormalization",
+            &["x", "skip", "g"],
+            &["y", "mean", "istd", "sum"],
+            vec![],
+        )
+        .node_in(
+            "com.microsoft",
+            "SkipSimplifiedLayerNormalization",
+            &["x", "skip", "g"],
+            &["y2", "", "istd2", "sum2"],
+            vec![],
+        )
         .build();
     let (gr, t) = run(m);
     assert_eq!(ty(&gr, &t, "y"), "f16[b,s,64]");

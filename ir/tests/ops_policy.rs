@@ -63,7 +63,12 @@ fn dropout_is_stochastic_only_in_training_mode() {
     // Opset 7–11 Dropout has no training mode: ORT runs it as Identity.
     let m = ModelBuilder::new(11)
         .input("x", DType::F32, "4")
-        .node_with("Dropout", &["x"], &["y"], vec![ckpt_ir::build::attr_f("ratio", 0.5)])
+        .node_with(
+            "Dropout",
+            &["x"],
+            &["y"],
+            vec![ckpt_ir::build::attr_f("ratio", 0.5)],
+        )
         .output("y", DType::F32, "")
         .build();
     let (g, _) = run(m);
@@ -74,7 +79,12 @@ fn dropout_is_stochastic_only_in_training_mode() {
 fn random_ops_are_stochastic_and_pure_ops_recomputable() {
     let m = ModelBuilder::new(20)
         .input("x", DType::F32, "b,64")
-        .node_with("RandomUniformLike", &["x"], &["r"], vec![attr_i("dtype", 1)])
+        .node_with(
+            "RandomUniformLike",
+            &["x"],
+            &["r"],
+            vec![attr_i("dtype", 1)],
+        )
         .node("RandomNormalLike", &["x"], &["n"])
         .node("Bernoulli", &["x"], &["bern"])
         .node("Relu", &["x"], &["relu"])
@@ -83,7 +93,10 @@ fn random_ops_are_stochastic_and_pure_ops_recomputable() {
     let (g, t) = run(m);
     assert_eq!(ty(&g, &t, "r"), "f32[b,64]");
     for n in ["r", "n", "bern"] {
-        assert!(matches!(policy(&g, producer(&g, n)), Policy::Stochastic(_)), "{n}");
+        assert!(
+            matches!(policy(&g, producer(&g, n)), Policy::Stochastic(_)),
+            "{n}"
+        );
     }
     assert_eq!(policy(&g, producer(&g, "relu")), Policy::Recomputable);
     assert_eq!(Policy::Recomputable.reason(), "pure and deterministic");
@@ -116,7 +129,10 @@ fn an_unknown_op_without_value_info_is_an_error_naming_node_and_op() {
         .node("Relu", &["y"], &["z"])
         .build();
     let e = try_run(m).unwrap_err();
-    assert!(matches!(&e, InferError::NoRule { node, op, .. } if node == "Frobnicate_y" && op == "my.custom::Frobnicate"), "{e}");
+    assert!(
+        matches!(&e, InferError::NoRule { node, op, .. } if node == "Frobnicate_y" && op == "my.custom::Frobnicate"),
+        "{e}"
+    );
     assert!(e.to_string().contains("value_info"), "{e}");
 }
 
@@ -124,7 +140,10 @@ fn an_unknown_op_without_value_info_is_an_error_naming_node_and_op() {
 fn opset_ranges_select_entries() {
     assert!(lookup(ONNX_DOMAIN, "Scatter", Some(10)).is_some());
     assert!(lookup(ONNX_DOMAIN, "Scatter", Some(11)).is_none());
-    assert!(lookup(ONNX_DOMAIN, "Gelu", Some(19)).is_none(), "ONNX Gelu starts at opset 20");
+    assert!(
+        lookup(ONNX_DOMAIN, "Gelu", Some(19)).is_none(),
+        "ONNX Gelu starts at opset 20"
+    );
     assert!(lookup(ONNX_DOMAIN, "Gelu", Some(20)).is_some());
     assert!(lookup("com.microsoft", "Gelu", Some(1)).is_some());
     assert!(lookup(ONNX_DOMAIN, "NoSuchOp", Some(20)).is_none());
@@ -145,7 +164,10 @@ fn infer_into_fills_only_missing_types() {
     let before = g.tensor(r).shape.clone();
     let types = infer_into(&mut g).expect("infers");
     assert_eq!(g.tensor(r).shape, before, "declared shapes are kept");
-    assert_eq!(types.shape(r).map(|s| s.to_string()).as_deref(), Some("[b,64]"));
+    assert_eq!(
+        types.shape(r).map(|s| s.to_string()).as_deref(),
+        Some("[b,64]")
+    );
 }
 
 #[test]
@@ -162,5 +184,8 @@ fn infer_into_types_untyped_outputs() {
     assert_eq!(g.tensor(r).dtype, None);
     infer_into(&mut g).expect("infers");
     assert_eq!(g.tensor(r).dtype, Some(DType::F32));
-    assert_eq!(g.tensor(r).shape.as_ref().map(|s| s.to_string()).as_deref(), Some("[b,64]"));
+    assert_eq!(
+        g.tensor(r).shape.as_ref().map(|s| s.to_string()).as_deref(),
+        Some("[b,64]")
+    );
 }

@@ -22,7 +22,12 @@ fn shape_values_flow_into_reshape() {
         .node_with("Gather", &["s", "i1"], &["q"], vec![attr_i("axis", 0)])
         .node("Mul", &["b", "q"], &["bq"])
         .node("Unsqueeze", &["bq", "ax"], &["bq1"])
-        .node_with("Concat", &["bq1", "c64"], &["target"], vec![attr_i("axis", 0)])
+        .node_with(
+            "Concat",
+            &["bq1", "c64"],
+            &["target"],
+            vec![attr_i("axis", 0)],
+        )
         .node("Reshape", &["x", "target"], &["y"])
         .output("y", DType::F32, "")
         .build();
@@ -75,7 +80,12 @@ fn squeeze_unsqueeze_flatten_transpose() {
         .node("Squeeze", &["x", "a1"], &["sq"])
         .node("Unsqueeze", &["sq", "a2"], &["un"])
         .node_with("Flatten", &["x"], &["fl"], vec![attr_i("axis", 2)])
-        .node_with("Transpose", &["x"], &["tr"], vec![attr_ints("perm", &[2, 0, 3, 1])])
+        .node_with(
+            "Transpose",
+            &["x"],
+            &["tr"],
+            vec![attr_ints("perm", &[2, 0, 3, 1])],
+        )
         .node("Transpose", &["x"], &["rev"])
         .output("un", DType::F32, "")
         .output("fl", DType::F32, "")
@@ -109,10 +119,25 @@ fn slice_split_concat_symbolic() {
         .node("Slice", &["x", "z", "m1", "one", "one"], &["head"]) // x[:, :-1]
         .node("Slice", &["x", "one", "big", "one", "one"], &["tail"]) // x[:, 1:]
         .node("Slice", &["x", "z", "big", "m1", "st2"], &["even"]) // x[..., ::2]
-        .node_with("Split", &["x", "sizes"], &["q", "k", "v"], vec![attr_i("axis", 2)])
-        .node_with("Split", &["x"], &["h0", "h1"], vec![attr_i("axis", 1), attr_i("num_outputs", 2)])
+        .node_with(
+            "Split",
+            &["x", "sizes"],
+            &["q", "k", "v"],
+            vec![attr_i("axis", 2)],
+        )
+        .node_with(
+            "Split",
+            &["x"],
+            &["h0", "h1"],
+            vec![attr_i("axis", 1), attr_i("num_outputs", 2)],
+        )
         .node_with("Concat", &["q", "v"], &["qv"], vec![attr_i("axis", -1)])
-        .node_with("Concat", &["head", "tail"], &["ht"], vec![attr_i("axis", 1)])
+        .node_with(
+            "Concat",
+            &["head", "tail"],
+            &["ht"],
+            vec![attr_i("axis", 1)],
+        )
         .output("head", DType::F32, "")
         .output("tail", DType::F32, "")
         .output("even", DType::F32, "")
@@ -126,7 +151,11 @@ fn slice_split_concat_symbolic() {
     assert_eq!(ty(&g, &t, "tail"), "f32[b,(s - 1),192]");
     assert_eq!(ty(&g, &t, "even"), "f32[b,s,96]");
     assert_eq!(ty(&g, &t, "k"), "f32[b,s,64]");
-    assert!(ty(&g, &t, "h1").starts_with("f32[b,?"), "s/2 is not exact: {}", ty(&g, &t, "h1"));
+    assert!(
+        ty(&g, &t, "h1").starts_with("f32[b,?"),
+        "s/2 is not exact: {}",
+        ty(&g, &t, "h1")
+    );
     assert_eq!(ty(&g, &t, "qv"), "f32[b,s,128]");
     assert_eq!(ty(&g, &t, "ht"), "f32[b,(2*s - 2),192]");
 }
@@ -167,12 +196,17 @@ fn expand_tile_pad_range_constant() {
         .node("Shape", &["y"], &["ys"])
         .node_with("Gather", &["ys", "ax1"], &["slen"], vec![attr_i("axis", 0)])
         .node("Range", &["zero", "slen", "one"], &["pos"])
-        .node_with("Constant", &[], &["c"], vec![ckpt_ir::onnx::AttributeProto {
-            name: Some("value_ints".into()),
-            r#type: Some(ckpt_ir::onnx::attribute_proto::AttributeType::Ints as i32),
-            ints: vec![1, 4, 1],
-            ..Default::default()
-        }])
+        .node_with(
+            "Constant",
+            &[],
+            &["c"],
+            vec![ckpt_ir::onnx::AttributeProto {
+                name: Some("value_ints".into()),
+                r#type: Some(ckpt_ir::onnx::attribute_proto::AttributeType::Ints as i32),
+                ints: vec![1, 4, 1],
+                ..Default::default()
+            }],
+        )
         .node("Expand", &["x", "c"], &["ex"])
         .node("Tile", &["x", "rep"], &["ti"])
         .node("Pad", &["x", "pads"], &["pd"])
@@ -200,8 +234,18 @@ fn gathers_and_scatters() {
         .input("lp", DType::F32, "b,10")
         .node_with("Gather", &["emb", "ids"], &["e"], vec![attr_i("axis", 0)])
         .node("GatherND", &["m", "nd"], &["picked"])
-        .node_with("GatherElements", &["lp", "ge"], &["g1"], vec![attr_i("axis", 1)])
-        .node_with("ScatterElements", &["lp", "ge", "g1"], &["sc"], vec![attr_i("axis", 1)])
+        .node_with(
+            "GatherElements",
+            &["lp", "ge"],
+            &["g1"],
+            vec![attr_i("axis", 1)],
+        )
+        .node_with(
+            "ScatterElements",
+            &["lp", "ge", "g1"],
+            &["sc"],
+            vec![attr_i("axis", 1)],
+        )
         .output("e", DType::F32, "")
         .output("picked", DType::Bool, "")
         .output("sc", DType::F32, "")
@@ -231,16 +275,29 @@ fn malformed_attributes_are_errors_not_panics() {
     let conv = ModelBuilder::new(20)
         .input("x", DType::F32, "1,3,8,8")
         .input("w", DType::F32, "4,3,3,3")
-        .node_with("Conv", &["x", "w"], &["y"], vec![attr_ints("strides", &[0, 1])])
+        .node_with(
+            "Conv",
+            &["x", "w"],
+            &["y"],
+            vec![attr_ints("strides", &[0, 1])],
+        )
         .output("y", DType::F32, "")
         .build();
     assert!(try_run(conv).unwrap_err().to_string().contains("positive"));
     let pads = ModelBuilder::new(20)
         .input("x", DType::F32, "1,3,8,8")
-        .node_with("MaxPool", &["x"], &["y"], vec![attr_ints("kernel_shape", &[2, 2]), attr_ints("pads", &[1])])
+        .node_with(
+            "MaxPool",
+            &["x"],
+            &["y"],
+            vec![attr_ints("kernel_shape", &[2, 2]), attr_ints("pads", &[1])],
+        )
         .output("y", DType::F32, "")
         .build();
-    assert!(try_run(pads).unwrap_err().to_string().contains("do not fit"));
+    assert!(try_run(pads)
+        .unwrap_err()
+        .to_string()
+        .contains("do not fit"));
     let split = ModelBuilder::new(20)
         .input("x", DType::F32, "6")
         .node_with("Split", &["x"], &["a"], vec![attr_i("num_outputs", 0)])
@@ -254,5 +311,9 @@ fn malformed_attributes_are_errors_not_panics() {
         .output("c", DType::I64, "")
         .build();
     let (g, t) = run(div);
-    assert_eq!(val(&g, &t, "c").as_deref(), Some("9223372036854775808"), "exact as a polynomial, no i64 overflow");
+    assert_eq!(
+        val(&g, &t, "c").as_deref(),
+        Some("9223372036854775808"),
+        "exact as a polynomial, no i64 overflow"
+    );
 }

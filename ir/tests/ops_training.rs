@@ -29,19 +29,57 @@ fn gradient_ops_take_their_inputs_shapes() {
         .node_in(MS, "ReluGrad", &["dy", "x"], &["drelu"], vec![])
         .node_in(MS, "TanhGrad", &["dy", "x"], &["dtanh"], vec![])
         .node_in(MS, "SigmoidGrad", &["dy", "x"], &["dsig"], vec![])
-        .node_in(MS, "SoftmaxGrad_13", &["dy", "x"], &["dsm"], vec![attr_i("axis", -1)])
+        .node_in(
+            MS,
+            "SoftmaxGrad_13",
+            &["dy", "x"],
+            &["dsm"],
+            vec![attr_i("axis", -1)],
+        )
         .node_in(MS, "DropoutGrad", &["dy", "mask"], &["ddrop"], vec![])
-        .node_in(MS, "LayerNormalizationGrad", &["dy", "x", "w", "mean", "istd"], &["dx", "dw", "db"], vec![attr_i("axis", -1)])
-        .node_in(MS, "SimplifiedLayerNormalizationGrad", &["dy", "x", "w", "istd"], &["dx2", "dw2"], vec![attr_i("axis", -1)])
+        .node_in(
+            MS,
+            "LayerNormalizationGrad",
+            &["dy", "x", "w", "mean", "istd"],
+            &["dx", "dw", "db"],
+            vec![attr_i("axis", -1)],
+        )
+        .node_in(
+            MS,
+            "SimplifiedLayerNormalizationGrad",
+            &["dy", "x", "w", "istd"],
+            &["dx2", "dw2"],
+            vec![attr_i("axis", -1)],
+        )
         .node("Shape", &["emb"], &["emb_shape"])
-        .node_in(MS, "GatherGrad", &["emb_shape", "ids", "dy"], &["demb"], vec![attr_i("axis", 0)])
+        .node_in(
+            MS,
+            "GatherGrad",
+            &["emb_shape", "ids", "dy"],
+            &["demb"],
+            vec![attr_i("axis", 0)],
+        )
         .node_with("Slice", &["x", "z", "e", "one"], &["xs"], vec![])
         .node("Shape", &["x"], &["x_shape"])
-        .node_in(MS, "SliceGrad", &["xs", "x_shape", "z", "e", "one"], &["dxs"], vec![])
-        .node_in(MS, "ReduceSumTraining", &["dy", "z"], &["rs"], vec![attr_i("keepdims", 0)])
+        .node_in(
+            MS,
+            "SliceGrad",
+            &["xs", "x_shape", "z", "e", "one"],
+            &["dxs"],
+            vec![],
+        )
+        .node_in(
+            MS,
+            "ReduceSumTraining",
+            &["dy", "z"],
+            &["rs"],
+            vec![attr_i("keepdims", 0)],
+        )
         .build();
     let (g, t) = run(m);
-    for n in ["dgelu", "dfgelu", "drelu", "dtanh", "dsig", "dsm", "ddrop", "dx", "dx2", "dxs"] {
+    for n in [
+        "dgelu", "dfgelu", "drelu", "dtanh", "dsig", "dsm", "ddrop", "dx", "dx2", "dxs",
+    ] {
         assert_eq!(ty(&g, &t, n), "f32[b,s,64]", "{n}");
     }
     assert_eq!(ty(&g, &t, "dw"), "f32[64]");
@@ -61,8 +99,20 @@ fn concat_training_reports_lengths() {
         .init_i64("c", &[2], &[2, 32])
         .node("Shape", &["x"], &["sh"])
         .node_with("Gather", &["sh", "i0"], &["b1"], vec![attr_i("axis", 0)])
-        .node_in(MS, "ConcatTraining", &["b1", "c"], &["cat", "lens"], vec![attr_i("axis", 0)])
-        .node_in(MS, "ConcatTraining", &["x", "x"], &["xx", "xlens"], vec![attr_i("axis", 1)])
+        .node_in(
+            MS,
+            "ConcatTraining",
+            &["b1", "c"],
+            &["cat", "lens"],
+            vec![attr_i("axis", 0)],
+        )
+        .node_in(
+            MS,
+            "ConcatTraining",
+            &["x", "x"],
+            &["xx", "xlens"],
+            vec![attr_i("axis", 1)],
+        )
         .build();
     let (g, t) = run(m);
     assert_eq!(val(&g, &t, "cat").as_deref(), Some("b,2,32"));
@@ -78,10 +128,31 @@ fn losses_and_their_gradients() {
         .input("logits", DType::F32, "n,256")
         .input("labels", DType::I64, "n")
         .init_f32("one", &[], &[1.0])
-        .node_with("SoftmaxCrossEntropyLoss", &["logits", "labels"], &["loss", "lp"], vec![attr_s("reduction", "mean")])
-        .node_with("SoftmaxCrossEntropyLoss", &["logits", "labels"], &["per", "lp2"], vec![attr_s("reduction", "none")])
-        .node_in(MS, "SoftmaxCrossEntropyLossGrad", &["one", "lp", "labels"], &["dlogits"], vec![attr_s("reduction", "mean")])
-        .node_with("NegativeLogLikelihoodLoss", &["lp", "labels"], &["nll"], vec![])
+        .node_with(
+            "SoftmaxCrossEntropyLoss",
+            &["logits", "labels"],
+            &["loss", "lp"],
+            vec![attr_s("reduction", "mean")],
+        )
+        .node_with(
+            "SoftmaxCrossEntropyLoss",
+            &["logits", "labels"],
+            &["per", "lp2"],
+            vec![attr_s("reduction", "none")],
+        )
+        .node_in(
+            MS,
+            "SoftmaxCrossEntropyLossGrad",
+            &["one", "lp", "labels"],
+            &["dlogits"],
+            vec![attr_s("reduction", "mean")],
+        )
+        .node_with(
+            "NegativeLogLikelihoodLoss",
+            &["lp", "labels"],
+            &["nll"],
+            vec![],
+        )
         .build();
     let (g, t) = run(m);
     assert_eq!(ty(&g, &t, "loss"), "f32[]");
@@ -99,9 +170,27 @@ fn accumulators_and_yield_are_stateful() {
         .input("g", DType::F32, "64,32")
         .input("reset", DType::Bool, "1")
         .input("y", DType::F32, "b,10")
-        .node_in(MS, "InPlaceAccumulatorV2", &["buf", "g", "reset"], &["updated"], vec![])
-        .node_in(MS, "InPlaceAccumulatorV2", &["buf", "g"], &["updated2", "acc"], vec![])
-        .node_in(MS, "YieldOp", &["y"], &["dy"], vec![attr_ints("full_shape_outputs", &[0])])
+        .node_in(
+            MS,
+            "InPlaceAccumulatorV2",
+            &["buf", "g", "reset"],
+            &["updated"],
+            vec![],
+        )
+        .node_in(
+            MS,
+            "InPlaceAccumulatorV2",
+            &["buf", "g"],
+            &["updated2", "acc"],
+            vec![],
+        )
+        .node_in(
+            MS,
+            "YieldOp",
+            &["y"],
+            &["dy"],
+            vec![attr_ints("full_shape_outputs", &[0])],
+        )
         .build();
     let (gr, t) = run(m);
     assert_eq!(ty(&gr, &t, "updated"), "bool[1]");
@@ -110,7 +199,10 @@ fn accumulators_and_yield_are_stateful() {
     let acc1 = producer(&gr, "updated");
     let acc2 = producer(&gr, "acc");
     assert!(matches!(policy(&gr, acc1), Policy::Stateful(r) if r.contains("in place")));
-    assert!(matches!(policy(&gr, producer(&gr, "dy")), Policy::Stateful(_)));
+    assert!(matches!(
+        policy(&gr, producer(&gr, "dy")),
+        Policy::Stateful(_)
+    ));
     // ORT: `.Alias(0, 1)`: the accumulated output is the buffer, when it is produced.
     assert_eq!(alias(&gr, acc1), None);
     assert_eq!(alias(&gr, acc2), Some((1, 0)));

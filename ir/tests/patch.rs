@@ -3,7 +3,10 @@
 use std::path::Path;
 
 use ckpt_ir::build::ModelBuilder;
-use ckpt_ir::{export, import_bytes, print_graph, DType, NewNode, NewTensor, Patch, PatchError, Rewire, TensorRef};
+use ckpt_ir::{
+    export, import_bytes, print_graph, DType, NewNode, NewTensor, Patch, PatchError, Rewire,
+    TensorRef,
+};
 
 fn graph() -> ckpt_ir::Graph {
     let bytes = ModelBuilder::new(20)
@@ -26,7 +29,10 @@ fn clone_and_rewire() {
     let x = g.tensor_id("x").unwrap();
     let patch = Patch {
         label: "recompute a".into(),
-        tensors: vec![NewTensor { name: "a.recompute".into(), like: a }],
+        tensors: vec![NewTensor {
+            name: "a.recompute".into(),
+            like: a,
+        }],
         nodes: vec![NewNode {
             name: "Relu_a.recompute".into(),
             copy_of: relu,
@@ -34,7 +40,12 @@ fn clone_and_rewire() {
             outputs: vec![Some(TensorRef::New(0))],
             before: mul,
         }],
-        rewires: vec![Rewire { node: mul, slot: 1, from: a, to: TensorRef::New(0) }],
+        rewires: vec![Rewire {
+            node: mul,
+            slot: 1,
+            from: a,
+            to: TensorRef::New(0),
+        }],
         metadata: vec![("k".into(), "v".into())],
     };
     insta::assert_snapshot!("patch_value", patch.to_string());
@@ -52,11 +63,17 @@ fn clone_and_rewire() {
 fn placing_a_clone_before_its_input_is_rejected() {
     let mut g = graph();
     let a = g.tensor_id("a").unwrap();
-    let neg = g.tensor_id("b").and_then(|b| g.tensor(b).producer()).unwrap();
+    let neg = g
+        .tensor_id("b")
+        .and_then(|b| g.tensor(b).producer())
+        .unwrap();
     let relu = g.nodes()[0];
     let patch = Patch {
         label: "bad".into(),
-        tensors: vec![NewTensor { name: "b2".into(), like: a }],
+        tensors: vec![NewTensor {
+            name: "b2".into(),
+            like: a,
+        }],
         nodes: vec![NewNode {
             name: "neg2".into(),
             copy_of: neg,
@@ -66,7 +83,10 @@ fn placing_a_clone_before_its_input_is_rejected() {
         }],
         ..Default::default()
     };
-    assert!(matches!(patch.apply(&mut g), Err(PatchError::Verify { .. })));
+    assert!(matches!(
+        patch.apply(&mut g),
+        Err(PatchError::Verify { .. })
+    ));
 }
 
 #[test]
@@ -76,16 +96,34 @@ fn rewire_of_wrong_tensor_is_rejected() {
     let mul = g.nodes()[2];
     let patch = Patch {
         label: "wrong".into(),
-        rewires: vec![Rewire { node: mul, slot: 0, from: x, to: TensorRef::Existing(x) }],
+        rewires: vec![Rewire {
+            node: mul,
+            slot: 0,
+            from: x,
+            to: TensorRef::Existing(x),
+        }],
         ..Default::default()
     };
-    assert!(matches!(patch.apply(&mut g), Err(PatchError::RewireMismatch { .. })));
+    assert!(matches!(
+        patch.apply(&mut g),
+        Err(PatchError::RewireMismatch { .. })
+    ));
 }
 
 #[test]
 fn duplicate_name_is_rejected() {
     let mut g = graph();
     let a = g.tensor_id("a").unwrap();
-    let patch = Patch { label: "dup".into(), tensors: vec![NewTensor { name: "b".into(), like: a }], ..Default::default() };
-    assert!(matches!(patch.apply(&mut g), Err(PatchError::NameTaken { .. })));
+    let patch = Patch {
+        label: "dup".into(),
+        tensors: vec![NewTensor {
+            name: "b".into(),
+            like: a,
+        }],
+        ..Default::default()
+    };
+    assert!(matches!(
+        patch.apply(&mut g),
+        Err(PatchError::NameTaken { .. })
+    ));
 }

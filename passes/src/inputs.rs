@@ -14,7 +14,19 @@ pub struct IntRange {
 }
 
 /// Ops that pass values through unchanged (for following an input to its real use).
-const PASS_THROUGH: &[&str] = &["Pad", "Concat", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Cast", "Expand", "Slice", "Transpose"];
+const PASS_THROUGH: &[&str] = &[
+    "Pad",
+    "Concat",
+    "Reshape",
+    "Unsqueeze",
+    "Squeeze",
+    "Flatten",
+    "Identity",
+    "Cast",
+    "Expand",
+    "Slice",
+    "Transpose",
+];
 
 /// The range of integer input `t` under `b`, or `None` when nothing implies one.
 pub fn int_range(graph: &Graph, t: TensorId, b: &Bindings) -> Option<IntRange> {
@@ -23,7 +35,13 @@ pub fn int_range(graph: &Graph, t: TensorId, b: &Bindings) -> Option<IntRange> {
     while let Some(v) = stack.pop() {
         for &c in graph.tensor(v).consumers() {
             let node = graph.node(c);
-            let slots: Vec<usize> = node.inputs.iter().enumerate().filter(|(_, i)| **i == Some(v)).map(|(s, _)| s).collect();
+            let slots: Vec<usize> = node
+                .inputs
+                .iter()
+                .enumerate()
+                .filter(|(_, i)| **i == Some(v))
+                .map(|(s, _)| s)
+                .collect();
             let dim_of = |data: Option<TensorId>, axis: i64| -> Option<u64> {
                 let shape = graph.tensor(data?).shape.clone()?;
                 let r = shape.rank() as i64;
@@ -34,21 +52,45 @@ pub fn int_range(graph: &Graph, t: TensorId, b: &Bindings) -> Option<IntRange> {
             let found = match node.op_type.as_str() {
                 "Gather" if slots.contains(&1) => {
                     let axis = node.attr_i("axis").unwrap_or(0);
-                    dim_of(data, axis).map(|d| (d, format!("indices of Gather `{}` (data dim {axis} = {d})", node.name)))
+                    dim_of(data, axis).map(|d| {
+                        (
+                            d,
+                            format!("indices of Gather `{}` (data dim {axis} = {d})", node.name),
+                        )
+                    })
                 }
                 "GatherElements" | "ScatterElements" if slots.contains(&1) => {
                     let axis = node.attr_i("axis").unwrap_or(0);
-                    dim_of(data, axis).map(|d| (d, format!("indices of {} `{}` (data dim {axis} = {d})", node.op_type, node.name)))
+                    dim_of(data, axis).map(|d| {
+                        (
+                            d,
+                            format!(
+                                "indices of {} `{}` (data dim {axis} = {d})",
+                                node.op_type, node.name
+                            ),
+                        )
+                    })
                 }
-                "SoftmaxCrossEntropyLoss" | "NegativeLogLikelihoodLoss" | "SoftmaxCrossEntropyLossInternal"
+                "SoftmaxCrossEntropyLoss"
+                | "NegativeLogLikelihoodLoss"
+                | "SoftmaxCrossEntropyLossInternal"
                     if slots.contains(&1) =>
                 {
-                    dim_of(data, 1).map(|d| (d, format!("labels of {} `{}` ({d} classes)", node.op_type, node.name)))
+                    dim_of(data, 1).map(|d| {
+                        (
+                            d,
+                            format!("labels of {} `{}` ({d} classes)", node.op_type, node.name),
+                        )
+                    })
                 }
                 _ => None,
             };
             if let Some((hi, why)) = found {
-                return Some(IntRange { lo: 0, hi: hi as i64, why });
+                return Some(IntRange {
+                    lo: 0,
+                    hi: hi as i64,
+                    why,
+                });
             }
             let passes = (PASS_THROUGH.contains(&node.op_type.as_str()) && slots.contains(&0))
                 || (node.op_type == "Where" && (slots.contains(&1) || slots.contains(&2)));

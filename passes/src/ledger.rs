@@ -53,7 +53,10 @@ impl Ledger {
     }
 
     pub fn dominant(&self) -> &'static str {
-        self.lines().into_iter().max_by_key(|l| l.1).map_or("parameters", |l| l.0)
+        self.lines()
+            .into_iter()
+            .max_by_key(|l| l.1)
+            .map_or("parameters", |l| l.0)
     }
 }
 
@@ -67,7 +70,14 @@ fn bytes_of(graph: &Graph, t: TensorId, b: &Bindings) -> u64 {
 
 /// Build the ledger. `optimizer` adds state for an optimizer outside the graph, in
 /// `optimizer_bits` per element (Adam: two moments per parameter element).
-pub fn ledger(graph: &Graph, class: &Classification, sim: &Simulation, b: &Bindings, optimizer: Optimizer, optimizer_bits: u64) -> Ledger {
+pub fn ledger(
+    graph: &Graph,
+    class: &Classification,
+    sim: &Simulation,
+    b: &Bindings,
+    optimizer: Optimizer,
+    optimizer_bits: u64,
+) -> Ledger {
     let mut l = Ledger::default();
     let mut param_elems = 0u64;
     let mut grad_in_arena = 0u64;
@@ -79,7 +89,11 @@ pub fn ledger(graph: &Graph, class: &Classification, sim: &Simulation, b: &Bindi
             TensorKind::Parameter => {
                 l.parameters_count += 1;
                 l.parameters_bytes += bytes;
-                param_elems += tensor.shape.as_ref().and_then(|s| s.numel_under(b).ok()).unwrap_or(0);
+                param_elems += tensor
+                    .shape
+                    .as_ref()
+                    .and_then(|s| s.numel_under(b).ok())
+                    .unwrap_or(0);
             }
             TensorKind::Gradient => {
                 l.gradients_bytes += bytes;
@@ -101,7 +115,8 @@ pub fn ledger(graph: &Graph, class: &Classification, sim: &Simulation, b: &Bindi
         Optimizer::None | Optimizer::Sgd => 0,
         Optimizer::Adam => (2 * param_elems * optimizer_bits).div_ceil(8),
     };
-    l.largest_saved.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    l.largest_saved
+        .sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     l.largest_saved.truncate(5);
     l.arena_peak_bytes = sim.peak_live;
     let step = sim.peak_step;
@@ -109,10 +124,17 @@ pub fn ledger(graph: &Graph, class: &Classification, sim: &Simulation, b: &Bindi
         .buffers
         .iter()
         .filter(|buf| buf.alloc_step <= step && buf.free_after.is_none_or(|f| f >= step))
-        .filter(|buf| buf.values.iter().any(|&v| class.kind(v) == TensorKind::SavedActivation))
+        .filter(|buf| {
+            buf.values
+                .iter()
+                .any(|&v| class.kind(v) == TensorKind::SavedActivation)
+        })
         .map(|buf| rounded(buf.bytes))
         .sum();
-    l.transient_at_peak_bytes = sim.peak_live.saturating_sub(saved_at_peak).saturating_sub(grad_in_arena);
+    l.transient_at_peak_bytes = sim
+        .peak_live
+        .saturating_sub(saved_at_peak)
+        .saturating_sub(grad_in_arena);
     l.fixed_bytes = l.parameters_bytes + l.optimizer_state_bytes + l.data_bytes;
     l.total_bytes = l.fixed_bytes + l.arena_peak_bytes;
     l

@@ -29,8 +29,19 @@ use crate::schedule::{try_ort_default_order, OrderNode};
 /// Ops whose output 0 shares input 0's buffer (ORT CPU kernels registered with `Alias(0, 0)`).
 pub const ALIAS_OPS: &[&str] = &["Reshape", "Identity", "Squeeze", "Unsqueeze", "Flatten"];
 /// Ops whose output 0 may take input 0's buffer (`MayInplace(0, 0)`), measured on ORT 1.31 CPU.
-pub const INPLACE_OPS: &[&str] =
-    &["Relu", "LeakyRelu", "Elu", "Sigmoid", "HardSigmoid", "Tanh", "Softplus", "Softmax", "LogSoftmax", "Clip", "Cast"];
+pub const INPLACE_OPS: &[&str] = &[
+    "Relu",
+    "LeakyRelu",
+    "Elu",
+    "Sigmoid",
+    "HardSigmoid",
+    "Tanh",
+    "Softplus",
+    "Softmax",
+    "LogSoftmax",
+    "Clip",
+    "Cast",
+];
 
 /// Arena allocation granularity (bytes).
 pub const ALIGN: u64 = 256;
@@ -62,7 +73,10 @@ pub struct Schedule {
 
 impl Schedule {
     pub fn step_of(&self, n: NodeId) -> Option<usize> {
-        self.step.get(n.index()).copied().filter(|&s| s != usize::MAX)
+        self.step
+            .get(n.index())
+            .copied()
+            .filter(|&s| s != usize::MAX)
     }
 
     pub fn len(&self) -> usize {
@@ -94,7 +108,9 @@ pub fn schedule(graph: &Graph) -> Result<Schedule, MemoryError> {
         .iter()
         .map(|&n| {
             OrderNode::new(graph.node(n).inputs.iter().map(|i| {
-                i.and_then(|t| graph.tensor(t).producer()).map(|p| ort_index[p.index()]).filter(|&x| x != usize::MAX)
+                i.and_then(|t| graph.tensor(t).producer())
+                    .map(|p| ort_index[p.index()])
+                    .filter(|&x| x != usize::MAX)
             }))
         })
         .collect();
@@ -164,7 +180,11 @@ impl Simulation {
         for (s, &n) in self.schedule.order.iter().enumerate() {
             let e = out.entry(class.phase(n)).or_default();
             if e.node.is_none() || self.live[s] > e.bytes {
-                *e = PhasePeak { bytes: self.live[s], step: s, node: Some(n) };
+                *e = PhasePeak {
+                    bytes: self.live[s],
+                    step: s,
+                    node: Some(n),
+                };
             }
         }
         out
@@ -174,9 +194,16 @@ impl Simulation {
 fn tensor_bytes(graph: &Graph, t: TensorId, b: &Bindings) -> Result<u64, MemoryError> {
     let tensor = graph.tensor(t);
     let (Some(dtype), Some(shape)) = (tensor.dtype, tensor.shape.as_ref()) else {
-        return Err(MemoryError::UnknownType { tensor: tensor.name.clone() });
+        return Err(MemoryError::UnknownType {
+            tensor: tensor.name.clone(),
+        });
     };
-    shape.bytes_under(dtype.bits(), b).map_err(|error| MemoryError::Shape { tensor: tensor.name.clone(), error })
+    shape
+        .bytes_under(dtype.bits(), b)
+        .map_err(|error| MemoryError::Shape {
+            tensor: tensor.name.clone(),
+            error,
+        })
 }
 
 /// Same element size and the same dims (equal values or equal symbols), as ORT's `SameSize`.
@@ -184,14 +211,21 @@ fn same_size(graph: &Graph, a: TensorId, b: TensorId) -> bool {
     let (ta, tb) = (graph.tensor(a), graph.tensor(b));
     match (ta.dtype, tb.dtype, &ta.shape, &tb.shape) {
         (Some(da), Some(db), Some(sa), Some(sb)) => {
-            da.bits() == db.bits() && da != ckpt_ir::DType::String && sa == sb && !sa.symbols().iter().any(|s| s.starts_with('?'))
+            da.bits() == db.bits()
+                && da != ckpt_ir::DType::String
+                && sa == sb
+                && !sa.symbols().iter().any(|s| s.starts_with('?'))
         }
         _ => false,
     }
 }
 
 /// Simulate one run of `graph` in `schedule` order under `bindings`.
-pub fn simulate(graph: &Graph, schedule: &Schedule, bindings: &Bindings) -> Result<Simulation, MemoryError> {
+pub fn simulate(
+    graph: &Graph,
+    schedule: &Schedule,
+    bindings: &Bindings,
+) -> Result<Simulation, MemoryError> {
     let nt = graph.tensor_count();
     let mut bytes = vec![0u64; nt];
     let mut computed = vec![false; nt];
@@ -254,13 +288,20 @@ pub fn simulate(graph: &Graph, schedule: &Schedule, bindings: &Bindings) -> Resu
             } else if slot == 0 && INPLACE_OPS.contains(&node.op_type.as_str()) {
                 if let Some(src) = first_in {
                     let o = origin[src.index()];
-                    if computed[o.index()] && buf_count[o.index()] == 1 && same_size(graph, src, out) {
+                    if computed[o.index()]
+                        && buf_count[o.index()] == 1
+                        && same_size(graph, src, out)
+                    {
                         reuse = Some(src);
                     }
                 }
             }
             let never_read = reads[out.index()] == 0;
-            let rank0 = graph.tensor(out).shape.as_ref().is_none_or(|s| s.rank() == 0);
+            let rank0 = graph
+                .tensor(out)
+                .shape
+                .as_ref()
+                .is_none_or(|s| s.rank() == 0);
             if reuse.is_none() && !never_read && !rank0 {
                 if let Some(pos) = free_list.iter().position(|&f| same_size(graph, f, out)) {
                     reuse = Some(free_list.remove(pos));
@@ -302,7 +343,12 @@ pub fn simulate(graph: &Graph, schedule: &Schedule, bindings: &Bindings) -> Resu
             }
             if buffer_index[o.index()] == usize::MAX {
                 buffer_index[o.index()] = buffers.len();
-                buffers.push(Buffer { bytes: bytes[o.index()], values: Vec::new(), alloc_step: s, free_after: None });
+                buffers.push(Buffer {
+                    bytes: bytes[o.index()],
+                    values: Vec::new(),
+                    alloc_step: s,
+                    free_after: None,
+                });
             }
             let b = buffer_index[o.index()];
             buffers[b].values.push(t);
@@ -325,7 +371,12 @@ pub fn simulate(graph: &Graph, schedule: &Schedule, bindings: &Bindings) -> Resu
         events[buf.alloc_step].push((true, b));
         // A value planned into a buffer already released (never read): allocated again, kept.
         if let Some(f) = buf.free_after {
-            let late = buf.values.iter().filter_map(|&v| graph.tensor(v).producer()).filter_map(|p| schedule.step_of(p)).max();
+            let late = buf
+                .values
+                .iter()
+                .filter_map(|&v| graph.tensor(v).producer())
+                .filter_map(|p| schedule.step_of(p))
+                .max();
             if let Some(l) = late.filter(|&l| l > f) {
                 extra_allocs.push((l, b));
             }
@@ -358,7 +409,12 @@ pub fn simulate(graph: &Graph, schedule: &Schedule, bindings: &Bindings) -> Resu
             arena.free(b);
         }
     }
-    let (peak_step, peak_live) = live.iter().copied().enumerate().max_by_key(|&(s, v)| (v, std::cmp::Reverse(s))).unwrap_or((0, 0));
+    let (peak_step, peak_live) = live
+        .iter()
+        .copied()
+        .enumerate()
+        .max_by_key(|&(s, v)| (v, std::cmp::Reverse(s)))
+        .unwrap_or((0, 0));
     Ok(Simulation {
         schedule: schedule.clone(),
         tensor_bytes: bytes,
@@ -400,7 +456,14 @@ const NUM_BINS: u32 = 21;
 
 impl Default for Arena {
     fn default() -> Arena {
-        Arena { next_region: 1 << 20, next_base: 1 << 40, chunks: BTreeMap::new(), ptr_of: BTreeMap::new(), in_use: 0, max_in_use: 0 }
+        Arena {
+            next_region: 1 << 20,
+            next_base: 1 << 40,
+            chunks: BTreeMap::new(),
+            ptr_of: BTreeMap::new(),
+            in_use: 0,
+            max_in_use: 0,
+        }
     }
 }
 
@@ -426,7 +489,15 @@ impl Arena {
         if size >= 2 * r || size - r >= MAX_DEAD {
             let q = p + r;
             let next = self.chunks.get(&p).and_then(|c| c.next);
-            self.chunks.insert(q, Chunk { size: size - r, in_use: false, prev: Some(p), next });
+            self.chunks.insert(
+                q,
+                Chunk {
+                    size: size - r,
+                    in_use: false,
+                    prev: Some(p),
+                    next,
+                },
+            );
             if let Some(n) = next {
                 if let Some(c) = self.chunks.get_mut(&n) {
                     c.prev = Some(q);
@@ -452,11 +523,23 @@ impl Arena {
         }
         let size = self.next_region;
         if !increased {
-            self.next_region = if self.next_region < MAX_POW2 / 2 { self.next_region * 2 } else { MAX_POW2 };
+            self.next_region = if self.next_region < MAX_POW2 / 2 {
+                self.next_region * 2
+            } else {
+                MAX_POW2
+            };
         }
         let base = self.next_base;
         self.next_base += size + (1 << 30);
-        self.chunks.insert(base, Chunk { size, in_use: false, prev: None, next: None });
+        self.chunks.insert(
+            base,
+            Chunk {
+                size,
+                in_use: false,
+                prev: None,
+                next: None,
+            },
+        );
     }
 
     fn alloc(&mut self, key: usize, bytes: u64) {
@@ -475,8 +558,12 @@ impl Arena {
     }
 
     fn free(&mut self, key: usize) {
-        let Some(p) = self.ptr_of.remove(&key) else { return };
-        let Some(c) = self.chunks.get_mut(&p) else { return };
+        let Some(p) = self.ptr_of.remove(&key) else {
+            return;
+        };
+        let Some(c) = self.chunks.get_mut(&p) else {
+            return;
+        };
         c.in_use = false;
         self.in_use -= c.size;
         let (next, prev) = (c.next, c.prev);

@@ -32,7 +32,13 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub const ALL: [Phase; 5] = [Phase::Forward, Phase::Loss, Phase::Backward, Phase::Optimizer, Phase::Recompute];
+    pub const ALL: [Phase; 5] = [
+        Phase::Forward,
+        Phase::Loss,
+        Phase::Backward,
+        Phase::Optimizer,
+        Phase::Recompute,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -105,7 +111,11 @@ impl Classification {
 
     /// Tensors of one kind, in id order.
     pub fn of_kind(&self, k: TensorKind) -> impl Iterator<Item = TensorId> + '_ {
-        self.kind.iter().enumerate().filter(move |(_, &x)| x == k).map(|(i, _)| TensorId::from_index(i))
+        self.kind
+            .iter()
+            .enumerate()
+            .filter(move |(_, &x)| x == k)
+            .map(|(i, _)| TensorId::from_index(i))
     }
 }
 
@@ -151,11 +161,19 @@ pub fn find_loss(graph: &Graph, name: Option<&str>) -> Result<TensorId, Classify
         .find(|&t| {
             let tensor = graph.tensor(t);
             let float = tensor.dtype.is_some_and(|d| d.is_float());
-            let scalar = tensor.shape.as_ref().is_some_and(|s| s.dims().iter().all(|d| d.known() == Some(1)));
+            let scalar = tensor
+                .shape
+                .as_ref()
+                .is_some_and(|s| s.dims().iter().all(|d| d.known() == Some(1)));
             float && scalar
         })
         .ok_or_else(|| ClassifyError::NoLoss {
-            outputs: graph.outputs().iter().map(|&t| graph.tensor(t).name.clone()).collect::<Vec<_>>().join(", "),
+            outputs: graph
+                .outputs()
+                .iter()
+                .map(|&t| graph.tensor(t).name.clone())
+                .collect::<Vec<_>>()
+                .join(", "),
         })
 }
 
@@ -166,7 +184,11 @@ fn walk(graph: &Graph, start: impl IntoIterator<Item = NodeId>, up: bool) -> Vec
         seen[n.index()] = true;
     }
     while let Some(n) = queue.pop_front() {
-        let next = if up { graph.predecessors(n) } else { graph.successors(n) };
+        let next = if up {
+            graph.predecessors(n)
+        } else {
+            graph.successors(n)
+        };
         for m in next {
             if !seen[m.index()] {
                 seen[m.index()] = true;
@@ -185,7 +207,12 @@ pub fn classify(graph: &Graph, loss: Option<&str>) -> Result<Classification, Cla
         Some(p) => walk(graph, [p], true),
         None => vec![false; bound],
     };
-    let opt_roots: Vec<NodeId> = graph.nodes().iter().copied().filter(|&n| is_optimizer_op(graph, n)).collect();
+    let opt_roots: Vec<NodeId> = graph
+        .nodes()
+        .iter()
+        .copied()
+        .filter(|&n| is_optimizer_op(graph, n))
+        .collect();
     let optimizer = walk(graph, opt_roots.iter().copied(), false);
 
     let mut phase = vec![Phase::Backward; bound];
@@ -205,7 +232,12 @@ pub fn classify(graph: &Graph, loss: Option<&str>) -> Result<Classification, Cla
     let mut kind = vec![TensorKind::Transient; graph.tensor_count()];
     let mut grads: Vec<TensorId> = Vec::new();
     for &t in graph.outputs() {
-        if t != loss && graph.tensor(t).producer().is_some_and(|p| phase[p.index()] == Phase::Backward) {
+        if t != loss
+            && graph
+                .tensor(t)
+                .producer()
+                .is_some_and(|p| phase[p.index()] == Phase::Backward)
+        {
             grads.push(t);
         }
     }
@@ -221,12 +253,21 @@ pub fn classify(graph: &Graph, loss: Option<&str>) -> Result<Classification, Cla
             }
         } else {
             // Optimizer ops: every graph-input operand other than parameters is state.
-            buffers.extend(node.input_tensors().filter(|&t| graph.tensor(t).is_graph_input()));
+            buffers.extend(
+                node.input_tensors()
+                    .filter(|&t| graph.tensor(t).is_graph_input()),
+            );
         }
     }
 
     // Pair gradients with parameters.
-    let consumed_in_forward = |t: TensorId| graph.tensor(t).consumers().iter().any(|c| forward[c.index()]);
+    let consumed_in_forward = |t: TensorId| {
+        graph
+            .tensor(t)
+            .consumers()
+            .iter()
+            .any(|c| forward[c.index()])
+    };
     let candidates: Vec<TensorId> = graph
         .tensor_ids()
         .filter(|&t| {
@@ -242,7 +283,11 @@ pub fn classify(graph: &Graph, loss: Option<&str>) -> Result<Classification, Cla
     for &g in &grads {
         let gname = &graph.tensor(g).name;
         let base = gname.split("_grad").next().unwrap_or(gname);
-        match candidates.iter().copied().find(|&p| graph.tensor(p).name == base && !taken[p.index()]) {
+        match candidates
+            .iter()
+            .copied()
+            .find(|&p| graph.tensor(p).name == base && !taken[p.index()])
+        {
             Some(p) => {
                 taken[p.index()] = true;
                 param_grads.push((p, g));
@@ -255,14 +300,25 @@ pub fn classify(graph: &Graph, loss: Option<&str>) -> Result<Classification, Cla
         let matches: Vec<TensorId> = candidates
             .iter()
             .copied()
-            .filter(|&p| !taken[p.index()] && consumed_in_forward(p) && shape.is_some() && &graph.tensor(p).shape == shape)
+            .filter(|&p| {
+                !taken[p.index()]
+                    && consumed_in_forward(p)
+                    && shape.is_some()
+                    && &graph.tensor(p).shape == shape
+            })
             .collect();
         if matches.len() == 1 {
             taken[matches[0].index()] = true;
             param_grads.push((matches[0], g));
         }
     }
-    let position = |t: TensorId| graph.inputs().iter().position(|&i| i == t).unwrap_or(usize::MAX);
+    let position = |t: TensorId| {
+        graph
+            .inputs()
+            .iter()
+            .position(|&i| i == t)
+            .unwrap_or(usize::MAX)
+    };
     param_grads.sort_by_key(|&(p, _)| (position(p), p));
 
     for t in graph.tensor_ids() {
@@ -272,10 +328,12 @@ pub fn classify(graph: &Graph, loss: Option<&str>) -> Result<Classification, Cla
             TensorSource::Initializer { .. } => TensorKind::Constant,
             TensorSource::Node(p) => {
                 let fwd = matches!(phase[p.index()], Phase::Forward | Phase::Loss);
-                let read_later = tensor
-                    .consumers()
-                    .iter()
-                    .any(|c| matches!(phase[c.index()], Phase::Backward | Phase::Optimizer | Phase::Recompute));
+                let read_later = tensor.consumers().iter().any(|c| {
+                    matches!(
+                        phase[c.index()],
+                        Phase::Backward | Phase::Optimizer | Phase::Recompute
+                    )
+                });
                 if fwd && read_later {
                     TensorKind::SavedActivation
                 } else {
@@ -313,5 +371,10 @@ pub fn classify(graph: &Graph, loss: Option<&str>) -> Result<Classification, Cla
             }
         }
     }
-    Ok(Classification { loss, phase, kind, param_grads })
+    Ok(Classification {
+        loss,
+        phase,
+        kind,
+        param_grads,
+    })
 }

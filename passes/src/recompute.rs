@@ -17,7 +17,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ckpt_ir::ops::{flops, policy, Types};
-use ckpt_ir::{Bindings, Graph, NewNode, NewTensor, NodeId, Patch, Rewire, TensorId, TensorRef, TensorSource};
+use ckpt_ir::{
+    Bindings, Graph, NewNode, NewTensor, NodeId, Patch, Rewire, TensorId, TensorRef, TensorSource,
+};
 use ckpt_solver::{Candidate as SolverCandidate, Plan, Problem};
 
 use crate::memory::{rounded, Simulation};
@@ -64,13 +66,22 @@ pub struct Candidates {
 /// The longest idle stretch of a buffer: a gap between consecutive uses (production or read)
 /// of its values that some value lives across. Returns (gap start step, gap end step, the
 /// values live across it).
-fn idle_gap(graph: &Graph, sim: &Simulation, buf: &crate::memory::Buffer) -> Option<(usize, usize, Vec<TensorId>)> {
+fn idle_gap(
+    graph: &Graph,
+    sim: &Simulation,
+    buf: &crate::memory::Buffer,
+) -> Option<(usize, usize, Vec<TensorId>)> {
     let sched = &sim.schedule;
     let mut spans: Vec<(TensorId, usize, Vec<usize>)> = Vec::new(); // value, production step, read steps
     let mut events: Vec<usize> = Vec::new();
     for &v in &buf.values {
         let p = sched.step_of(graph.tensor(v).producer()?)?;
-        let mut reads: Vec<usize> = graph.tensor(v).consumers().iter().filter_map(|&c| sched.step_of(c)).collect();
+        let mut reads: Vec<usize> = graph
+            .tensor(v)
+            .consumers()
+            .iter()
+            .filter_map(|&c| sched.step_of(c))
+            .collect();
         reads.sort_unstable();
         events.push(p);
         events.extend(&reads);
@@ -102,7 +113,14 @@ fn idle_gap(graph: &Graph, sim: &Simulation, buf: &crate::memory::Buffer) -> Opt
 pub fn candidates(graph: &Graph, sim: &Simulation, types: &Types, b: &Bindings) -> Candidates {
     let sched = &sim.schedule;
     let pos = graph.file_positions();
-    let last_read = |t: TensorId| -> Option<usize> { graph.tensor(t).consumers().iter().filter_map(|&c| sched.step_of(c)).max() };
+    let last_read = |t: TensorId| -> Option<usize> {
+        graph
+            .tensor(t)
+            .consumers()
+            .iter()
+            .filter_map(|&c| sched.step_of(c))
+            .max()
+    };
     // Candidate buffers and their gaps.
     struct Gap {
         buffer: usize,
@@ -116,14 +134,24 @@ pub fn candidates(graph: &Graph, sim: &Simulation, types: &Types, b: &Bindings) 
         if buf.free_after.is_none() || buf.values.iter().any(|&v| graph.tensor(v).is_output) {
             continue;
         }
-        let Some((a, bstep, across)) = idle_gap(graph, sim, buf) else { continue };
+        let Some((a, bstep, across)) = idle_gap(graph, sim, buf) else {
+            continue;
+        };
         for &v in &across {
             cand_of_value.insert(v, gaps.len());
         }
-        gaps.push(Gap { buffer: bi, a, b: bstep, across });
+        gaps.push(Gap {
+            buffer: bi,
+            a,
+            b: bstep,
+            across,
+        });
     }
     let n = gaps.len();
-    let mut starts: Vec<BTreeSet<TensorId>> = gaps.iter().map(|g| g.across.iter().copied().collect()).collect();
+    let mut starts: Vec<BTreeSet<TensorId>> = gaps
+        .iter()
+        .map(|g| g.across.iter().copied().collect())
+        .collect();
     let mut excluded_map: BTreeMap<usize, Excluded> = BTreeMap::new();
     let mut closures: Vec<(BTreeSet<NodeId>, BTreeSet<usize>)> = vec![Default::default(); n];
     loop {
@@ -139,10 +167,17 @@ pub fn candidates(graph: &Graph, sim: &Simulation, types: &Types, b: &Bindings) 
             let mut seen: BTreeSet<TensorId> = stack.iter().copied().collect();
             let mut bad: Option<Excluded> = None;
             while let Some(v) = stack.pop() {
-                let Some(p) = graph.tensor(v).producer() else { continue };
+                let Some(p) = graph.tensor(v).producer() else {
+                    continue;
+                };
                 let pol = policy(graph, p);
                 if !pol.is_recomputable() {
-                    bad = Some(Excluded { tensor: v, node: p, op: graph.node(p).op_label(), reason: pol.reason().to_string() });
+                    bad = Some(Excluded {
+                        tensor: v,
+                        node: p,
+                        op: graph.node(p).op_label(),
+                        reason: pol.reason().to_string(),
+                    });
                     break;
                 }
                 if !nodes.insert(p) {
@@ -156,7 +191,10 @@ pub fn candidates(graph: &Graph, sim: &Simulation, types: &Types, b: &Bindings) 
                     if !matches!(tensor.source, TensorSource::Node(_)) || tensor.is_output {
                         continue; // inputs, initializers, outputs: always there
                     }
-                    if tensor.producer().is_some_and(|p| sched.step_of(p).is_none()) {
+                    if tensor
+                        .producer()
+                        .is_some_and(|p| sched.step_of(p).is_none())
+                    {
                         continue; // a Constant node's output: an initializer in ORT
                     }
                     let same_buffer = sim.buffer_of[u.index()] == Some(gaps[c].buffer);
@@ -205,19 +243,41 @@ pub fn candidates(graph: &Graph, sim: &Simulation, types: &Types, b: &Bindings) 
         let (nodes, _) = &closures[c];
         let mut node_list: Vec<NodeId> = nodes.iter().copied().collect();
         node_list.sort_by_key(|n| pos[n.index()]);
-        let values: Vec<TensorId> = node_list.iter().flat_map(|&m| graph.node(m).output_tensors().collect::<Vec<_>>()).collect();
+        let values: Vec<TensorId> = node_list
+            .iter()
+            .flat_map(|&m| graph.node(m).output_tensors().collect::<Vec<_>>())
+            .collect();
         let rewire: Vec<(NodeId, usize, TensorId)> = starts[c]
             .iter()
             .filter(|v| g.across.contains(v))
             .flat_map(|&v| {
-                graph.tensor(v).consumers().iter().filter(|&&r| sched.step_of(r).is_some_and(|s| s >= g.b)).flat_map(move |&r| {
-                    graph.node(r).inputs.iter().enumerate().filter(move |(_, i)| **i == Some(v)).map(move |(slot, _)| (r, slot, v))
-                })
+                graph
+                    .tensor(v)
+                    .consumers()
+                    .iter()
+                    .filter(|&&r| sched.step_of(r).is_some_and(|s| s >= g.b))
+                    .flat_map(move |&r| {
+                        graph
+                            .node(r)
+                            .inputs
+                            .iter()
+                            .enumerate()
+                            .filter(move |(_, i)| **i == Some(v))
+                            .map(move |(slot, _)| (r, slot, v))
+                    })
             })
             .collect();
         let cost: u64 = node_list
             .iter()
-            .map(|&m| flops(graph, m, types, b).unwrap_or_else(|_| graph.node(m).output_tensors().map(|t| sim.tensor_bytes[t.index()] / 4).sum()))
+            .map(|&m| {
+                flops(graph, m, types, b).unwrap_or_else(|_| {
+                    graph
+                        .node(m)
+                        .output_tensors()
+                        .map(|t| sim.tensor_bytes[t.index()] / 4)
+                        .sum()
+                })
+            })
             .sum::<u64>()
             .max(1);
         let transient: u64 = values
@@ -244,7 +304,12 @@ pub fn candidates(graph: &Graph, sim: &Simulation, types: &Types, b: &Bindings) 
     let finals: Vec<usize> = index_of.keys().copied().collect();
     for c in finals {
         let i = index_of[&c];
-        out.list[i].deps = closures[c].1.iter().filter_map(|d| index_of.get(d).copied()).filter(|&d| d != i).collect();
+        out.list[i].deps = closures[c]
+            .1
+            .iter()
+            .filter_map(|d| index_of.get(d).copied())
+            .filter(|&d| d != i)
+            .collect();
     }
     drop_dependency_cycles(graph, &mut out);
     out
@@ -287,7 +352,9 @@ fn drop_dependency_cycles(graph: &Graph, out: &mut Candidates) {
                     tensor: t,
                     node: p,
                     op: graph.node(p).op_label(),
-                    reason: "its recompute and another's need each other's values (shared buffer): kept".to_string(),
+                    reason:
+                        "its recompute and another's need each other's values (shared buffer): kept"
+                            .to_string(),
                 });
             }
         }
@@ -310,7 +377,11 @@ pub fn problem(graph: &Graph, sim: &Simulation, cands: &Candidates, arena_ceilin
             .list
             .iter()
             .map(|c| SolverCandidate {
-                label: c.saved.first().map(|&t| graph.tensor(t).name.clone()).unwrap_or_default(),
+                label: c
+                    .saved
+                    .first()
+                    .map(|&t| graph.tensor(t).name.clone())
+                    .unwrap_or_default(),
                 bytes: c.bytes,
                 cost: c.cost,
                 free_from: c.free_from,
@@ -326,7 +397,13 @@ pub fn problem(graph: &Graph, sim: &Simulation, cands: &Candidates, arena_ceilin
 
 /// Ops whose outputs after the first are optional: a clone omits the ones nobody reads
 /// (an unread output would stay allocated to the end of the run).
-const OPTIONAL_OUTPUTS: &[&str] = &["LayerNormalization", "SimplifiedLayerNormalization", "Dropout", "BatchNormalization", "MaxPool"];
+const OPTIONAL_OUTPUTS: &[&str] = &[
+    "LayerNormalization",
+    "SimplifiedLayerNormalization",
+    "Dropout",
+    "BatchNormalization",
+    "MaxPool",
+];
 
 /// Free tensor/node names: `base.recompute`, then `base.recompute2`, …
 fn fresh_name(graph: &Graph, taken: &BTreeSet<String>, base: &str) -> String {
@@ -348,8 +425,19 @@ pub fn rewrite(graph: &Graph, cands: &Candidates, plan: &Plan, label: &str) -> P
     let mut anchor_of_new: Vec<usize> = Vec::new(); // new tensor -> file position its producer sits after
     let mut taken: BTreeSet<String> = BTreeSet::new();
     // Dependencies first: by rematerialisation step, then index.
-    let mut by_remat: Vec<usize> = (0..cands.list.len()).filter(|&i| plan.recompute.get(i).copied().unwrap_or(false)).collect();
-    by_remat.sort_by_key(|&i| (plan.remat_at.get(i).copied().flatten().unwrap_or(usize::MAX), i));
+    let mut by_remat: Vec<usize> = (0..cands.list.len())
+        .filter(|&i| plan.recompute.get(i).copied().unwrap_or(false))
+        .collect();
+    by_remat.sort_by_key(|&i| {
+        (
+            plan.remat_at
+                .get(i)
+                .copied()
+                .flatten()
+                .unwrap_or(usize::MAX),
+            i,
+        )
+    });
     // A dependency's clones must exist before its dependents' clones read them.
     let mut chosen: Vec<usize> = Vec::with_capacity(by_remat.len());
     let mut placed = vec![false; cands.list.len()];
@@ -410,28 +498,47 @@ pub fn rewrite(graph: &Graph, cands: &Candidates, plan: &Plan, label: &str) -> P
                 .iter()
                 .enumerate()
                 .map(|(slot, o)| {
-                    o.filter(|t| slot == 0 || !optional_tail || needed.contains(t)).map(|t| {
-                        let name = fresh_name(graph, &taken, &graph.tensor(t).name);
-                        taken.insert(name.clone());
-                        patch.tensors.push(NewTensor { name, like: t });
-                        anchor_of_new.push(after);
-                        let k = patch.tensors.len() - 1;
-                        clone_of.insert(t, k);
-                        TensorRef::New(k)
-                    })
+                    o.filter(|t| slot == 0 || !optional_tail || needed.contains(t))
+                        .map(|t| {
+                            let name = fresh_name(graph, &taken, &graph.tensor(t).name);
+                            taken.insert(name.clone());
+                            patch.tensors.push(NewTensor { name, like: t });
+                            anchor_of_new.push(after);
+                            let k = patch.tensors.len() - 1;
+                            clone_of.insert(t, k);
+                            TensorRef::New(k)
+                        })
                 })
                 .collect();
-            let base = if node.name.is_empty() { format!("{}_{}", node.op_type, m) } else { node.name.clone() };
+            let base = if node.name.is_empty() {
+                format!("{}_{}", node.op_type, m)
+            } else {
+                node.name.clone()
+            };
             let name = fresh_name(graph, &taken, &base);
             taken.insert(name.clone());
-            let before = order.get(after + 1).copied().unwrap_or(order[order.len() - 1]);
-            patch.nodes.push(NewNode { name, copy_of: m, inputs, outputs, before });
+            let before = order
+                .get(after + 1)
+                .copied()
+                .unwrap_or(order[order.len() - 1]);
+            patch.nodes.push(NewNode {
+                name,
+                copy_of: m,
+                inputs,
+                outputs,
+                before,
+            });
         }
         // Rewire the readers after the gap.
         for &(r, slot, v) in &c.rewire {
             let Some(&k) = clone_of.get(&v) else { continue };
             if rewired.insert((r, slot)) {
-                patch.rewires.push(Rewire { node: r, slot, from: v, to: TensorRef::New(k) });
+                patch.rewires.push(Rewire {
+                    node: r,
+                    slot,
+                    from: v,
+                    to: TensorRef::New(k),
+                });
             }
         }
     }

@@ -439,7 +439,9 @@ impl Skeleton {
         for (pos, &i) in order.iter().enumerate() {
             topo_pos[i] = pos;
         }
-        let deps: Vec<Vec<usize>> = (0..n).map(|k| crate::problem::clean_deps(cands, k)).collect();
+        let deps: Vec<Vec<usize>> = (0..n)
+            .map(|k| crate::problem::clean_deps(cands, k))
+            .collect();
 
         // rmin_i: earliest possible rematerialisation (dependents first).
         let mut rmin: Vec<usize> = cands.iter().map(|c| c.needed_at).collect();

@@ -249,7 +249,12 @@ pub(crate) fn remat_steps(problem: &Problem, recompute: &[bool]) -> Vec<Option<u
 
 /// Candidate `k`'s dependencies: in range, not itself, sorted, once each.
 pub(crate) fn clean_deps(cands: &[Candidate], k: usize) -> Vec<usize> {
-    let mut d: Vec<usize> = cands[k].deps.iter().copied().filter(|&d| d < cands.len() && d != k).collect();
+    let mut d: Vec<usize> = cands[k]
+        .deps
+        .iter()
+        .copied()
+        .filter(|&d| d < cands.len() && d != k)
+        .collect();
     d.sort_unstable();
     d.dedup();
     d

@@ -19,7 +19,8 @@ pub struct Fixture {
 }
 
 pub fn fixtures() -> Vec<Fixture> {
-    let text = std::fs::read_to_string(root().join("tests/fixtures/manifest.json")).expect("manifest");
+    let text =
+        std::fs::read_to_string(root().join("tests/fixtures/manifest.json")).expect("manifest");
     let v: serde_json::Value = serde_json::from_str(&text).expect("manifest json");
     v["fixtures"]
         .as_array()

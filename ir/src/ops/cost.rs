@@ -82,9 +82,17 @@ pub enum FlopError {
 /// FLOPs of one execution of `node` under `b` (symbolic dims must be bound).
 pub fn flops(graph: &Graph, node: NodeId, types: &Types, b: &Bindings) -> Result<u64, FlopError> {
     let n = graph.node(node);
-    let def = op_def(graph, node)
-        .ok_or_else(|| FlopError::NotInRegistry { node: n.display_name(node), op: n.op_label() })?;
-    let ctx = FlopCtx { graph, id: node, node: n, types, bindings: b };
+    let def = op_def(graph, node).ok_or_else(|| FlopError::NotInRegistry {
+        node: n.display_name(node),
+        op: n.op_label(),
+    })?;
+    let ctx = FlopCtx {
+        graph,
+        id: node,
+        node: n,
+        types,
+        bindings: b,
+    };
     match def.flops {
         FlopRule::Zero => Ok(0),
         FlopRule::PerOutput(k) => {

@@ -72,7 +72,9 @@ impl<'a> InferCtx<'a> {
 
     /// Like [`InferCtx::ints`], but an error naming the input when not constant.
     pub fn const_ints(&self, i: usize, what: &str) -> Result<Vec<i64>, String> {
-        self.ints(i).ok_or_else(|| format!("input {i} ({what}) is not a constant or computable from shapes"))
+        self.ints(i).ok_or_else(|| {
+            format!("input {i} ({what}) is not a constant or computable from shapes")
+        })
     }
 
     pub fn attr_i(&self, name: &str) -> Option<i64> {
@@ -154,12 +156,20 @@ pub(crate) fn norm_axis(axis: i64, rank: usize) -> Result<usize, String> {
 
 /// A typed output with no tracked value.
 pub(crate) fn out(dtype: DType, shape: Shape) -> Option<TensorType> {
-    Some(TensorType { dtype, shape, value: None })
+    Some(TensorType {
+        dtype,
+        shape,
+        value: None,
+    })
 }
 
 /// A typed output with tracked elements.
 pub(crate) fn out_v(dtype: DType, shape: Shape, value: Option<Vec<Dim>>) -> Option<TensorType> {
-    Some(TensorType { dtype, shape, value })
+    Some(TensorType {
+        dtype,
+        shape,
+        value,
+    })
 }
 
 /// Outputs whose shapes depend on data or on the outside (NonZero, optimizers, PythonOp):
@@ -173,7 +183,10 @@ pub(crate) fn declared(ctx: &InferCtx<'_>) -> Result<Vec<Option<TensorType>>, St
             let tensor = ctx.graph.tensor(*t);
             match (tensor.dtype, &tensor.shape) {
                 (Some(d), Some(s)) => Ok(out(d, s.clone())),
-                _ => Err(format!("output `{}` depends on data; give it a dtype and shape in value_info", tensor.name)),
+                _ => Err(format!(
+                    "output `{}` depends on data; give it a dtype and shape in value_info",
+                    tensor.name
+                )),
             }
         })
         .collect()
@@ -194,20 +207,30 @@ impl<'a> FlopCtx<'a> {
     }
 
     fn shape_of(&self, t: Option<crate::ids::TensorId>, what: String) -> Result<&Shape, FlopError> {
-        let t = t.ok_or_else(|| FlopError::Missing { node: self.label(), what: what.clone() })?;
-        self.types
-            .shape(t)
-            .ok_or_else(|| FlopError::Untyped { node: self.label(), tensor: self.graph.tensor(t).name.clone() })
+        let t = t.ok_or_else(|| FlopError::Missing {
+            node: self.label(),
+            what: what.clone(),
+        })?;
+        self.types.shape(t).ok_or_else(|| FlopError::Untyped {
+            node: self.label(),
+            tensor: self.graph.tensor(t).name.clone(),
+        })
     }
 
     /// The symbolic shape of input `i`.
     pub fn in_shape(&self, i: usize) -> Result<&Shape, FlopError> {
-        self.shape_of(self.node.inputs.get(i).copied().flatten(), format!("input {i}"))
+        self.shape_of(
+            self.node.inputs.get(i).copied().flatten(),
+            format!("input {i}"),
+        )
     }
 
     /// The symbolic shape of output `i`.
     pub fn out_shape(&self, i: usize) -> Result<&Shape, FlopError> {
-        self.shape_of(self.node.outputs.get(i).copied().flatten(), format!("output {i}"))
+        self.shape_of(
+            self.node.outputs.get(i).copied().flatten(),
+            format!("output {i}"),
+        )
     }
 
     pub fn has_input(&self, i: usize) -> bool {
@@ -216,11 +239,17 @@ impl<'a> FlopCtx<'a> {
 
     /// Concrete dims of a shape under the bindings.
     pub fn dims(&self, s: &Shape) -> Result<Vec<u64>, FlopError> {
-        s.eval(self.bindings).map_err(|e| FlopError::Shape { node: self.label(), source: e })
+        s.eval(self.bindings).map_err(|e| FlopError::Shape {
+            node: self.label(),
+            source: e,
+        })
     }
 
     pub fn numel(&self, s: &Shape) -> Result<u64, FlopError> {
-        s.numel_under(self.bindings).map_err(|e| FlopError::Shape { node: self.label(), source: e })
+        s.numel_under(self.bindings).map_err(|e| FlopError::Shape {
+            node: self.label(),
+            source: e,
+        })
     }
 
     /// Checked product of FLOP factors.

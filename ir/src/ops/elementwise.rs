@@ -22,8 +22,17 @@ pub(crate) fn same_as_input(ctx: &InferCtx<'_>) -> Out {
 
 /// Elements of the broadcast of the given inputs, combined by `f`, when every input's
 /// elements are tracked and the output is small.
-fn bcast_value(ctx: &InferCtx<'_>, out: &Shape, ins: &[usize], f: impl Fn(&[&Dim]) -> Option<Dim>) -> Option<Vec<Dim>> {
-    let od: Vec<usize> = out.dims().iter().map(|d| d.known().map(|k| k as usize)).collect::<Option<_>>()?;
+fn bcast_value(
+    ctx: &InferCtx<'_>,
+    out: &Shape,
+    ins: &[usize],
+    f: impl Fn(&[&Dim]) -> Option<Dim>,
+) -> Option<Vec<Dim>> {
+    let od: Vec<usize> = out
+        .dims()
+        .iter()
+        .map(|d| d.known().map(|k| k as usize))
+        .collect::<Option<_>>()?;
     let n = od.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
     if n as u64 > MAX_VALUE_ELEMS {
         return None;
@@ -31,7 +40,12 @@ fn bcast_value(ctx: &InferCtx<'_>, out: &Shape, ins: &[usize], f: impl Fn(&[&Dim
     let mut srcs = Vec::new();
     for &i in ins {
         let t = ctx.opt(i)?;
-        let dims: Vec<usize> = t.shape.dims().iter().map(|d| d.known().map(|k| k as usize)).collect::<Option<_>>()?;
+        let dims: Vec<usize> = t
+            .shape
+            .dims()
+            .iter()
+            .map(|d| d.known().map(|k| k as usize))
+            .collect::<Option<_>>()?;
         srcs.push((dims, t.value.as_deref()?));
     }
     let mut res = Vec::with_capacity(n);
@@ -64,13 +78,20 @@ fn all_inputs(ctx: &InferCtx<'_>) -> Vec<usize> {
 }
 
 fn bcast_shape(ctx: &InferCtx<'_>, ins: &[usize]) -> Result<Shape, String> {
-    let shapes: Vec<&Shape> = ins.iter().map(|&i| ctx.shape(i)).collect::<Result<_, _>>()?;
+    let shapes: Vec<&Shape> = ins
+        .iter()
+        .map(|&i| ctx.shape(i))
+        .collect::<Result<_, _>>()?;
     ctx.broadcast(&shapes)
 }
 
 fn floor_div(a: i64, b: i64) -> Option<i64> {
     let (q, r) = (a.checked_div(b)?, a.checked_rem(b)?);
-    Some(if r != 0 && ((a < 0) != (b < 0)) { q - 1 } else { q })
+    Some(if r != 0 && ((a < 0) != (b < 0)) {
+        q - 1
+    } else {
+        q
+    })
 }
 
 fn arith(op: &str, a: &Dim, b: &Dim) -> Option<Dim> {
@@ -122,7 +143,11 @@ fn logic(op: &str, a: &Dim, b: &Dim) -> Option<Dim> {
 /// opset 7, B broadcasts to A (the `broadcast`/`axis` attributes): the output is A's shape.
 fn binary(ctx: &InferCtx<'_>) -> Out {
     let ins = all_inputs(ctx);
-    let shape = if ctx.opset < 7 && ctx.node.domain == crate::graph::ONNX_DOMAIN { ctx.shape(0)?.clone() } else { bcast_shape(ctx, &ins)? };
+    let shape = if ctx.opset < 7 && ctx.node.domain == crate::graph::ONNX_DOMAIN {
+        ctx.shape(0)?.clone()
+    } else {
+        bcast_shape(ctx, &ins)?
+    };
     let op = ctx.node.op_type.as_str();
     let value = bcast_value(ctx, &shape, &ins, |a| arith(op, a[0], a[1]));
     Ok(vec![out_v(ctx.dtype(0)?, shape, value)])
@@ -135,20 +160,30 @@ fn variadic(ctx: &InferCtx<'_>) -> Out {
     let op = ctx.node.op_type.clone();
     let value = bcast_value(ctx, &shape, &ins, |a| {
         let step = if op == "Sum" { "Add" } else { op.as_str() };
-        a[1..].iter().try_fold(a[0].clone(), |acc, x| arith(step, &acc, x))
+        a[1..]
+            .iter()
+            .try_fold(a[0].clone(), |acc, x| arith(step, &acc, x))
     });
     Ok(vec![out_v(ctx.dtype(0)?, shape, value)])
 }
 
 fn comparison(ctx: &InferCtx<'_>) -> Out {
-    let shape = if ctx.opset < 7 { ctx.shape(0)?.clone() } else { bcast_shape(ctx, &[0, 1])? };
+    let shape = if ctx.opset < 7 {
+        ctx.shape(0)?.clone()
+    } else {
+        bcast_shape(ctx, &[0, 1])?
+    };
     let op = ctx.node.op_type.as_str();
     let value = bcast_value(ctx, &shape, &[0, 1], |a| compare(op, a[0], a[1]));
     Ok(vec![out_v(DType::Bool, shape, value)])
 }
 
 fn logical(ctx: &InferCtx<'_>) -> Out {
-    let shape = if ctx.opset < 7 { ctx.shape(0)?.clone() } else { bcast_shape(ctx, &[0, 1])? };
+    let shape = if ctx.opset < 7 {
+        ctx.shape(0)?.clone()
+    } else {
+        bcast_shape(ctx, &[0, 1])?
+    };
     let op = ctx.node.op_type.as_str();
     let value = bcast_value(ctx, &shape, &[0, 1], |a| logic(op, a[0], a[1]));
     Ok(vec![out_v(DType::Bool, shape, value)])
@@ -157,14 +192,19 @@ fn logical(ctx: &InferCtx<'_>) -> Out {
 fn not(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.input(0)?;
     let value = x.value.as_ref().and_then(|v| {
-        v.iter().map(|d| int_of(d).map(|i| Dim::Known((i == 0) as u64))).collect::<Option<Vec<_>>>()
+        v.iter()
+            .map(|d| int_of(d).map(|i| Dim::Known((i == 0) as u64)))
+            .collect::<Option<Vec<_>>>()
     });
     Ok(vec![out_v(DType::Bool, x.shape.clone(), value)])
 }
 
 fn neg(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.input(0)?;
-    let value = x.value.as_ref().map(|v| v.iter().map(|d| Dim::Known(0).sub(d)).collect());
+    let value = x
+        .value
+        .as_ref()
+        .map(|v| v.iter().map(|d| Dim::Known(0).sub(d)).collect());
     Ok(vec![out_v(x.dtype, x.shape.clone(), value)])
 }
 
@@ -173,10 +213,11 @@ fn neg(ctx: &InferCtx<'_>) -> Out {
 fn unary_keep(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.input(0)?;
     let value = match ctx.node.op_type.as_str() {
-        "Abs" => x
-            .value
-            .as_ref()
-            .and_then(|v| v.iter().map(|d| int_of(d).and_then(i64::checked_abs).map(dim_of)).collect::<Option<Vec<_>>>()),
+        "Abs" => x.value.as_ref().and_then(|v| {
+            v.iter()
+                .map(|d| int_of(d).and_then(i64::checked_abs).map(dim_of))
+                .collect::<Option<Vec<_>>>()
+        }),
         "Floor" | "Ceil" | "Round" => x.value.clone(),
         _ => None,
     };
@@ -190,7 +231,11 @@ fn bool_of_input(ctx: &InferCtx<'_>) -> Out {
 fn where_op(ctx: &InferCtx<'_>) -> Out {
     let shape = bcast_shape(ctx, &[0, 1, 2])?;
     let value = bcast_value(ctx, &shape, &[0, 1, 2], |a| {
-        Some(if int_of(a[0])? != 0 { a[1].clone() } else { a[2].clone() })
+        Some(if int_of(a[0])? != 0 {
+            a[1].clone()
+        } else {
+            a[2].clone()
+        })
     });
     Ok(vec![out_v(ctx.dtype(1)?, shape, value)])
 }
@@ -198,7 +243,10 @@ fn where_op(ctx: &InferCtx<'_>) -> Out {
 fn cast_value(v: Option<&Vec<Dim>>, to: DType) -> Option<Vec<Dim>> {
     let v = v?;
     match to {
-        DType::Bool => v.iter().map(|d| int_of(d).map(|i| Dim::Known((i != 0) as u64))).collect(),
+        DType::Bool => v
+            .iter()
+            .map(|d| int_of(d).map(|i| Dim::Known((i != 0) as u64)))
+            .collect(),
         d if d.is_float() => None,
         _ => Some(v.clone()),
     }
@@ -207,14 +255,23 @@ fn cast_value(v: Option<&Vec<Dim>>, to: DType) -> Option<Vec<Dim>> {
 fn cast(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.input(0)?;
     let code = ctx.attr_i("to").ok_or("Cast has no `to` attribute")?;
-    let to = DType::from_code(code as i32).ok_or_else(|| format!("Cast to unknown type code {code}"))?;
-    Ok(vec![out_v(to, x.shape.clone(), cast_value(x.value.as_ref(), to))])
+    let to =
+        DType::from_code(code as i32).ok_or_else(|| format!("Cast to unknown type code {code}"))?;
+    Ok(vec![out_v(
+        to,
+        x.shape.clone(),
+        cast_value(x.value.as_ref(), to),
+    )])
 }
 
 fn cast_like(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.input(0)?;
     let to = ctx.dtype(1)?;
-    Ok(vec![out_v(to, x.shape.clone(), cast_value(x.value.as_ref(), to))])
+    Ok(vec![out_v(
+        to,
+        x.shape.clone(),
+        cast_value(x.value.as_ref(), to),
+    )])
 }
 
 /// com.microsoft BiasGelu / FastGelu with bias: broadcast of input and bias.
@@ -226,7 +283,11 @@ fn biased(ctx: &InferCtx<'_>) -> Out {
 
 /// Per-element cost of ONNX Gelu: tanh approximation or erf.
 fn gelu_flops(ctx: &super::FlopCtx<'_>) -> Result<u64, super::FlopError> {
-    let k = if ctx.node.attr_s("approximate").as_deref() == Some("tanh") { cost::GELU_TANH } else { cost::GELU };
+    let k = if ctx.node.attr_s("approximate").as_deref() == Some("tanh") {
+        cost::GELU_TANH
+    } else {
+        cost::GELU
+    };
     let n = ctx.numel(ctx.out_shape(0)?)?;
     ctx.product(&[n, k])
 }
@@ -236,13 +297,43 @@ pub(super) fn ops() -> Vec<OpDef> {
     let mut v = Vec::new();
     // Kernels ONNX Runtime's CPU EP registers `.MayInplace(0, 0)` (measured in
     // docs/ort-internals.md, rule 3.3).
-    for op in ["Relu", "Tanh", "Sigmoid", "Softplus", "LeakyRelu", "Elu", "HardSigmoid"] {
+    for op in [
+        "Relu",
+        "Tanh",
+        "Sigmoid",
+        "Softplus",
+        "LeakyRelu",
+        "Elu",
+        "HardSigmoid",
+    ] {
         v.push(OpDef::onnx(op, 1, same_as_input, per).inplace(0, 0));
     }
     for op in [
-        "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Tan", "Asin", "Acos",
-        "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Sign", "Softsign",
-        "Selu", "Celu", "HardSwish", "Mish", "ThresholdedRelu", "BitwiseNot", "Shrink",
+        "Erf",
+        "Exp",
+        "Log",
+        "Sqrt",
+        "Reciprocal",
+        "Sin",
+        "Cos",
+        "Tan",
+        "Asin",
+        "Acos",
+        "Atan",
+        "Sinh",
+        "Cosh",
+        "Asinh",
+        "Acosh",
+        "Atanh",
+        "Sign",
+        "Softsign",
+        "Selu",
+        "Celu",
+        "HardSwish",
+        "Mish",
+        "ThresholdedRelu",
+        "BitwiseNot",
+        "Shrink",
     ] {
         v.push(OpDef::onnx(op, 1, same_as_input, per));
     }
@@ -255,9 +346,26 @@ pub(super) fn ops() -> Vec<OpDef> {
     v.push(OpDef::onnx("IsNaN", 9, bool_of_input, per));
     v.push(OpDef::onnx("IsInf", 10, bool_of_input, per));
     v.push(OpDef::onnx("Clip", 1, same_as_input, FlopRule::PerOutput(cost::CLIP)).inplace(0, 0));
-    v.push(OpDef::onnx("Gelu", 20, same_as_input, FlopRule::Custom(gelu_flops)));
+    v.push(OpDef::onnx(
+        "Gelu",
+        20,
+        same_as_input,
+        FlopRule::Custom(gelu_flops),
+    ));
     // Binary ops with numpy broadcasting (opset 7 on; before, B broadcast to A).
-    for op in ["Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"] {
+    for op in [
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Pow",
+        "Mod",
+        "PRelu",
+        "BitShift",
+        "BitwiseAnd",
+        "BitwiseOr",
+        "BitwiseXor",
+    ] {
         v.push(OpDef::onnx(op, 1, binary, per));
     }
     for op in ["Sum", "Max", "Min", "Mean"] {
@@ -273,9 +381,25 @@ pub(super) fn ops() -> Vec<OpDef> {
     v.push(OpDef::onnx("Cast", 6, cast, per).inplace(0, 0));
     v.push(OpDef::onnx("CastLike", 15, cast_like, per));
     // Contrib activations (com.microsoft, version 1).
-    v.push(OpDef::ms("Gelu", same_as_input, FlopRule::PerOutput(cost::GELU)));
-    v.push(OpDef::ms("FastGelu", biased, FlopRule::PerOutput(cost::GELU_TANH)));
-    v.push(OpDef::ms("BiasGelu", biased, FlopRule::PerOutput(cost::BIAS_GELU)));
-    v.push(OpDef::ms("QuickGelu", same_as_input, FlopRule::PerOutput(cost::GELU)));
+    v.push(OpDef::ms(
+        "Gelu",
+        same_as_input,
+        FlopRule::PerOutput(cost::GELU),
+    ));
+    v.push(OpDef::ms(
+        "FastGelu",
+        biased,
+        FlopRule::PerOutput(cost::GELU_TANH),
+    ));
+    v.push(OpDef::ms(
+        "BiasGelu",
+        biased,
+        FlopRule::PerOutput(cost::BIAS_GELU),
+    ));
+    v.push(OpDef::ms(
+        "QuickGelu",
+        same_as_input,
+        FlopRule::PerOutput(cost::GELU),
+    ));
     v
 }

@@ -53,7 +53,10 @@ impl Types {
 
     /// Every typed tensor with its type, in tensor order.
     pub fn iter(&self) -> impl Iterator<Item = (TensorId, &TensorType)> + '_ {
-        self.types.iter().enumerate().filter_map(|(i, t)| t.as_ref().map(|t| (TensorId(i as u32), t)))
+        self.types
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| t.as_ref().map(|t| (TensorId(i as u32), t)))
     }
 
     /// Assumptions inference had to make (undecidable broadcasts, slices assumed in range,
@@ -72,17 +75,38 @@ impl Types {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InferError {
     #[error("node {node} ({op}): {msg}")]
-    Rule { node: String, op: String, msg: String },
+    Rule {
+        node: String,
+        op: String,
+        msg: String,
+    },
     #[error("node {node} ({op}) is not in the op registry and its output `{tensor}` has no {what} in the model's value_info; add value_info for it or a registry entry for {op}")]
-    NoRule { node: String, op: String, tensor: String, what: &'static str },
+    NoRule {
+        node: String,
+        op: String,
+        tensor: String,
+        what: &'static str,
+    },
     #[error("node {node} ({op}) reads `{tensor}`, which has no declared dtype and shape (a graph input or initializer without a full type)")]
-    UntypedInput { node: String, op: String, tensor: String },
+    UntypedInput {
+        node: String,
+        op: String,
+        tensor: String,
+    },
 }
 
 fn is_int_like(d: DType) -> bool {
     matches!(
         d,
-        DType::I64 | DType::I32 | DType::I16 | DType::I8 | DType::U64 | DType::U32 | DType::U16 | DType::U8 | DType::Bool
+        DType::I64
+            | DType::I32
+            | DType::I16
+            | DType::I8
+            | DType::U64
+            | DType::U32
+            | DType::U16
+            | DType::U8
+            | DType::Bool
     )
 }
 
@@ -108,14 +132,21 @@ fn declared(graph: &Graph, t: TensorId) -> Option<TensorType> {
     } else {
         None
     };
-    Some(sanitize(TensorType { dtype, shape, value }))
+    Some(sanitize(TensorType {
+        dtype,
+        shape,
+        value,
+    }))
 }
 
 /// Infer every tensor's dtype and shape. Registry ops never read the value_info of their
 /// outputs; ops not in the registry take theirs from value_info, else
 /// [`InferError::NoRule`].
 pub fn infer(graph: &Graph) -> Result<Types, InferError> {
-    let mut out = Types { types: vec![None; graph.tensor_count()], ..Types::default() };
+    let mut out = Types {
+        types: vec![None; graph.tensor_count()],
+        ..Types::default()
+    };
     for t in graph.tensor_ids() {
         if !matches!(graph.tensor(t).source, TensorSource::Node(_)) {
             out.types[t.index()] = declared(graph, t);
@@ -129,10 +160,19 @@ pub fn infer(graph: &Graph) -> Result<Types, InferError> {
             out.from_value_info.push(n);
             for t in node.output_tensors() {
                 let tensor = graph.tensor(t);
-                let missing = |what| InferError::NoRule { node: label.clone(), op: op.clone(), tensor: tensor.name.clone(), what };
+                let missing = |what| InferError::NoRule {
+                    node: label.clone(),
+                    op: op.clone(),
+                    tensor: tensor.name.clone(),
+                    what,
+                };
                 let dtype = tensor.dtype.ok_or_else(|| missing("dtype"))?;
                 let shape = tensor.shape.clone().ok_or_else(|| missing("shape"))?;
-                out.types[t.index()] = Some(TensorType { dtype, shape, value: None });
+                out.types[t.index()] = Some(TensorType {
+                    dtype,
+                    shape,
+                    value: None,
+                });
             }
             continue;
         };
@@ -143,15 +183,35 @@ pub fn infer(graph: &Graph) -> Result<Types, InferError> {
                 Some(t) => match &out.types[t.index()] {
                     Some(tt) => inputs.push(Some(tt.clone())),
                     None => {
-                        return Err(InferError::UntypedInput { node: label, op, tensor: graph.tensor(*t).name.clone() })
+                        return Err(InferError::UntypedInput {
+                            node: label,
+                            op,
+                            tensor: graph.tensor(*t).name.clone(),
+                        })
                     }
                 },
             }
         }
         let opset = graph.opset(&node.domain).unwrap_or(def.since);
-        let ctx = InferCtx { graph, id: n, node, opset, inputs, warnings: Default::default() };
-        let result = (def.infer)(&ctx).map_err(|msg| InferError::Rule { node: label.clone(), op: op.clone(), msg })?;
-        out.warnings.extend(ctx.warnings.into_inner().into_iter().map(|w| format!("{label} ({op}): {w}")));
+        let ctx = InferCtx {
+            graph,
+            id: n,
+            node,
+            opset,
+            inputs,
+            warnings: Default::default(),
+        };
+        let result = (def.infer)(&ctx).map_err(|msg| InferError::Rule {
+            node: label.clone(),
+            op: op.clone(),
+            msg,
+        })?;
+        out.warnings.extend(
+            ctx.warnings
+                .into_inner()
+                .into_iter()
+                .map(|w| format!("{label} ({op}): {w}")),
+        );
         for (k, slot) in node.outputs.iter().enumerate() {
             let Some(t) = slot else { continue };
             match result.get(k).cloned().flatten() {
@@ -160,7 +220,10 @@ pub fn infer(graph: &Graph) -> Result<Types, InferError> {
                     return Err(InferError::Rule {
                         node: label,
                         op,
-                        msg: format!("output {k} (`{}`) is not produced by this op's rule", graph.tensor(*t).name),
+                        msg: format!(
+                            "output {k} (`{}`) is not produced by this op's rule",
+                            graph.tensor(*t).name
+                        ),
                     })
                 }
             }

@@ -22,7 +22,10 @@ fn loss_shape(ctx: &InferCtx<'_>, labels: usize) -> Result<Shape, String> {
 /// Outputs: loss, and log-probabilities shaped like the scores.
 fn softmax_cross_entropy(ctx: &InferCtx<'_>) -> Out {
     let scores = ctx.input(0)?;
-    Ok(vec![out(scores.dtype, loss_shape(ctx, 1)?), out(scores.dtype, scores.shape.clone())])
+    Ok(vec![
+        out(scores.dtype, loss_shape(ctx, 1)?),
+        out(scores.dtype, scores.shape.clone()),
+    ])
 }
 
 fn nll(ctx: &InferCtx<'_>) -> Out {
@@ -37,10 +40,32 @@ fn logits_grad(ctx: &InferCtx<'_>) -> Out {
 
 pub(super) fn ops() -> Vec<OpDef> {
     vec![
-        OpDef::onnx("SoftmaxCrossEntropyLoss", 12, softmax_cross_entropy, FlopRule::PerInput(0, cost::SOFTMAX_CROSS_ENTROPY)),
-        OpDef::onnx("NegativeLogLikelihoodLoss", 12, nll, FlopRule::PerInput(1, cost::ELEMENTWISE)),
-        OpDef::ms("SoftmaxCrossEntropyLossInternal", softmax_cross_entropy, FlopRule::PerInput(0, cost::SOFTMAX_CROSS_ENTROPY)),
-        OpDef::ms("SoftmaxCrossEntropyLossGrad", logits_grad, FlopRule::PerOutput(cost::SOFTMAX_CROSS_ENTROPY_GRAD)),
-        OpDef::ms("SoftmaxCrossEntropyLossInternalGrad", logits_grad, FlopRule::PerOutput(cost::SOFTMAX_CROSS_ENTROPY_GRAD)),
+        OpDef::onnx(
+            "SoftmaxCrossEntropyLoss",
+            12,
+            softmax_cross_entropy,
+            FlopRule::PerInput(0, cost::SOFTMAX_CROSS_ENTROPY),
+        ),
+        OpDef::onnx(
+            "NegativeLogLikelihoodLoss",
+            12,
+            nll,
+            FlopRule::PerInput(1, cost::ELEMENTWISE),
+        ),
+        OpDef::ms(
+            "SoftmaxCrossEntropyLossInternal",
+            softmax_cross_entropy,
+            FlopRule::PerInput(0, cost::SOFTMAX_CROSS_ENTROPY),
+        ),
+        OpDef::ms(
+            "SoftmaxCrossEntropyLossGrad",
+            logits_grad,
+            FlopRule::PerOutput(cost::SOFTMAX_CROSS_ENTROPY_GRAD),
+        ),
+        OpDef::ms(
+            "SoftmaxCrossEntropyLossInternalGrad",
+            logits_grad,
+            FlopRule::PerOutput(cost::SOFTMAX_CROSS_ENTROPY_GRAD),
+        ),
     ]
 }

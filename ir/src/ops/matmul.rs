@@ -33,8 +33,16 @@ fn matmul_shape(ctx: &InferCtx<'_>, a: Vec<Dim>, b: Vec<Dim>) -> Result<(Shape, 
         return Err("MatMul of a scalar".into());
     }
     let (a1, b1) = (a.len() == 1, b.len() == 1);
-    let a = if a1 { vec![Dim::Known(1), a[0].clone()] } else { a };
-    let b = if b1 { vec![b[0].clone(), Dim::Known(1)] } else { b };
+    let a = if a1 {
+        vec![Dim::Known(1), a[0].clone()]
+    } else {
+        a
+    };
+    let b = if b1 {
+        vec![b[0].clone(), Dim::Known(1)]
+    } else {
+        b
+    };
     let (ra, rb) = (a.len(), b.len());
     let (m, ka) = (&a[ra - 2], &a[ra - 1]);
     let (kb, n) = (&b[rb - 2], &b[rb - 1]);
@@ -45,7 +53,11 @@ fn matmul_shape(ctx: &InferCtx<'_>, a: Vec<Dim>, b: Vec<Dim>) -> Result<(Shape, 
     } else if ka != kb {
         ctx.warn(format!("matmul assumes contraction dims {ka} == {kb}"));
     }
-    let k = if ka.known().is_some() { ka.clone() } else { kb.clone() };
+    let k = if ka.known().is_some() {
+        ka.clone()
+    } else {
+        kb.clone()
+    };
     let batch = ctx.broadcast(&[&Shape(a[..ra - 2].to_vec()), &Shape(b[..rb - 2].to_vec())])?;
     let mut dims = batch.0;
     if !a1 {
@@ -66,8 +78,16 @@ fn fused_operands(ctx: &InferCtx<'_>) -> Result<(Vec<Dim>, Vec<Dim>), String> {
     let flag = |n: &str| ctx.attr_i(n).unwrap_or(0) != 0;
     let a = ctx.shape(0)?.0.clone();
     let b = ctx.shape(1)?.0.clone();
-    let a = if a.len() >= 2 { transpose_operand(a, flag("transBatchA"), flag("transA")) } else { a };
-    let b = if b.len() >= 2 { transpose_operand(b, flag("transBatchB"), flag("transB")) } else { b };
+    let a = if a.len() >= 2 {
+        transpose_operand(a, flag("transBatchA"), flag("transA"))
+    } else {
+        a
+    };
+    let b = if b.len() >= 2 {
+        transpose_operand(b, flag("transBatchB"), flag("transB"))
+    } else {
+        b
+    };
     Ok((a, b))
 }
 
@@ -82,13 +102,29 @@ fn gemm(ctx: &InferCtx<'_>) -> Out {
     if a.rank() != 2 || b.rank() != 2 {
         return Err(format!("Gemm needs 2-D operands, got {a} and {b}"));
     }
-    let m = if ctx.attr_i("transA").unwrap_or(0) != 0 { &a.0[1] } else { &a.0[0] };
-    let n = if ctx.attr_i("transB").unwrap_or(0) != 0 { &b.0[0] } else { &b.0[1] };
+    let m = if ctx.attr_i("transA").unwrap_or(0) != 0 {
+        &a.0[1]
+    } else {
+        &a.0[0]
+    };
+    let n = if ctx.attr_i("transB").unwrap_or(0) != 0 {
+        &b.0[0]
+    } else {
+        &b.0[1]
+    };
     Ok(vec![out(ctx.dtype(0)?, Shape(vec![m.clone(), n.clone()]))])
 }
 
 /// One spatial output dim of a convolution or pooling window.
-fn window_dim(ctx: &InferCtx<'_>, input: &Dim, k: u64, stride: u64, dil: u64, pads: (i64, i64), auto_pad: &str) -> Result<Dim, String> {
+fn window_dim(
+    ctx: &InferCtx<'_>,
+    input: &Dim,
+    k: u64,
+    stride: u64,
+    dil: u64,
+    pads: (i64, i64),
+    auto_pad: &str,
+) -> Result<Dim, String> {
     let eff = dil * (k - 1) + 1;
     match auto_pad {
         "SAME_UPPER" | "SAME_LOWER" => {
@@ -97,18 +133,25 @@ fn window_dim(ctx: &InferCtx<'_>, input: &Dim, k: u64, stride: u64, dil: u64, pa
             }
             match input.known() {
                 Some(i) => Ok(Dim::Known(i.div_ceil(stride))),
-                None => input.add(&Dim::Known(stride - 1)).div_exact(&Dim::Known(stride)).ok_or_else(|| format!("cannot divide {input} by stride {stride}")),
+                None => input
+                    .add(&Dim::Known(stride - 1))
+                    .div_exact(&Dim::Known(stride))
+                    .ok_or_else(|| format!("cannot divide {input} by stride {stride}")),
             }
         }
         _ => {
             let (pb, pe) = if auto_pad == "VALID" { (0, 0) } else { pads };
-            let span = input.add(&super::value::dim_of(pb + pe)).sub(&Dim::Known(eff));
+            let span = input
+                .add(&super::value::dim_of(pb + pe))
+                .sub(&Dim::Known(eff));
             match int_of(&span) {
                 Some(s) if s < 0 => Err(format!("window of {eff} does not fit input dim {input}")),
                 Some(s) => Ok(Dim::Known(s as u64 / stride + 1)),
                 None if stride == 1 => Ok(span.add(&Dim::Known(1))),
                 None => {
-                    ctx.warn(format!("strided window on symbolic dim {input}: assumes it divides"));
+                    ctx.warn(format!(
+                        "strided window on symbolic dim {input}: assumes it divides"
+                    ));
                     span.div_exact(&Dim::Known(stride))
                         .map(|d| d.add(&Dim::Known(1)))
                         .ok_or_else(|| format!("cannot divide {span} by stride {stride}"))
@@ -124,21 +167,44 @@ fn window_dims(ctx: &InferCtx<'_>, x: &Shape, kernel: &[u64]) -> Result<Vec<Dim>
     if kernel.len() != sp {
         return Err(format!("kernel {kernel:?} does not fit input {x}"));
     }
-    let strides = ctx.attr_ints("strides").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; sp]);
-    let dils = ctx.attr_ints("dilations").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![1; sp]);
-    let pads = ctx.attr_ints("pads").filter(|s| !s.is_empty()).unwrap_or_else(|| vec![0; 2 * sp]);
+    let strides = ctx
+        .attr_ints("strides")
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| vec![1; sp]);
+    let dils = ctx
+        .attr_ints("dilations")
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| vec![1; sp]);
+    let pads = ctx
+        .attr_ints("pads")
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| vec![0; 2 * sp]);
     let auto_pad = ctx.attr_s("auto_pad").unwrap_or_else(|| "NOTSET".into());
     if strides.len() != sp || dils.len() != sp || pads.len() != 2 * sp {
-        return Err(format!("strides {strides:?}, dilations {dils:?} or pads {pads:?} do not fit {sp} spatial dims"));
+        return Err(format!(
+            "strides {strides:?}, dilations {dils:?} or pads {pads:?} do not fit {sp} spatial dims"
+        ));
     }
     if kernel.contains(&0) || strides.iter().chain(&dils).any(|&v| v < 1) {
-        return Err(format!("kernel {kernel:?}, strides {strides:?} and dilations {dils:?} must be positive"));
+        return Err(format!(
+            "kernel {kernel:?}, strides {strides:?} and dilations {dils:?} must be positive"
+        ));
     }
     if ctx.attr_i("ceil_mode").unwrap_or(0) != 0 {
         return Err("ceil_mode is not supported".into());
     }
     (0..sp)
-        .map(|i| window_dim(ctx, &x.0[2 + i], kernel[i], strides[i] as u64, dils[i] as u64, (pads[i], pads[i + sp]), &auto_pad))
+        .map(|i| {
+            window_dim(
+                ctx,
+                &x.0[2 + i],
+                kernel[i],
+                strides[i] as u64,
+                dils[i] as u64,
+                (pads[i], pads[i + sp]),
+                &auto_pad,
+            )
+        })
         .collect()
 }
 
@@ -150,7 +216,13 @@ fn conv(ctx: &InferCtx<'_>) -> Out {
     }
     let kernel: Vec<u64> = match ctx.attr_ints("kernel_shape") {
         Some(k) if !k.is_empty() => k.iter().map(|&v| v as u64).collect(),
-        _ => w.0[2..].iter().map(|d| d.known().ok_or_else(|| format!("kernel dim {d} is symbolic"))).collect::<Result<_, _>>()?,
+        _ => w.0[2..]
+            .iter()
+            .map(|d| {
+                d.known()
+                    .ok_or_else(|| format!("kernel dim {d} is symbolic"))
+            })
+            .collect::<Result<_, _>>()?,
     };
     let mut dims = vec![x.0[0].clone(), w.0[0].clone()];
     dims.extend(window_dims(ctx, x, &kernel)?);
@@ -163,24 +235,39 @@ fn pool(ctx: &InferCtx<'_>) -> Out {
     if x.rank() < 3 {
         return Err(format!("pool input {x} needs rank ≥ 3"));
     }
-    let kernel: Vec<u64> = ctx.attr_ints("kernel_shape").ok_or("no kernel_shape")?.iter().map(|&v| v as u64).collect();
+    let kernel: Vec<u64> = ctx
+        .attr_ints("kernel_shape")
+        .ok_or("no kernel_shape")?
+        .iter()
+        .map(|&v| v as u64)
+        .collect();
     let mut dims = vec![x.0[0].clone(), x.0[1].clone()];
     dims.extend(window_dims(ctx, x, &kernel)?);
     let s = Shape(dims);
-    Ok(vec![out(ctx.dtype(0)?, s.clone()), out(crate::dtype::DType::I64, s)])
+    Ok(vec![
+        out(ctx.dtype(0)?, s.clone()),
+        out(crate::dtype::DType::I64, s),
+    ])
 }
 
 /// GlobalAveragePool / GlobalMaxPool: spatial dims become 1.
 fn global_pool(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.shape(0)?;
-    let dims = x.0.iter().enumerate().map(|(i, d)| if i < 2 { d.clone() } else { Dim::Known(1) }).collect();
+    let dims =
+        x.0.iter()
+            .enumerate()
+            .map(|(i, d)| if i < 2 { d.clone() } else { Dim::Known(1) })
+            .collect();
     Ok(vec![out(ctx.dtype(0)?, Shape(dims))])
 }
 
 /// Pools: one op per input element of each window position ≈ output elements × kernel.
 fn pool_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
     let y = ctx.numel(ctx.out_shape(0)?)?;
-    let k: u64 = ctx.node.attr_ints("kernel_shape").map_or(1, |k| k.iter().map(|&v| v.max(1) as u64).product());
+    let k: u64 = ctx
+        .node
+        .attr_ints("kernel_shape")
+        .map_or(1, |k| k.iter().map(|&v| v.max(1) as u64).product());
     ctx.product(&[y, k, cost::POOL])
 }
 
@@ -188,14 +275,21 @@ fn pool_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
 /// standing for any number of dims) and the output letters (implicit mode: the letters
 /// used once, sorted, after the ellipsis).
 fn einsum_terms(eq: &str, n_inputs: usize) -> Result<(Vec<Vec<char>>, Vec<char>), String> {
-    let eq: String = eq.chars().filter(|c| !c.is_whitespace()).collect::<String>().replace("...", ".");
+    let eq: String = eq
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect::<String>()
+        .replace("...", ".");
     let (lhs, rhs) = match eq.split_once("->") {
         Some((l, r)) => (l.to_string(), Some(r.to_string())),
         None => (eq.clone(), None),
     };
     let ins: Vec<Vec<char>> = lhs.split(',').map(|t| t.chars().collect()).collect();
     if ins.len() != n_inputs {
-        return Err(format!("equation has {} operands, node has {n_inputs} inputs", ins.len()));
+        return Err(format!(
+            "equation has {} operands, node has {n_inputs} inputs",
+            ins.len()
+        ));
     }
     let out = match rhs {
         Some(r) => r.chars().collect(),
@@ -207,7 +301,11 @@ fn einsum_terms(eq: &str, n_inputs: usize) -> Result<(Vec<Vec<char>>, Vec<char>)
                 .filter(|&c| c != '.' && ins.iter().flatten().filter(|&&d| d == c).count() == 1)
                 .collect();
             once.sort();
-            let mut o: Vec<char> = if ins.iter().flatten().any(|&c| c == '.') { vec!['.'] } else { vec![] };
+            let mut o: Vec<char> = if ins.iter().flatten().any(|&c| c == '.') {
+                vec!['.']
+            } else {
+                vec![]
+            };
             o.extend(once);
             o
         }
@@ -229,7 +327,12 @@ fn einsum(ctx: &InferCtx<'_>) -> Out {
                 ellipsis.push(Shape(dims.by_ref().take(n_ell).cloned().collect()));
                 continue;
             }
-            let d = dims.next().ok_or_else(|| format!("operand {k} has fewer dims than `{}`", term.iter().collect::<String>()))?;
+            let d = dims.next().ok_or_else(|| {
+                format!(
+                    "operand {k} has fewer dims than `{}`",
+                    term.iter().collect::<String>()
+                )
+            })?;
             match sizes.get(&c) {
                 Some(prev) if prev != d && *d != Dim::Known(1) => {
                     if *prev == Dim::Known(1) {
@@ -253,7 +356,12 @@ fn einsum(ctx: &InferCtx<'_>) -> Out {
         if c == '.' {
             dims.extend(ell.0.iter().cloned());
         } else {
-            dims.push(sizes.get(&c).cloned().ok_or_else(|| format!("output index {c} is not in any operand"))?);
+            dims.push(
+                sizes
+                    .get(&c)
+                    .cloned()
+                    .ok_or_else(|| format!("output index {c} is not in any operand"))?,
+            );
         }
     }
     Ok(vec![out(ctx.dtype(0)?, Shape(dims))])
@@ -265,7 +373,10 @@ fn einsum_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
     let label = || ctx.node.display_name(ctx.id);
     let eq = ctx.node.attr_s("equation").unwrap_or_default();
     let n = ctx.node.inputs.len();
-    let (ins, _) = einsum_terms(&eq, n).map_err(|what| FlopError::Missing { node: label(), what })?;
+    let (ins, _) = einsum_terms(&eq, n).map_err(|what| FlopError::Missing {
+        node: label(),
+        what,
+    })?;
     let mut sizes: std::collections::HashMap<char, u64> = Default::default();
     let mut ell = 1u64;
     for (k, term) in ins.iter().enumerate() {
@@ -300,8 +411,14 @@ fn matmul_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
 
 fn gemm_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
     let mnk2 = matmul_flops(ctx)?;
-    let bias = if ctx.has_input(2) { ctx.numel(ctx.out_shape(0)?)? } else { 0 };
-    mnk2.checked_add(bias).ok_or(FlopError::Overflow { node: ctx.node.display_name(ctx.id) })
+    let bias = if ctx.has_input(2) {
+        ctx.numel(ctx.out_shape(0)?)?
+    } else {
+        0
+    };
+    mnk2.checked_add(bias).ok_or(FlopError::Overflow {
+        node: ctx.node.display_name(ctx.id),
+    })
 }
 
 fn conv_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
@@ -310,7 +427,9 @@ fn conv_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
     let per_out = ctx.product(w.get(1..).unwrap_or_default())?;
     let mac = ctx.product(&[2, y, per_out])?;
     let bias = if ctx.has_input(2) { y } else { 0 };
-    mac.checked_add(bias).ok_or(FlopError::Overflow { node: ctx.node.display_name(ctx.id) })
+    mac.checked_add(bias).ok_or(FlopError::Overflow {
+        node: ctx.node.display_name(ctx.id),
+    })
 }
 
 pub(super) fn ops() -> Vec<OpDef> {
@@ -321,8 +440,18 @@ pub(super) fn ops() -> Vec<OpDef> {
         OpDef::onnx("MaxPool", 1, pool, FlopRule::Custom(pool_flops)),
         OpDef::onnx("AveragePool", 1, pool, FlopRule::Custom(pool_flops)),
         OpDef::onnx("LpPool", 1, pool, FlopRule::Custom(pool_flops)),
-        OpDef::onnx("GlobalAveragePool", 1, global_pool, FlopRule::PerInput(0, cost::REDUCTION)),
-        OpDef::onnx("GlobalMaxPool", 1, global_pool, FlopRule::PerInput(0, cost::REDUCTION)),
+        OpDef::onnx(
+            "GlobalAveragePool",
+            1,
+            global_pool,
+            FlopRule::PerInput(0, cost::REDUCTION),
+        ),
+        OpDef::onnx(
+            "GlobalMaxPool",
+            1,
+            global_pool,
+            FlopRule::PerInput(0, cost::REDUCTION),
+        ),
         OpDef::onnx("Einsum", 12, einsum, FlopRule::Custom(einsum_flops)),
         OpDef::ms("FusedMatMul", fused_matmul, FlopRule::Custom(matmul_flops)),
     ]

@@ -116,7 +116,13 @@ pub struct OpDef {
 
 impl OpDef {
     /// A recomputable entry with no alias, open-ended from `since`.
-    pub(crate) fn new(domain: &'static str, op_type: &'static str, since: i64, infer: InferFn, flops: FlopRule) -> OpDef {
+    pub(crate) fn new(
+        domain: &'static str,
+        op_type: &'static str,
+        since: i64,
+        infer: InferFn,
+        flops: FlopRule,
+    ) -> OpDef {
         OpDef {
             domain,
             op_type,
@@ -130,7 +136,12 @@ impl OpDef {
         }
     }
 
-    pub(crate) fn onnx(op_type: &'static str, since: i64, infer: InferFn, flops: FlopRule) -> OpDef {
+    pub(crate) fn onnx(
+        op_type: &'static str,
+        since: i64,
+        infer: InferFn,
+        flops: FlopRule,
+    ) -> OpDef {
         OpDef::new(ONNX_DOMAIN, op_type, since, infer, flops)
     }
 
@@ -225,10 +236,15 @@ pub fn policy(graph: &Graph, node: NodeId) -> Policy {
     }
 }
 
-fn present_pair(graph: &Graph, node: NodeId, pair: Option<(usize, usize)>) -> Option<(usize, usize)> {
+fn present_pair(
+    graph: &Graph,
+    node: NodeId,
+    pair: Option<(usize, usize)>,
+) -> Option<(usize, usize)> {
     let (o, i) = pair?;
     let n = graph.node(node);
-    let present = |v: &Vec<Option<crate::ids::TensorId>>, k: usize| v.get(k).is_some_and(|t| t.is_some());
+    let present =
+        |v: &Vec<Option<crate::ids::TensorId>>, k: usize| v.get(k).is_some_and(|t| t.is_some());
     (present(&n.outputs, o) && present(&n.inputs, i)).then_some((o, i))
 }
 
@@ -258,7 +274,14 @@ mod tests {
                 assert!(x.since <= x.until, "{d}::{op} has an empty range");
                 for &j in &idx[a + 1..] {
                     let y = &r.entries[j];
-                    assert!(x.until < y.since || y.until < x.since, "{d}::{op}: ranges {}..={} and {}..={} overlap", x.since, x.until, y.since, y.until);
+                    assert!(
+                        x.until < y.since || y.until < x.since,
+                        "{d}::{op}: ranges {}..={} and {}..={} overlap",
+                        x.since,
+                        x.until,
+                        y.since,
+                        y.until
+                    );
                 }
             }
         }

@@ -32,14 +32,21 @@ fn layer_norm(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.input(0)?;
     let stats = stats_shape(&x.shape, ctx.attr_i("axis").unwrap_or(-1))?;
     let sd = stash_dtype(ctx)?;
-    Ok(vec![out(x.dtype, x.shape.clone()), out(sd, stats.clone()), out(sd, stats)])
+    Ok(vec![
+        out(x.dtype, x.shape.clone()),
+        out(sd, stats.clone()),
+        out(sd, stats),
+    ])
 }
 
 /// SimplifiedLayerNormalization (RMSNorm): Y like X, InvStdDev.
 fn simplified_layer_norm(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.input(0)?;
     let stats = stats_shape(&x.shape, ctx.attr_i("axis").unwrap_or(-1))?;
-    Ok(vec![out(x.dtype, x.shape.clone()), out(stash_dtype(ctx)?, stats)])
+    Ok(vec![
+        out(x.dtype, x.shape.clone()),
+        out(stash_dtype(ctx)?, stats),
+    ])
 }
 
 /// BatchNormalization: Y like X; in training mode running mean and var like the scale.
@@ -61,7 +68,11 @@ fn skip_layer_norm(ctx: &InferCtx<'_>) -> Out {
     let stats = stats_shape(&x.shape, -1)?;
     let mut v = vec![out(x.dtype, x.shape.clone())];
     for k in 1..ctx.n_outputs() {
-        v.push(if k < 3 { out(DType::F32, stats.clone()) } else { out(x.dtype, x.shape.clone()) });
+        v.push(if k < 3 {
+            out(DType::F32, stats.clone())
+        } else {
+            out(x.dtype, x.shape.clone())
+        });
     }
     Ok(v)
 }
@@ -74,17 +85,76 @@ fn like_input(ctx: &InferCtx<'_>) -> Out {
 
 pub(super) fn ops() -> Vec<OpDef> {
     vec![
-        OpDef::onnx("Softmax", 1, same_as_input, FlopRule::PerOutput(cost::SOFTMAX)).inplace(0, 0),
-        OpDef::onnx("LogSoftmax", 1, same_as_input, FlopRule::PerOutput(cost::SOFTMAX)).inplace(0, 0),
-        OpDef::onnx("LayerNormalization", 1, layer_norm, FlopRule::PerOutput(cost::LAYER_NORM)),
-        OpDef::onnx("SimplifiedLayerNormalization", 1, simplified_layer_norm, FlopRule::PerOutput(cost::RMS_NORM)),
-        OpDef::onnx("BatchNormalization", 15, batch_norm, FlopRule::PerOutput(cost::LAYER_NORM)),
-        OpDef::onnx("InstanceNormalization", 6, like_input, FlopRule::PerOutput(cost::LAYER_NORM)),
-        OpDef::onnx("GroupNormalization", 18, like_input, FlopRule::PerOutput(cost::LAYER_NORM)),
-        OpDef::onnx("MeanVarianceNormalization", 9, like_input, FlopRule::PerOutput(cost::LAYER_NORM)),
-        OpDef::onnx("LpNormalization", 1, like_input, FlopRule::PerOutput(cost::LP_NORM)),
-        OpDef::ms("SkipLayerNormalization", skip_layer_norm, FlopRule::PerOutput(cost::SKIP_LAYER_NORM)),
-        OpDef::ms("SkipSimplifiedLayerNormalization", skip_layer_norm, FlopRule::PerOutput(cost::LAYER_NORM)),
-        OpDef::ms("BiasSoftmax", like_input, FlopRule::PerOutput(cost::BIAS_SOFTMAX)),
+        OpDef::onnx(
+            "Softmax",
+            1,
+            same_as_input,
+            FlopRule::PerOutput(cost::SOFTMAX),
+        )
+        .inplace(0, 0),
+        OpDef::onnx(
+            "LogSoftmax",
+            1,
+            same_as_input,
+            FlopRule::PerOutput(cost::SOFTMAX),
+        )
+        .inplace(0, 0),
+        OpDef::onnx(
+            "LayerNormalization",
+            1,
+            layer_norm,
+            FlopRule::PerOutput(cost::LAYER_NORM),
+        ),
+        OpDef::onnx(
+            "SimplifiedLayerNormalization",
+            1,
+            simplified_layer_norm,
+            FlopRule::PerOutput(cost::RMS_NORM),
+        ),
+        OpDef::onnx(
+            "BatchNormalization",
+            15,
+            batch_norm,
+            FlopRule::PerOutput(cost::LAYER_NORM),
+        ),
+        OpDef::onnx(
+            "InstanceNormalization",
+            6,
+            like_input,
+            FlopRule::PerOutput(cost::LAYER_NORM),
+        ),
+        OpDef::onnx(
+            "GroupNormalization",
+            18,
+            like_input,
+            FlopRule::PerOutput(cost::LAYER_NORM),
+        ),
+        OpDef::onnx(
+            "MeanVarianceNormalization",
+            9,
+            like_input,
+            FlopRule::PerOutput(cost::LAYER_NORM),
+        ),
+        OpDef::onnx(
+            "LpNormalization",
+            1,
+            like_input,
+            FlopRule::PerOutput(cost::LP_NORM),
+        ),
+        OpDef::ms(
+            "SkipLayerNormalization",
+            skip_layer_norm,
+            FlopRule::PerOutput(cost::SKIP_LAYER_NORM),
+        ),
+        OpDef::ms(
+            "SkipSimplifiedLayerNormalization",
+            skip_layer_norm,
+            FlopRule::PerOutput(cost::LAYER_NORM),
+        ),
+        OpDef::ms(
+            "BiasSoftmax",
+            like_input,
+            FlopRule::PerOutput(cost::BIAS_SOFTMAX),
+        ),
     ]
 }

@@ -31,7 +31,9 @@ const RANDOM: &str = "draws random numbers: a recompute would differ";
 fn dropout_policy_at(graph: &Graph, node: NodeId, ratio: usize) -> Policy {
     let n = graph.node(node);
     let input = |i: usize| n.inputs.get(i).copied().flatten();
-    let zero_ratio = input(ratio).and_then(|t| constant_f64(graph, t)).is_some_and(|v| v == [0.0]);
+    let zero_ratio = input(ratio)
+        .and_then(|t| constant_f64(graph, t))
+        .is_some_and(|v| v == [0.0]);
     match input(ratio + 1) {
         None => Policy::Recomputable,
         Some(_) if zero_ratio => Policy::Recomputable,
@@ -69,15 +71,26 @@ fn bias_dropout_policy(graph: &Graph, node: NodeId) -> Policy {
 fn dropout(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.input(0)?;
     let bitmask = ctx.node.op_type.starts_with("Bitmask");
-    let shape = if ctx.node.op_type.contains("Bias") && ctx.has(1) { ctx.broadcast(&[&x.shape, ctx.shape(1)?])? } else { x.shape.clone() };
+    let shape = if ctx.node.op_type.contains("Bias") && ctx.has(1) {
+        ctx.broadcast(&[&x.shape, ctx.shape(1)?])?
+    } else {
+        x.shape.clone()
+    };
     let mask = if bitmask {
         let words = match shape.numel().known() {
             Some(n) => Dim::Known(n.div_ceil(32)),
-            None => shape.numel().div_exact(&Dim::Known(32)).ok_or("bitmask size of a symbolic element count not divisible by 32")?,
+            None => shape
+                .numel()
+                .div_exact(&Dim::Known(32))
+                .ok_or("bitmask size of a symbolic element count not divisible by 32")?,
         };
         out(DType::U32, Shape(vec![words]))
     } else {
-        let md = if ctx.opset < 10 && ctx.node.domain == crate::graph::ONNX_DOMAIN { x.dtype } else { DType::Bool };
+        let md = if ctx.opset < 10 && ctx.node.domain == crate::graph::ONNX_DOMAIN {
+            x.dtype
+        } else {
+            DType::Bool
+        };
         out(md, shape.clone())
     };
     Ok(vec![out(x.dtype, shape), mask])
@@ -97,24 +110,49 @@ fn random_like(ctx: &InferCtx<'_>) -> Out {
 
 fn random_shaped(ctx: &InferCtx<'_>) -> Out {
     let s = ctx.attr_ints("shape").ok_or("no shape attribute")?;
-    Ok(vec![out(dtype_attr(ctx, DType::F32)?, Shape(s.into_iter().map(|d| Dim::Known(d.max(0) as u64)).collect()))])
+    Ok(vec![out(
+        dtype_attr(ctx, DType::F32)?,
+        Shape(s.into_iter().map(|d| Dim::Known(d.max(0) as u64)).collect()),
+    )])
 }
 
 fn multinomial(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.shape(0)?;
     let n = ctx.attr_i("sample_size").unwrap_or(1);
-    let b = x.0.first().cloned().ok_or("Multinomial input must be [batch, classes]")?;
-    Ok(vec![out(dtype_attr(ctx, DType::I32)?, Shape(vec![b, Dim::Known(n as u64)]))])
+    let b =
+        x.0.first()
+            .cloned()
+            .ok_or("Multinomial input must be [batch, classes]")?;
+    Ok(vec![out(
+        dtype_attr(ctx, DType::I32)?,
+        Shape(vec![b, Dim::Known(n as u64)]),
+    )])
 }
 
 pub(super) fn ops() -> Vec<OpDef> {
     let per = FlopRule::PerOutput(cost::RANDOM);
     let stochastic = Policy::Stochastic(RANDOM);
     vec![
-        OpDef::onnx("Dropout", 1, dropout, FlopRule::PerOutput(cost::DROPOUT)).dynamic(dropout_policy),
-        OpDef::ms("BitmaskDropout", dropout, FlopRule::PerOutput(cost::DROPOUT)).dynamic(ms_dropout_policy),
-        OpDef::ms("BiasDropout", dropout, FlopRule::PerOutput(cost::BIAS_DROPOUT)).dynamic(bias_dropout_policy),
-        OpDef::ms("BitmaskBiasDropout", dropout, FlopRule::PerOutput(cost::BIAS_DROPOUT)).dynamic(bias_dropout_policy),
+        OpDef::onnx("Dropout", 1, dropout, FlopRule::PerOutput(cost::DROPOUT))
+            .dynamic(dropout_policy),
+        OpDef::ms(
+            "BitmaskDropout",
+            dropout,
+            FlopRule::PerOutput(cost::DROPOUT),
+        )
+        .dynamic(ms_dropout_policy),
+        OpDef::ms(
+            "BiasDropout",
+            dropout,
+            FlopRule::PerOutput(cost::BIAS_DROPOUT),
+        )
+        .dynamic(bias_dropout_policy),
+        OpDef::ms(
+            "BitmaskBiasDropout",
+            dropout,
+            FlopRule::PerOutput(cost::BIAS_DROPOUT),
+        )
+        .dynamic(bias_dropout_policy),
         OpDef::onnx("RandomUniformLike", 1, random_like, per).policy(stochastic),
         OpDef::onnx("RandomNormalLike", 1, random_like, per).policy(stochastic),
         OpDef::onnx("RandomUniform", 1, random_shaped, per).policy(stochastic),

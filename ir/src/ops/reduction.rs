@@ -13,7 +13,12 @@ use super::{FlopRule, OpDef};
 type Out = Result<Vec<Option<TensorType>>, String>;
 
 /// Reduce `shape` over `axes` (empty = all, unless `noop` keeps it as is).
-pub(crate) fn reduce_shape(shape: &Shape, axes: &[i64], keepdims: bool, noop: bool) -> Result<Shape, String> {
+pub(crate) fn reduce_shape(
+    shape: &Shape,
+    axes: &[i64],
+    keepdims: bool,
+    noop: bool,
+) -> Result<Shape, String> {
     if axes.is_empty() && noop {
         return Ok(shape.clone());
     }
@@ -35,19 +40,30 @@ pub(crate) fn reduce_shape(shape: &Shape, axes: &[i64], keepdims: bool, noop: bo
 
 fn reduce(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.input(0)?;
-    let axes = if ctx.has(1) { ctx.const_ints(1, "axes")? } else { ctx.attr_ints("axes").unwrap_or_default() };
+    let axes = if ctx.has(1) {
+        ctx.const_ints(1, "axes")?
+    } else {
+        ctx.attr_ints("axes").unwrap_or_default()
+    };
     let keep = ctx.attr_i("keepdims").unwrap_or(1) != 0;
     let noop = ctx.attr_i("noop_with_empty_axes").unwrap_or(0) != 0;
     let shape = reduce_shape(&x.shape, &axes, keep, noop)?;
     // Sum or product of a whole 1-D shape vector (e.g. the element count).
-    let full = x.shape.rank() == 1 && (axes.is_empty() && !noop || axes.iter().all(|&a| a == 0 || a == -1));
+    let full = x.shape.rank() == 1
+        && (axes.is_empty() && !noop || axes.iter().all(|&a| a == 0 || a == -1));
     let value = match (ctx.node.op_type.as_str(), &x.value, full) {
-        ("ReduceSum" | "ReduceSumTraining", Some(v), true) => Some(vec![v.iter().fold(Dim::Known(0), |a, d| a.add(d))]),
+        ("ReduceSum" | "ReduceSumTraining", Some(v), true) => {
+            Some(vec![v.iter().fold(Dim::Known(0), |a, d| a.add(d))])
+        }
         ("ReduceProd", Some(v), true) => Some(vec![Dim::product(v)]),
         ("ReduceMax" | "ReduceMin", Some(v), true) => {
             let ints: Option<Vec<i64>> = v.iter().map(int_of).collect();
             ints.and_then(|i| {
-                let m = if ctx.node.op_type == "ReduceMax" { i.iter().max() } else { i.iter().min() };
+                let m = if ctx.node.op_type == "ReduceMax" {
+                    i.iter().max()
+                } else {
+                    i.iter().min()
+                };
                 m.map(|&m| vec![super::value::dim_of(m)])
             })
         }
@@ -60,15 +76,27 @@ fn arg_reduce(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.input(0)?;
     let axis = ctx.attr_i("axis").unwrap_or(0);
     let keep = ctx.attr_i("keepdims").unwrap_or(1) != 0;
-    Ok(vec![out_v(DType::I64, reduce_shape(&x.shape, &[axis], keep, false)?, None)])
+    Ok(vec![out_v(
+        DType::I64,
+        reduce_shape(&x.shape, &[axis], keep, false)?,
+        None,
+    )])
 }
 
 pub(super) fn ops() -> Vec<OpDef> {
     let per_in = FlopRule::PerInput(0, cost::REDUCTION);
     let mut v = Vec::new();
     for op in [
-        "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
-        "ReduceLogSumExp", "ReduceSumSquare",
+        "ReduceSum",
+        "ReduceMean",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "ReduceSumSquare",
     ] {
         v.push(OpDef::onnx(op, 1, reduce, per_in));
     }

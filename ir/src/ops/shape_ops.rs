@@ -39,8 +39,12 @@ fn shape_input(ctx: &InferCtx<'_>, i: usize, what: &str) -> Result<Vec<Dim>, Str
     }
     let s = ctx.shape(i)?;
     match s.dims() {
-        [Dim::Known(n)] => Ok((0..*n as usize).map(|a| fresh(ctx, a, &format!("{what} is not computable"))).collect()),
-        _ => Err(format!("{what} (input {i}) is neither computable nor of known length")),
+        [Dim::Known(n)] => Ok((0..*n as usize)
+            .map(|a| fresh(ctx, a, &format!("{what} is not computable")))
+            .collect()),
+        _ => Err(format!(
+            "{what} (input {i}) is neither computable nor of known length"
+        )),
     }
 }
 
@@ -50,12 +54,24 @@ fn shape_op(ctx: &InferCtx<'_>) -> Out {
     let clamp = |v: i64| if v < 0 { (v + r).max(0) } else { v.min(r) };
     let start = clamp(ctx.attr_i("start").unwrap_or(0)) as usize;
     let end = ctx.attr_i("end").map_or(r, clamp) as usize;
-    let dims = if start < end { x.0[start..end].to_vec() } else { vec![] };
-    Ok(vec![out_v(DType::I64, Shape::known(&[dims.len() as u64]), Some(dims))])
+    let dims = if start < end {
+        x.0[start..end].to_vec()
+    } else {
+        vec![]
+    };
+    Ok(vec![out_v(
+        DType::I64,
+        Shape::known(&[dims.len() as u64]),
+        Some(dims),
+    )])
 }
 
 fn size_op(ctx: &InferCtx<'_>) -> Out {
-    Ok(vec![out_v(DType::I64, Shape(vec![]), Some(vec![ctx.shape(0)?.numel()]))])
+    Ok(vec![out_v(
+        DType::I64,
+        Shape(vec![]),
+        Some(vec![ctx.shape(0)?.numel()]),
+    )])
 }
 
 fn identity(ctx: &InferCtx<'_>) -> Out {
@@ -74,7 +90,9 @@ fn reshape(ctx: &InferCtx<'_>) -> Out {
     for (i, t) in target.iter().enumerate() {
         match int_of(t) {
             Some(0) if !allowzero => {
-                dims.push(Some(x.shape.0.get(i).cloned().ok_or_else(|| format!("target dim {i} is 0 (copy) beyond the input rank"))?))
+                dims.push(Some(x.shape.0.get(i).cloned().ok_or_else(|| {
+                    format!("target dim {i} is 0 (copy) beyond the input rank")
+                })?))
             }
             Some(-1) => {
                 if infer_at.replace(i).is_some() {
@@ -90,7 +108,11 @@ fn reshape(ctx: &InferCtx<'_>) -> Out {
         let known = Dim::product(dims.iter().flatten());
         dims[i] = Some(match x.shape.numel().div_exact(&known) {
             Some(d) => d,
-            None => fresh(ctx, i, &format!("cannot divide {} by {known} for -1", x.shape.numel())),
+            None => fresh(
+                ctx,
+                i,
+                &format!("cannot divide {} by {known} for -1", x.shape.numel()),
+            ),
         });
     }
     let shape = Shape(dims.into_iter().flatten().collect());
@@ -106,7 +128,11 @@ fn flatten(ctx: &InferCtx<'_>) -> Out {
         return Err(format!("axis {a} is out of range for rank {r}"));
     }
     let (l, rt) = x.shape.0.split_at(a as usize);
-    Ok(vec![out_v(x.dtype, Shape(vec![Dim::product(l), Dim::product(rt)]), x.value.clone())])
+    Ok(vec![out_v(
+        x.dtype,
+        Shape(vec![Dim::product(l), Dim::product(rt)]),
+        x.value.clone(),
+    )])
 }
 
 fn axes_of(ctx: &InferCtx<'_>) -> Result<Option<Vec<i64>>, String> {
@@ -125,13 +151,27 @@ fn squeeze(ctx: &InferCtx<'_>) -> Out {
             for a in axes {
                 drop[norm_axis(a, r)?] = true;
             }
-            x.shape.0.iter().zip(drop).filter(|(_, d)| !d).map(|(d, _)| d.clone()).collect()
+            x.shape
+                .0
+                .iter()
+                .zip(drop)
+                .filter(|(_, d)| !d)
+                .map(|(d, _)| d.clone())
+                .collect()
         }
         None => {
             if x.shape.0.iter().any(|d| d.known().is_none()) {
-                ctx.warn(format!("Squeeze without axes keeps symbolic dims of {} (assumed ≠ 1)", x.shape));
+                ctx.warn(format!(
+                    "Squeeze without axes keeps symbolic dims of {} (assumed ≠ 1)",
+                    x.shape
+                ));
             }
-            x.shape.0.iter().filter(|d| **d != Dim::Known(1)).cloned().collect()
+            x.shape
+                .0
+                .iter()
+                .filter(|d| **d != Dim::Known(1))
+                .cloned()
+                .collect()
         }
     };
     Ok(vec![out_v(x.dtype, Shape(dims), x.value.clone())])
@@ -149,18 +189,37 @@ fn unsqueeze(ctx: &InferCtx<'_>) -> Out {
         }
     }
     let mut src = x.shape.0.iter();
-    let dims = ones.iter().map(|&one| if one { Some(Dim::Known(1)) } else { src.next().cloned() }).collect::<Option<Vec<_>>>();
-    Ok(vec![out_v(x.dtype, Shape(dims.ok_or("axes do not fit the rank")?), x.value.clone())])
+    let dims = ones
+        .iter()
+        .map(|&one| {
+            if one {
+                Some(Dim::Known(1))
+            } else {
+                src.next().cloned()
+            }
+        })
+        .collect::<Option<Vec<_>>>();
+    Ok(vec![out_v(
+        x.dtype,
+        Shape(dims.ok_or("axes do not fit the rank")?),
+        x.value.clone(),
+    )])
 }
 
 fn transpose(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.input(0)?;
     let r = x.shape.rank();
-    let perm = ctx.attr_ints("perm").filter(|p| !p.is_empty()).unwrap_or_else(|| (0..r as i64).rev().collect());
+    let perm = ctx
+        .attr_ints("perm")
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| (0..r as i64).rev().collect());
     if perm.len() != r {
         return Err(format!("perm {perm:?} does not fit rank {r}"));
     }
-    let dims = perm.iter().map(|&p| norm_axis(p, r).map(|a| x.shape.0[a].clone())).collect::<Result<Vec<_>, _>>()?;
+    let dims = perm
+        .iter()
+        .map(|&p| norm_axis(p, r).map(|a| x.shape.0[a].clone()))
+        .collect::<Result<Vec<_>, _>>()?;
     let value = if r <= 1 { x.value.clone() } else { None };
     Ok(vec![out_v(x.dtype, Shape(dims), value)])
 }
@@ -168,7 +227,10 @@ fn transpose(ctx: &InferCtx<'_>) -> Out {
 /// Concat over the present inputs; also used by com.microsoft ConcatTraining, whose
 /// second output is each input's length along the axis.
 pub(crate) fn concat(ctx: &InferCtx<'_>) -> Out {
-    let ins: Vec<_> = (0..ctx.n_inputs()).filter(|&i| ctx.has(i)).map(|i| ctx.input(i)).collect::<Result<_, _>>()?;
+    let ins: Vec<_> = (0..ctx.n_inputs())
+        .filter(|&i| ctx.has(i))
+        .map(|i| ctx.input(i))
+        .collect::<Result<_, _>>()?;
     let first = ins.first().ok_or("Concat of nothing")?;
     let r = first.shape.rank();
     let axis = norm_axis(ctx.attr_i("axis").ok_or("Concat has no axis")?, r)?;
@@ -182,13 +244,20 @@ pub(crate) fn concat(ctx: &InferCtx<'_>) -> Out {
         lengths.push(t.shape.0[axis].clone());
     }
     let value = if r == 1 {
-        ins.iter().map(|t| t.value.clone()).collect::<Option<Vec<_>>>().map(|v| v.concat())
+        ins.iter()
+            .map(|t| t.value.clone())
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.concat())
     } else {
         None
     };
     let mut v = vec![out_v(first.dtype, Shape(dims), value)];
     if ctx.node.op_type == "ConcatTraining" {
-        v.push(out_v(DType::I64, Shape::known(&[lengths.len() as u64]), Some(lengths)));
+        v.push(out_v(
+            DType::I64,
+            Shape::known(&[lengths.len() as u64]),
+            Some(lengths),
+        ));
     }
     Ok(v)
 }
@@ -200,21 +269,30 @@ fn split(ctx: &InferCtx<'_>) -> Out {
     let d = &x.shape.0[axis];
     let n = ctx.n_outputs();
     let sizes: Vec<Dim> = if ctx.has(1) {
-        ctx.const_ints(1, "split")?.into_iter().map(dim_of).collect()
+        ctx.const_ints(1, "split")?
+            .into_iter()
+            .map(dim_of)
+            .collect()
     } else if let Some(s) = ctx.attr_ints("split").filter(|s| !s.is_empty()) {
         s.into_iter().map(dim_of).collect()
     } else {
-        let parts = ctx.attr_i("num_outputs").map_or(n as u64, |k| k.max(0) as u64);
+        let parts = ctx
+            .attr_i("num_outputs")
+            .map_or(n as u64, |k| k.max(0) as u64);
         if parts == 0 {
             return Err("Split into 0 parts".into());
         }
         match d.known() {
             Some(k) => {
                 let chunk = k.div_ceil(parts);
-                (0..parts).map(|i| Dim::Known(chunk.min(k.saturating_sub(chunk * i)))).collect()
+                (0..parts)
+                    .map(|i| Dim::Known(chunk.min(k.saturating_sub(chunk * i))))
+                    .collect()
             }
             None => {
-                let c = d.div_exact(&Dim::Known(parts)).unwrap_or_else(|| fresh(ctx, axis, &format!("{d} split {parts} ways")));
+                let c = d
+                    .div_exact(&Dim::Known(parts))
+                    .unwrap_or_else(|| fresh(ctx, axis, &format!("{d} split {parts} ways")));
                 vec![c; parts as usize]
             }
         }
@@ -238,13 +316,23 @@ fn split(ctx: &InferCtx<'_>) -> Out {
 }
 
 /// One axis of a Slice: its length, and for concrete dims the selected indices.
-fn slice_axis(ctx: &InferCtx<'_>, axis: usize, d: &Dim, start: &Dim, end: &Dim, step: i64) -> Result<(Dim, Option<Vec<usize>>), String> {
+fn slice_axis(
+    ctx: &InferCtx<'_>,
+    axis: usize,
+    d: &Dim,
+    start: &Dim,
+    end: &Dim,
+    step: i64,
+) -> Result<(Dim, Option<Vec<usize>>), String> {
     if step == 0 {
         return Err("slice step 0".into());
     }
     if let (Some(dk), Some(s), Some(e)) = (d.known(), int_of(start), int_of(end)) {
         let dk = dk as i64;
-        let (s, e) = (if s < 0 { s + dk } else { s }, if e < 0 { e + dk } else { e });
+        let (s, e) = (
+            if s < 0 { s + dk } else { s },
+            if e < 0 { e + dk } else { e },
+        );
         let idx: Vec<usize> = if step > 0 {
             let (s, e) = (s.clamp(0, dk), e.clamp(0, dk));
             (s..e).step_by(step as usize).map(|i| i as usize).collect()
@@ -261,7 +349,10 @@ fn slice_axis(ctx: &InferCtx<'_>, axis: usize, d: &Dim, start: &Dim, end: &Dim, 
         return Ok((Dim::Known(idx.len() as u64), Some(idx)));
     }
     if step != 1 {
-        return Ok((fresh(ctx, axis, &format!("step {step} over symbolic bounds"), ), None));
+        return Ok((
+            fresh(ctx, axis, &format!("step {step} over symbolic bounds")),
+            None,
+        ));
     }
     let pos = |v: &Dim, is_end: bool| -> Dim {
         match int_of(v) {
@@ -269,12 +360,16 @@ fn slice_axis(ctx: &InferCtx<'_>, axis: usize, d: &Dim, start: &Dim, end: &Dim, 
             Some(i) if i < 0 => d.sub(&Dim::Known(i.unsigned_abs())),
             Some(i) => {
                 if i > 0 {
-                    ctx.warn(format!("slice bound {i} assumed within axis {axis} of size {d}"));
+                    ctx.warn(format!(
+                        "slice bound {i} assumed within axis {axis} of size {d}"
+                    ));
                 }
                 Dim::Known(i as u64)
             }
             None => {
-                ctx.warn(format!("slice bound {v} assumed within axis {axis} of size {d}"));
+                ctx.warn(format!(
+                    "slice bound {v} assumed within axis {axis} of size {d}"
+                ));
                 v.clone()
             }
         }
@@ -288,14 +383,33 @@ fn slice(ctx: &InferCtx<'_>) -> Out {
     type Bounds = (Vec<Dim>, Vec<Dim>, Option<Vec<i64>>, Option<Vec<i64>>);
     let (starts, ends, axes, steps): Bounds = if ctx.opset < 10 {
         let a = |n: &str| ctx.attr_ints(n).unwrap_or_default();
-        (a("starts").into_iter().map(dim_of).collect(), a("ends").into_iter().map(dim_of).collect(), ctx.attr_ints("axes"), None)
+        (
+            a("starts").into_iter().map(dim_of).collect(),
+            a("ends").into_iter().map(dim_of).collect(),
+            ctx.attr_ints("axes"),
+            None,
+        )
     } else {
-        let bound = |i: usize, what: &str| ctx.value(i).map(<[Dim]>::to_vec).ok_or_else(|| format!("{what} (input {i}) is not computable"));
-        let axes = if ctx.has(3) { Some(ctx.const_ints(3, "axes")?) } else { None };
-        let steps = if ctx.has(4) { Some(ctx.const_ints(4, "steps")?) } else { None };
+        let bound = |i: usize, what: &str| {
+            ctx.value(i)
+                .map(<[Dim]>::to_vec)
+                .ok_or_else(|| format!("{what} (input {i}) is not computable"))
+        };
+        let axes = if ctx.has(3) {
+            Some(ctx.const_ints(3, "axes")?)
+        } else {
+            None
+        };
+        let steps = if ctx.has(4) {
+            Some(ctx.const_ints(4, "steps")?)
+        } else {
+            None
+        };
         (bound(1, "starts")?, bound(2, "ends")?, axes, steps)
     };
-    let axes = axes.filter(|a| !a.is_empty()).unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let axes = axes
+        .filter(|a| !a.is_empty())
+        .unwrap_or_else(|| (0..starts.len() as i64).collect());
     let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
     if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
         return Err("starts, ends, axes and steps differ in length".into());
@@ -350,7 +464,11 @@ fn gather_nd(ctx: &InferCtx<'_>) -> Out {
     let idx = ctx.shape(1)?;
     let b = ctx.attr_i("batch_dims").unwrap_or(0) as usize;
     let q = idx.rank();
-    let last = idx.0.last().and_then(Dim::known).ok_or("GatherND indices need a known last dim")? as usize;
+    let last = idx
+        .0
+        .last()
+        .and_then(Dim::known)
+        .ok_or("GatherND indices need a known last dim")? as usize;
     if q == 0 || b + last > data.rank() {
         return Err(format!("indices {idx} do not fit data {data}"));
     }
@@ -368,7 +486,9 @@ fn expand(ctx: &InferCtx<'_>) -> Out {
     let target = Shape(shape_input(ctx, 1, "the expand shape")?);
     let shape = ctx.broadcast(&[&x.shape, &target])?;
     let value = match (&x.value, x.shape.numel().known(), shape.numel().known()) {
-        (Some(v), Some(1), Some(n)) if n <= super::value::MAX_VALUE_ELEMS => Some(vec![v[0].clone(); n as usize]),
+        (Some(v), Some(1), Some(n)) if n <= super::value::MAX_VALUE_ELEMS => {
+            Some(vec![v[0].clone(); n as usize])
+        }
         (Some(v), _, _) if shape == x.shape => Some(v.clone()),
         _ => None,
     };
@@ -379,7 +499,11 @@ fn tile(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.input(0)?;
     let reps = shape_input(ctx, 1, "repeats")?;
     if reps.len() != x.shape.rank() {
-        return Err(format!("{} repeats for rank {}", reps.len(), x.shape.rank()));
+        return Err(format!(
+            "{} repeats for rank {}",
+            reps.len(),
+            x.shape.rank()
+        ));
     }
     let dims = x.shape.0.iter().zip(&reps).map(|(d, r)| d.mul(r)).collect();
     Ok(vec![out(x.dtype, Shape(dims))])
@@ -388,9 +512,20 @@ fn tile(ctx: &InferCtx<'_>) -> Out {
 fn pad(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.input(0)?;
     let r = x.shape.rank();
-    let pads: Vec<Dim> = if ctx.has(1) { shape_input(ctx, 1, "pads")? } else { ctx.attr_ints("pads").unwrap_or_default().into_iter().map(dim_of).collect() };
+    let pads: Vec<Dim> = if ctx.has(1) {
+        shape_input(ctx, 1, "pads")?
+    } else {
+        ctx.attr_ints("pads")
+            .unwrap_or_default()
+            .into_iter()
+            .map(dim_of)
+            .collect()
+    };
     let axes: Vec<usize> = if ctx.has(3) {
-        ctx.const_ints(3, "axes")?.into_iter().map(|a| norm_axis(a, r)).collect::<Result<_, _>>()?
+        ctx.const_ints(3, "axes")?
+            .into_iter()
+            .map(|a| norm_axis(a, r))
+            .collect::<Result<_, _>>()?
     } else {
         (0..r).collect()
     };
@@ -409,7 +544,8 @@ fn constant_of_shape(ctx: &InferCtx<'_>) -> Out {
     let dims = shape_input(ctx, 0, "the shape")?;
     let (dtype, fill) = match ctx.node.attr_t("value") {
         Some(t) => {
-            let d = DType::from_code(t.data_type.unwrap_or(1)).ok_or("value has an unknown type")?;
+            let d =
+                DType::from_code(t.data_type.unwrap_or(1)).ok_or("value has an unknown type")?;
             let fill = match super::value::decode(t) {
                 Some(ConstData::Ints(v)) => v.first().copied(),
                 _ => None,
@@ -420,7 +556,9 @@ fn constant_of_shape(ctx: &InferCtx<'_>) -> Out {
     };
     let shape = Shape(dims);
     let value = match (fill, shape.numel().known()) {
-        (Some(f), Some(n)) if n <= super::value::MAX_VALUE_ELEMS => Some(vec![dim_of(f); n as usize]),
+        (Some(f), Some(n)) if n <= super::value::MAX_VALUE_ELEMS => {
+            Some(vec![dim_of(f); n as usize])
+        }
         _ => None,
     };
     Ok(vec![out_v(dtype, shape, value)])
@@ -430,7 +568,15 @@ fn constant(ctx: &InferCtx<'_>) -> Out {
     let n = ctx.node;
     let (dtype, shape) = if let Some(t) = n.attr_t("value") {
         let d = DType::from_code(t.data_type.unwrap_or(0)).ok_or("value has an unknown type")?;
-        (d, Shape(t.dims.iter().map(|&x| Dim::Known(x.max(0) as u64)).collect()))
+        (
+            d,
+            Shape(
+                t.dims
+                    .iter()
+                    .map(|&x| Dim::Known(x.max(0) as u64))
+                    .collect(),
+            ),
+        )
     } else if n.attr("value_int").is_some() {
         (DType::I64, Shape(vec![]))
     } else if let Some(a) = n.attr("value_ints") {
@@ -440,7 +586,10 @@ fn constant(ctx: &InferCtx<'_>) -> Out {
     } else if let Some(a) = n.attr("value_floats") {
         (DType::F32, Shape::known(&[a.floats.len() as u64]))
     } else {
-        return Err("Constant without a supported value attribute (value, value_int(s), value_float(s))".into());
+        return Err(
+            "Constant without a supported value attribute (value, value_int(s), value_float(s))"
+                .into(),
+        );
     };
     let value = match constant_node_value(n) {
         Some(ConstData::Ints(v)) => Some(v.into_iter().map(dim_of).collect()),
@@ -453,15 +602,28 @@ fn range(ctx: &InferCtx<'_>) -> Out {
     let dtype = ctx.dtype(0)?;
     let one = |i: usize| ctx.value(i).and_then(|v| v.first().cloned());
     let (start, limit, delta) = (one(0), one(1), one(2));
-    let len = match (start.as_ref().and_then(int_of), limit.as_ref().and_then(int_of), delta.as_ref().and_then(int_of)) {
-        (Some(s), Some(l), Some(d)) if d != 0 => Dim::Known(((l as f64 - s as f64) / d as f64).ceil().max(0.0) as u64),
-        (_, _, Some(1)) if start.is_some() && limit.is_some() => limit.clone().unwrap_or(Dim::Known(0)).sub(&start.clone().unwrap_or(Dim::Known(0))),
+    let len = match (
+        start.as_ref().and_then(int_of),
+        limit.as_ref().and_then(int_of),
+        delta.as_ref().and_then(int_of),
+    ) {
+        (Some(s), Some(l), Some(d)) if d != 0 => {
+            Dim::Known(((l as f64 - s as f64) / d as f64).ceil().max(0.0) as u64)
+        }
+        (_, _, Some(1)) if start.is_some() && limit.is_some() => limit
+            .clone()
+            .unwrap_or(Dim::Known(0))
+            .sub(&start.clone().unwrap_or(Dim::Known(0))),
         _ => fresh(ctx, 0, "Range bounds are not computable"),
     };
-    let value = match (start.as_ref().and_then(int_of), delta.as_ref().and_then(int_of), len.known()) {
-        (Some(s), Some(d), Some(n)) if n <= super::value::MAX_VALUE_ELEMS => {
-            (0..n as i64).map(|i| i.checked_mul(d).and_then(|x| x.checked_add(s)).map(dim_of)).collect()
-        }
+    let value = match (
+        start.as_ref().and_then(int_of),
+        delta.as_ref().and_then(int_of),
+        len.known(),
+    ) {
+        (Some(s), Some(d), Some(n)) if n <= super::value::MAX_VALUE_ELEMS => (0..n as i64)
+            .map(|i| i.checked_mul(d).and_then(|x| x.checked_add(s)).map(dim_of))
+            .collect(),
         _ => None,
     };
     Ok(vec![out_v(dtype, Shape(vec![len]), value)])
@@ -477,7 +639,10 @@ fn eye_like(ctx: &InferCtx<'_>) -> Out {
 
 fn one_hot(ctx: &InferCtx<'_>) -> Out {
     let idx = ctx.shape(0)?;
-    let depth = ctx.value(1).and_then(|v| v.first().cloned()).ok_or("OneHot depth is not a constant")?;
+    let depth = ctx
+        .value(1)
+        .and_then(|v| v.first().cloned())
+        .ok_or("OneHot depth is not a constant")?;
     let r = idx.rank() + 1;
     let a = norm_axis(ctx.attr_i("axis").unwrap_or(-1), r)?;
     let mut dims = idx.0.clone();
@@ -487,11 +652,20 @@ fn one_hot(ctx: &InferCtx<'_>) -> Out {
 
 fn top_k(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.input(0)?;
-    let k = if ctx.has(1) { ctx.value(1).and_then(|v| v.first().cloned()).ok_or("TopK k is not computable")? } else { Dim::Known(ctx.attr_i("k").ok_or("TopK has no k")? as u64) };
+    let k = if ctx.has(1) {
+        ctx.value(1)
+            .and_then(|v| v.first().cloned())
+            .ok_or("TopK k is not computable")?
+    } else {
+        Dim::Known(ctx.attr_i("k").ok_or("TopK has no k")? as u64)
+    };
     let a = norm_axis(ctx.attr_i("axis").unwrap_or(-1), x.shape.rank())?;
     let mut dims = x.shape.0.clone();
     dims[a] = k;
-    Ok(vec![out(x.dtype, Shape(dims.clone())), out(DType::I64, Shape(dims))])
+    Ok(vec![
+        out(x.dtype, Shape(dims.clone())),
+        out(DType::I64, Shape(dims)),
+    ])
 }
 
 pub(super) fn ops() -> Vec<OpDef> {
@@ -517,7 +691,12 @@ pub(super) fn ops() -> Vec<OpDef> {
         OpDef::onnx("Expand", 8, expand, z),
         OpDef::onnx("Tile", 6, tile, z),
         OpDef::onnx("Pad", 2, pad, z),
-        OpDef::onnx("Trilu", 14, like_data, FlopRule::PerOutput(cost::ELEMENTWISE)),
+        OpDef::onnx(
+            "Trilu",
+            14,
+            like_data,
+            FlopRule::PerOutput(cost::ELEMENTWISE),
+        ),
         OpDef::onnx("ConstantOfShape", 9, constant_of_shape, z),
         OpDef::onnx("Constant", 1, constant, z),
         OpDef::onnx("Range", 11, range, FlopRule::PerOutput(cost::ELEMENTWISE)),
@@ -525,8 +704,23 @@ pub(super) fn ops() -> Vec<OpDef> {
         OpDef::onnx("OneHot", 9, one_hot, z),
         OpDef::onnx("TopK", 1, top_k, FlopRule::PerInput(0, cost::REDUCTION)),
         // Data-dependent output shapes: deterministic, typed from value_info.
-        OpDef::onnx("NonZero", 9, declared, FlopRule::PerInput(0, cost::ELEMENTWISE)),
-        OpDef::onnx("Compress", 9, declared, FlopRule::PerInput(0, cost::ELEMENTWISE)),
-        OpDef::onnx("Unique", 11, declared, FlopRule::PerInput(0, cost::REDUCTION)),
+        OpDef::onnx(
+            "NonZero",
+            9,
+            declared,
+            FlopRule::PerInput(0, cost::ELEMENTWISE),
+        ),
+        OpDef::onnx(
+            "Compress",
+            9,
+            declared,
+            FlopRule::PerInput(0, cost::ELEMENTWISE),
+        ),
+        OpDef::onnx(
+            "Unique",
+            11,
+            declared,
+            FlopRule::PerInput(0, cost::REDUCTION),
+        ),
     ]
 }

@@ -45,7 +45,9 @@ fn layer_norm_grad(ctx: &InferCtx<'_>) -> Out {
 /// A gradient whose shape is the value of input `i` (GatherGrad, SliceGrad…), in the
 /// dtype of input `g`.
 fn shaped_by_value(ctx: &InferCtx<'_>, i: usize, g: usize) -> Out {
-    let dims = ctx.value(i).ok_or_else(|| format!("shape input {i} is not computable"))?;
+    let dims = ctx
+        .value(i)
+        .ok_or_else(|| format!("shape input {i} is not computable"))?;
     Ok(vec![out(ctx.dtype(g)?, Shape(dims.to_vec()))])
 }
 
@@ -69,12 +71,17 @@ fn gather_nd_grad(ctx: &InferCtx<'_>) -> Out {
 /// and optionally the accumulated buffer.
 fn accumulator_v2(ctx: &InferCtx<'_>) -> Out {
     let buf = ctx.input(0)?;
-    Ok(vec![out(DType::Bool, Shape::known(&[1])), out(buf.dtype, buf.shape.clone())])
+    Ok(vec![
+        out(DType::Bool, Shape::known(&[1])),
+        out(buf.dtype, buf.shape.clone()),
+    ])
 }
 
 /// Outputs mirror inputs one to one (collectives, pass-throughs).
 fn mirror(ctx: &InferCtx<'_>) -> Out {
-    (0..ctx.n_outputs()).map(|i| Ok(out(ctx.dtype(i)?, ctx.shape(i)?.clone()))).collect()
+    (0..ctx.n_outputs())
+        .map(|i| Ok(out(ctx.dtype(i)?, ctx.shape(i)?.clone())))
+        .collect()
 }
 
 /// YieldOp: output i is the gradient of input i (its dtype); its shape is input i's when
@@ -104,7 +111,11 @@ fn split_training(ctx: &InferCtx<'_>) -> Out {
     let axis = super::ctx::norm_axis(ctx.attr_i("axis").unwrap_or(0), x.shape.rank())?;
     let sizes = ctx.const_ints(1, "split")?;
     if sizes.len() != ctx.n_outputs() {
-        return Err(format!("{} split sizes for {} outputs", sizes.len(), ctx.n_outputs()));
+        return Err(format!(
+            "{} split sizes for {} outputs",
+            sizes.len(),
+            ctx.n_outputs()
+        ));
     }
     Ok(sizes
         .into_iter()
@@ -124,43 +135,143 @@ pub(super) fn ops() -> Vec<OpDef> {
     let control = Policy::Stateful("hands control to or synchronises with the caller");
     let python = Policy::Stateful("runs arbitrary Python (may have side effects)");
     let mut v = vec![
-        OpDef::ms("GeluGrad", like_input1, FlopRule::PerOutput(cost::GELU_GRAD)),
-        OpDef::ms("FastGeluGrad", like_input1, FlopRule::PerOutput(cost::GELU_GRAD)),
-        OpDef::ms("BiasGeluGrad_dX", like_input1, FlopRule::PerOutput(cost::BIAS_GELU_GRAD)),
-        OpDef::ms("BiasFastGeluGrad_dX", like_input1, FlopRule::PerOutput(cost::BIAS_GELU_GRAD)),
-        OpDef::ms("QuickGeluGrad", like_dy, FlopRule::PerOutput(cost::GELU_GRAD)),
+        OpDef::ms(
+            "GeluGrad",
+            like_input1,
+            FlopRule::PerOutput(cost::GELU_GRAD),
+        ),
+        OpDef::ms(
+            "FastGeluGrad",
+            like_input1,
+            FlopRule::PerOutput(cost::GELU_GRAD),
+        ),
+        OpDef::ms(
+            "BiasGeluGrad_dX",
+            like_input1,
+            FlopRule::PerOutput(cost::BIAS_GELU_GRAD),
+        ),
+        OpDef::ms(
+            "BiasFastGeluGrad_dX",
+            like_input1,
+            FlopRule::PerOutput(cost::BIAS_GELU_GRAD),
+        ),
+        OpDef::ms(
+            "QuickGeluGrad",
+            like_dy,
+            FlopRule::PerOutput(cost::GELU_GRAD),
+        ),
         OpDef::ms("ReluGrad", like_dy, act),
         OpDef::ms("SigmoidGrad", like_dy, act),
         OpDef::ms("TanhGrad", like_dy, act),
         OpDef::ms("DropoutGrad", like_dy, act),
         OpDef::ms("BitmaskDropoutGrad", like_dy, act),
-        OpDef::ms("SoftmaxGrad", like_input1, FlopRule::PerOutput(cost::SOFTMAX_GRAD)),
-        OpDef::ms("SoftmaxGrad_13", like_input1, FlopRule::PerOutput(cost::SOFTMAX_GRAD)),
-        OpDef::ms("LogSoftmaxGrad", like_input1, FlopRule::PerOutput(cost::SOFTMAX_GRAD)),
-        OpDef::ms("LogSoftmaxGrad_13", like_input1, FlopRule::PerOutput(cost::SOFTMAX_GRAD)),
-        OpDef::ms("LayerNormalizationGrad", layer_norm_grad, FlopRule::PerInput(1, cost::LAYER_NORM_GRAD)),
-        OpDef::ms("SimplifiedLayerNormalizationGrad", layer_norm_grad, FlopRule::PerInput(1, cost::RMS_NORM_GRAD)),
-        OpDef::ms("InvertibleLayerNormalizationGrad", layer_norm_grad, FlopRule::PerInput(1, cost::LAYER_NORM_GRAD)),
-        OpDef::ms("GatherGrad", gather_grad, FlopRule::PerInput(2, cost::ELEMENTWISE)),
-        OpDef::ms("GatherElementsGrad", gather_elements_grad, FlopRule::PerInput(0, cost::ELEMENTWISE)),
-        OpDef::ms("GatherNDGrad", gather_nd_grad, FlopRule::PerInput(2, cost::ELEMENTWISE)),
+        OpDef::ms(
+            "SoftmaxGrad",
+            like_input1,
+            FlopRule::PerOutput(cost::SOFTMAX_GRAD),
+        ),
+        OpDef::ms(
+            "SoftmaxGrad_13",
+            like_input1,
+            FlopRule::PerOutput(cost::SOFTMAX_GRAD),
+        ),
+        OpDef::ms(
+            "LogSoftmaxGrad",
+            like_input1,
+            FlopRule::PerOutput(cost::SOFTMAX_GRAD),
+        ),
+        OpDef::ms(
+            "LogSoftmaxGrad_13",
+            like_input1,
+            FlopRule::PerOutput(cost::SOFTMAX_GRAD),
+        ),
+        OpDef::ms(
+            "LayerNormalizationGrad",
+            layer_norm_grad,
+            FlopRule::PerInput(1, cost::LAYER_NORM_GRAD),
+        ),
+        OpDef::ms(
+            "SimplifiedLayerNormalizationGrad",
+            layer_norm_grad,
+            FlopRule::PerInput(1, cost::RMS_NORM_GRAD),
+        ),
+        OpDef::ms(
+            "InvertibleLayerNormalizationGrad",
+            layer_norm_grad,
+            FlopRule::PerInput(1, cost::LAYER_NORM_GRAD),
+        ),
+        OpDef::ms(
+            "GatherGrad",
+            gather_grad,
+            FlopRule::PerInput(2, cost::ELEMENTWISE),
+        ),
+        OpDef::ms(
+            "GatherElementsGrad",
+            gather_elements_grad,
+            FlopRule::PerInput(0, cost::ELEMENTWISE),
+        ),
+        OpDef::ms(
+            "GatherNDGrad",
+            gather_nd_grad,
+            FlopRule::PerInput(2, cost::ELEMENTWISE),
+        ),
         OpDef::ms("SliceGrad", slice_grad, FlopRule::Zero),
         OpDef::ms("ConcatTraining", super::shape_ops::concat, FlopRule::Zero),
         OpDef::ms("SplitTraining", split_training, FlopRule::Zero),
         OpDef::ms("Scale", like_dy, FlopRule::PerOutput(cost::ELEMENTWISE)),
-        OpDef::ms("InPlaceAccumulatorV2", accumulator_v2, FlopRule::PerInput(1, cost::ELEMENTWISE)).alias(1, 0).policy(accumulate),
-        OpDef::ms("InPlaceAccumulator", like_dy, FlopRule::PerInput(1, cost::ELEMENTWISE)).alias(0, 0).policy(accumulate),
-        OpDef::ms("ZeroGradient", like_dy, FlopRule::Zero).alias(0, 0).policy(accumulate),
+        OpDef::ms(
+            "InPlaceAccumulatorV2",
+            accumulator_v2,
+            FlopRule::PerInput(1, cost::ELEMENTWISE),
+        )
+        .alias(1, 0)
+        .policy(accumulate),
+        OpDef::ms(
+            "InPlaceAccumulator",
+            like_dy,
+            FlopRule::PerInput(1, cost::ELEMENTWISE),
+        )
+        .alias(0, 0)
+        .policy(accumulate),
+        OpDef::ms("ZeroGradient", like_dy, FlopRule::Zero)
+            .alias(0, 0)
+            .policy(accumulate),
         OpDef::ms("YieldOp", yield_op, FlopRule::Zero).policy(control),
     ];
-    for op in ["AdamOptimizer", "AdamWOptimizer", "SGDOptimizer", "SGDOptimizerV2", "LambOptimizer", "ClipGradNorm"] {
+    for op in [
+        "AdamOptimizer",
+        "AdamWOptimizer",
+        "SGDOptimizer",
+        "SGDOptimizerV2",
+        "LambOptimizer",
+        "ClipGradNorm",
+    ] {
         v.push(OpDef::ms(op, declared, FlopRule::Zero).policy(optimizer));
     }
-    for op in ["NcclAllReduce", "NcclAllGather", "NcclReduceScatter", "AdasumAllReduce", "HorovodAllReduce"] {
+    for op in [
+        "NcclAllReduce",
+        "NcclAllGather",
+        "NcclReduceScatter",
+        "AdasumAllReduce",
+        "HorovodAllReduce",
+    ] {
         v.push(OpDef::ms(op, mirror, FlopRule::Zero).policy(collective));
     }
-    for op in ["Send", "Recv", "WaitEvent", "RecordEvent", "Group", "PassThrough"] {
-        v.push(OpDef::ms(op, declared, FlopRule::Zero).policy(if op.ends_with("Event") || op == "Group" || op == "PassThrough" { control } else { collective }));
+    for op in [
+        "Send",
+        "Recv",
+        "WaitEvent",
+        "RecordEvent",
+        "Group",
+        "PassThrough",
+    ] {
+        v.push(OpDef::ms(op, declared, FlopRule::Zero).policy(
+            if op.ends_with("Event") || op == "Group" || op == "PassThrough" {
+                control
+            } else {
+                collective
+            },
+        ));
     }
     for op in ["PythonOp", "PythonOpGrad"] {
         v.push(OpDef::ms(op, declared, FlopRule::Zero).policy(python));

@@ -80,35 +80,76 @@ pub(crate) fn decode(t: &onnx::TensorProto) -> Option<ConstData> {
     match (dtype, raw) {
         (DType::I64, Some(r)) => ints(le_chunks::<8>(r).map(i64::from_le_bytes).collect()),
         (DType::I64, None) => ints(t.int64_data.clone()),
-        (DType::U64, Some(r)) => ints(le_chunks::<8>(r).map(|b| u64::from_le_bytes(b) as i64).collect()),
+        (DType::U64, Some(r)) => ints(
+            le_chunks::<8>(r)
+                .map(|b| u64::from_le_bytes(b) as i64)
+                .collect(),
+        ),
         (DType::U64, None) => ints(t.uint64_data.iter().map(|&v| v as i64).collect()),
-        (DType::I32, Some(r)) => ints(le_chunks::<4>(r).map(|b| i32::from_le_bytes(b) as i64).collect()),
-        (DType::U32, Some(r)) => ints(le_chunks::<4>(r).map(|b| u32::from_le_bytes(b) as i64).collect()),
+        (DType::I32, Some(r)) => ints(
+            le_chunks::<4>(r)
+                .map(|b| i32::from_le_bytes(b) as i64)
+                .collect(),
+        ),
+        (DType::U32, Some(r)) => ints(
+            le_chunks::<4>(r)
+                .map(|b| u32::from_le_bytes(b) as i64)
+                .collect(),
+        ),
         (DType::U32, None) => ints(t.uint64_data.iter().map(|&v| v as i64).collect()),
-        (DType::I16, Some(r)) => ints(le_chunks::<2>(r).map(|b| i16::from_le_bytes(b) as i64).collect()),
-        (DType::U16, Some(r)) => ints(le_chunks::<2>(r).map(|b| u16::from_le_bytes(b) as i64).collect()),
+        (DType::I16, Some(r)) => ints(
+            le_chunks::<2>(r)
+                .map(|b| i16::from_le_bytes(b) as i64)
+                .collect(),
+        ),
+        (DType::U16, Some(r)) => ints(
+            le_chunks::<2>(r)
+                .map(|b| u16::from_le_bytes(b) as i64)
+                .collect(),
+        ),
         (DType::I8, Some(r)) => ints(r.iter().map(|&b| b as i8 as i64).collect()),
         (DType::U8 | DType::Bool, Some(r)) => ints(r.iter().map(|&b| b as i64).collect()),
         (DType::I32 | DType::I16 | DType::I8 | DType::U16 | DType::U8 | DType::Bool, None) => {
             ints(t.int32_data.iter().map(|&v| v as i64).collect())
         }
-        (DType::F32, Some(r)) => floats(le_chunks::<4>(r).map(|b| f32::from_le_bytes(b) as f64).collect()),
+        (DType::F32, Some(r)) => floats(
+            le_chunks::<4>(r)
+                .map(|b| f32::from_le_bytes(b) as f64)
+                .collect(),
+        ),
         (DType::F32, None) => floats(t.float_data.iter().map(|&v| v as f64).collect()),
         (DType::F64, Some(r)) => floats(le_chunks::<8>(r).map(f64::from_le_bytes).collect()),
         (DType::F64, None) => floats(t.double_data.clone()),
-        (DType::F16, Some(r)) => floats(le_chunks::<2>(r).map(|b| f16_to_f64(u16::from_le_bytes(b))).collect()),
+        (DType::F16, Some(r)) => floats(
+            le_chunks::<2>(r)
+                .map(|b| f16_to_f64(u16::from_le_bytes(b)))
+                .collect(),
+        ),
         (DType::F16, None) => floats(t.int32_data.iter().map(|&v| f16_to_f64(v as u16)).collect()),
         (DType::BF16, Some(r)) => floats(
-            le_chunks::<2>(r).map(|b| f32::from_bits((u16::from_le_bytes(b) as u32) << 16) as f64).collect(),
+            le_chunks::<2>(r)
+                .map(|b| f32::from_bits((u16::from_le_bytes(b) as u32) << 16) as f64)
+                .collect(),
         ),
-        (DType::BF16, None) => floats(t.int32_data.iter().map(|&v| f32::from_bits((v as u32) << 16) as f64).collect()),
+        (DType::BF16, None) => floats(
+            t.int32_data
+                .iter()
+                .map(|&v| f32::from_bits((v as u32) << 16) as f64)
+                .collect(),
+        ),
         _ => None,
     }
 }
 
 /// The TensorProto an initializer named `name` was imported from.
 pub(crate) fn initializer_proto<'a>(graph: &'a Graph, name: &str) -> Option<&'a onnx::TensorProto> {
-    graph.model().graph.as_ref()?.initializer.iter().find(|i| i.name.as_deref() == Some(name))
+    graph
+        .model()
+        .graph
+        .as_ref()?
+        .initializer
+        .iter()
+        .find(|i| i.name.as_deref() == Some(name))
 }
 
 /// The value of a `Constant` node's attribute, as a TensorProto-like decoded value.
@@ -126,7 +167,9 @@ pub(crate) fn constant_node_value(node: &crate::graph::Node) -> Option<ConstData
         return a.f.map(|v| ConstData::Floats(vec![v as f64]));
     }
     if let Some(a) = node.attr("value_floats") {
-        return Some(ConstData::Floats(a.floats.iter().map(|&v| v as f64).collect()));
+        return Some(ConstData::Floats(
+            a.floats.iter().map(|&v| v as f64).collect(),
+        ));
     }
     None
 }
@@ -136,7 +179,9 @@ pub(crate) fn constant_node_value(node: &crate::graph::Node) -> Option<ConstData
 pub(crate) fn constant(graph: &Graph, t: TensorId) -> Option<ConstData> {
     let tensor = graph.tensor(t);
     match &tensor.source {
-        crate::graph::TensorSource::Initializer { overridable: false, .. } => decode(initializer_proto(graph, &tensor.name)?),
+        crate::graph::TensorSource::Initializer {
+            overridable: false, ..
+        } => decode(initializer_proto(graph, &tensor.name)?),
         crate::graph::TensorSource::Node(n) => {
             let node = graph.node(*n);
             if node.domain == ONNX_DOMAIN && node.op_type == "Constant" {
@@ -176,7 +221,10 @@ mod tests {
             assert_eq!(int_of(&dim_of(v)), Some(v));
         }
         assert_eq!(int_of(&Dim::sym("s")), None);
-        assert_eq!(int_of(&Dim::sym("s").sub(&Dim::sym("s")).sub(&Dim::Known(3))), Some(-3));
+        assert_eq!(
+            int_of(&Dim::sym("s").sub(&Dim::sym("s")).sub(&Dim::Known(3))),
+            Some(-3)
+        );
     }
 
     #[test]

@@ -22,7 +22,9 @@ pub fn try_run(m: onnx::ModelProto) -> Result<Types, InferError> {
 
 /// `dtype[d0,d1,…]` of a tensor.
 pub fn ty(g: &Graph, t: &Types, name: &str) -> String {
-    let id = g.tensor_id(name).unwrap_or_else(|| panic!("no tensor {name}"));
+    let id = g
+        .tensor_id(name)
+        .unwrap_or_else(|| panic!("no tensor {name}"));
     let tt = t.get(id).unwrap_or_else(|| panic!("{name} not inferred"));
     format!("{}{}", tt.dtype, tt.shape)
 }
@@ -30,12 +32,19 @@ pub fn ty(g: &Graph, t: &Types, name: &str) -> String {
 /// Tracked elements of a tensor, printed.
 pub fn val(g: &Graph, t: &Types, name: &str) -> Option<String> {
     let id = g.tensor_id(name)?;
-    t.value(id).map(|v| v.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(","))
+    t.value(id).map(|v| {
+        v.iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    })
 }
 
 /// The node producing `name`.
 pub fn producer(g: &Graph, name: &str) -> NodeId {
-    g.tensor(g.tensor_id(name).expect("tensor")).producer().expect("produced by a node")
+    g.tensor(g.tensor_id(name).expect("tensor"))
+        .producer()
+        .expect("produced by a node")
 }
 
 pub fn bind(pairs: &[(&str, u64)]) -> Bindings {
