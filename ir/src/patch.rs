@@ -37,6 +37,19 @@ pub struct NewNode {
     pub before: NodeId,
 }
 
+/// Move an existing node to another place in file order, with new inputs (same op,
+/// attributes and outputs). A recompute whose original would be left without readers is a
+/// move: the node runs later instead of twice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Move {
+    pub node: NodeId,
+    pub inputs: Vec<Option<TensorRef>>,
+    /// Placed in file order right before this node (the node itself: it stays where it is)…
+    pub before: NodeId,
+    /// …and, among the patch's nodes with the same anchor, after its first `after_new` new nodes.
+    pub after_new: usize,
+}
+
 /// Replace input `slot` of `node`, which must currently read `from`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rewire {
@@ -53,6 +66,7 @@ pub struct Patch {
     pub tensors: Vec<NewTensor>,
     pub nodes: Vec<NewNode>,
     pub rewires: Vec<Rewire>,
+    pub moves: Vec<Move>,
     /// Model `metadata_props` entries to set (replacing an existing key).
     pub metadata: Vec<(String, String)>,
 }
@@ -81,6 +95,13 @@ pub enum PatchError {
         expected: String,
         actual: String,
     },
+    #[error("patch `{label}`: node {node} is moved twice or has {actual} inputs, not {expected}")]
+    BadMove {
+        label: String,
+        node: NodeId,
+        expected: usize,
+        actual: usize,
+    },
     #[error("patch `{label}` broke the graph: {source}")]
     Verify { label: String, source: VerifyError },
 }
@@ -97,6 +118,7 @@ impl Patch {
         self.tensors.is_empty()
             && self.nodes.is_empty()
             && self.rewires.is_empty()
+            && self.moves.is_empty()
             && self.metadata.is_empty()
     }
 
@@ -142,7 +164,7 @@ impl Patch {
             }
         };
         let mut produced = std::collections::HashSet::new();
-        let mut inserts: Vec<(NodeId, NodeId)> = Vec::new();
+        let mut new_inserts: Vec<(NodeId, NodeId)> = Vec::new();
         for nn in &self.nodes {
             let template = graph.node(nn.copy_of).clone();
             let inputs = nn
@@ -175,14 +197,63 @@ impl Patch {
                 origin: NodeOrigin::Recompute { of: nn.copy_of },
                 proto,
             });
-            inserts.push((id, nn.before));
+            new_inserts.push((id, nn.before));
             applied.nodes.push(id);
         }
-        // Place new nodes: before their anchors, in patch order.
+        // Moved nodes: new inputs now, placed with the new nodes (after them, same anchor).
+        let mut moved = std::collections::HashSet::new();
+        let mut move_inserts: Vec<(usize, NodeId, NodeId)> = Vec::new();
+        for mv in &self.moves {
+            let old_inputs = graph.node(mv.node).inputs.clone();
+            if !moved.insert(mv.node) || old_inputs.len() != mv.inputs.len() {
+                return Err(PatchError::BadMove {
+                    label: self.label.clone(),
+                    node: mv.node,
+                    expected: old_inputs.len(),
+                    actual: mv.inputs.len(),
+                });
+            }
+            let inputs = mv
+                .inputs
+                .iter()
+                .map(|i| i.map(resolve).transpose())
+                .collect::<Result<Vec<_>, _>>()?;
+            graph.node_mut(mv.node).inputs = inputs.clone();
+            for (old, new) in old_inputs.iter().zip(&inputs) {
+                if old != new {
+                    if let Some(o) = old {
+                        graph.disconnect(*o, mv.node);
+                    }
+                    if let Some(n) = new {
+                        graph.connect(*n, mv.node);
+                    }
+                }
+            }
+            move_inserts.push((mv.after_new, mv.node, mv.before));
+        }
+        // One sequence: each move after the first `after_new` new nodes.
+        move_inserts.sort_by_key(|m| m.0);
+        let mut inserts: Vec<(NodeId, NodeId)> =
+            Vec::with_capacity(new_inserts.len() + move_inserts.len());
+        let mut pending = move_inserts.into_iter().peekable();
+        for (k, ins) in new_inserts.into_iter().enumerate() {
+            while let Some(&(at, n, b)) = pending.peek() {
+                if at > k {
+                    break;
+                }
+                inserts.push((n, b));
+                pending.next();
+            }
+            inserts.push(ins);
+        }
+        inserts.extend(pending.map(|(_, n, b)| (n, b)));
+        // Place new and moved nodes: before their anchors, in patch order.
         let mut order = Vec::with_capacity(graph.order.len() + inserts.len());
         for &n in &graph.order {
             order.extend(inserts.iter().filter(|(_, b)| *b == n).map(|(id, _)| *id));
-            order.push(n);
+            if !moved.contains(&n) {
+                order.push(n);
+            }
         }
         graph.order = order;
         for rw in &self.rewires {
@@ -258,6 +329,17 @@ impl fmt::Display for Patch {
                 ins.join(", "),
                 outs.join(", "),
                 n.before
+            )?;
+        }
+        for m in &self.moves {
+            let ins: Vec<String> = m.inputs.iter().map(r).collect();
+            writeln!(
+                f,
+                "  move {}({}) before {} after new node #{}",
+                m.node,
+                ins.join(", "),
+                m.before,
+                m.after_new
             )?;
         }
         for w in &self.rewires {

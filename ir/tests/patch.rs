@@ -4,7 +4,7 @@ use std::path::Path;
 
 use ckpt_ir::build::ModelBuilder;
 use ckpt_ir::{
-    export, import_bytes, print_graph, DType, NewNode, NewTensor, Patch, PatchError, Rewire,
+    export, import_bytes, print_graph, DType, Move, NewNode, NewTensor, Patch, PatchError, Rewire,
     TensorRef,
 };
 
@@ -46,6 +46,7 @@ fn clone_and_rewire() {
             from: a,
             to: TensorRef::New(0),
         }],
+        moves: vec![],
         metadata: vec![("k".into(), "v".into())],
     };
     insta::assert_snapshot!("patch_value", patch.to_string());
@@ -125,5 +126,126 @@ fn duplicate_name_is_rejected() {
     assert!(matches!(
         patch.apply(&mut g),
         Err(PatchError::NameTaken { .. })
+    ));
+}
+
+/// x -> Relu a -> Neg b; Exp e (reads only x, placed early in the file) -> Mul c(b, e).
+fn graph_with_early_node() -> ckpt_ir::Graph {
+    let bytes = ModelBuilder::new(20)
+        .input("x", DType::F32, "8")
+        .node("Exp", &["x"], &["e"])
+        .node("Relu", &["x"], &["a"])
+        .node("Neg", &["a"], &["b"])
+        .node("Mul", &["b", "e"], &["c"])
+        .output("c", DType::F32, "8")
+        .bytes();
+    import_bytes(bytes.into(), Path::new("t.onnx"), None).unwrap()
+}
+
+#[test]
+fn move_places_a_node_later_with_new_inputs() {
+    let mut g = graph_with_early_node();
+    let [exp, relu, neg, mul] = [0, 1, 2, 3].map(|i| g.nodes()[i]);
+    let (x, a) = (g.tensor_id("x").unwrap(), g.tensor_id("a").unwrap());
+    // Move Exp right before Mul, reading `a` instead of `x` (a different graph, but valid).
+    let patch = Patch {
+        label: "move".into(),
+        moves: vec![Move {
+            node: exp,
+            inputs: vec![Some(TensorRef::Existing(a))],
+            before: mul,
+            after_new: 0,
+        }],
+        ..Default::default()
+    };
+    insta::assert_snapshot!("move_value", patch.to_string());
+    patch.apply(&mut g).unwrap();
+    assert_eq!(g.nodes(), &[relu, neg, exp, mul]);
+    assert!(g.tensor(x).consumers().contains(&relu) && !g.tensor(x).consumers().contains(&exp));
+    assert!(g.tensor(a).consumers().contains(&exp));
+    let m = export(&g);
+    let names: Vec<_> = m
+        .graph
+        .as_ref()
+        .unwrap()
+        .node
+        .iter()
+        .map(|n| n.op_type.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(names, ["Relu", "Neg", "Exp", "Mul"]);
+    assert_eq!(m.graph.as_ref().unwrap().node[2].input, ["a"]);
+}
+
+#[test]
+fn move_orders_after_the_new_nodes_it_follows() {
+    let mut g = graph_with_early_node();
+    let [exp, _, neg, mul] = [0, 1, 2, 3].map(|i| g.nodes()[i]);
+    let e = g.tensor_id("e").unwrap();
+    // A clone of Neg reading `e`, and Exp moved: with after_new = 0 the move lands before the
+    // clone (valid); with after_new = 1 after it (the clone would read `e` too early).
+    let patch = |after_new: usize| Patch {
+        label: "order".into(),
+        tensors: vec![NewTensor {
+            name: "b2".into(),
+            like: e,
+        }],
+        nodes: vec![NewNode {
+            name: "neg2".into(),
+            copy_of: neg,
+            inputs: vec![Some(TensorRef::Existing(e))],
+            outputs: vec![Some(TensorRef::New(0))],
+            before: mul,
+        }],
+        moves: vec![Move {
+            node: exp,
+            inputs: vec![g.node(exp).inputs[0].map(TensorRef::Existing)],
+            before: mul,
+            after_new,
+        }],
+        ..Default::default()
+    };
+    let mut g2 = g.clone();
+    patch(0).apply(&mut g2).unwrap();
+    assert!(matches!(
+        patch(1).apply(&mut g),
+        Err(PatchError::Verify { .. })
+    ));
+}
+
+#[test]
+fn bad_moves_are_rejected() {
+    let g = graph_with_early_node();
+    let exp = g.nodes()[0];
+    let mul = g.nodes()[3];
+    let twice = Patch {
+        label: "twice".into(),
+        moves: vec![
+            Move {
+                node: exp,
+                inputs: vec![None],
+                before: mul,
+                after_new: 0
+            };
+            2
+        ],
+        ..Default::default()
+    };
+    assert!(matches!(
+        twice.apply(&mut g.clone()),
+        Err(PatchError::BadMove { .. })
+    ));
+    let arity = Patch {
+        label: "arity".into(),
+        moves: vec![Move {
+            node: exp,
+            inputs: vec![],
+            before: mul,
+            after_new: 0,
+        }],
+        ..Default::default()
+    };
+    assert!(matches!(
+        arity.apply(&mut g.clone()),
+        Err(PatchError::BadMove { .. })
     ));
 }
