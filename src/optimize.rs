@@ -190,66 +190,141 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
     };
     let debug = std::env::var_os("CKPT_OPT_DEBUG").is_some();
     let arena_ceiling = effective - fixed;
-    // 1. The ILP on the linear model, with half the time limit. Only a plan it proved optimal
-    //    is used (a plan cut off by the clock would make the output depend on the machine's
-    //    speed); the simulator then checks it against ORT's allocator.
+    // 1. The ILP on the linear model, corrected by the simulator. Round 0 solves the plain
+    //    model. Each later round learns from the previous round's rewrite, simulated (the
+    //    simulator is byte-exact against ORT): (a) a recomputed activation whose buffer ORT's
+    //    allocator still held — handed, once freed, to a later value of the same shape — only
+    //    saves from where the buffer was really released, so its window shrinks; (b) what the
+    //    run still held beyond the model at each step (clones' transients, backward nodes run
+    //    early) becomes a per-step correction. Both only grow, so each round is more
+    //    conservative than the last; the loop ends when the simulator says a plan fits, nothing
+    //    new is learnt, or the rounds run out. Only plans the ILP proved optimal are used (a
+    //    plan cut off by the clock would make the output depend on the machine's speed).
+    // A tenth of the time limit per round: a round CBC cannot settle quickly is not worth the
+    // search's time (the search starts from the rounds' plans).
     let opts = IlpOptions {
-        time_limit: job.time_limit / 2,
-        watchdog_slack: job.time_limit / 8,
+        time_limit: job.time_limit / 10,
+        watchdog_slack: job.time_limit / 20,
         ..Default::default()
     };
-    let mut attempts = 1;
+    let mut attempts = 0;
     let prob = problem(&before.graph, &before.sim, &cands, arena_ceiling);
-    let solved = solve_ilp_with(&prob, &opts);
-    let mut ilp = match &solved {
-        Ok(p) => json!({
-            "status": format!("{:?}", p.info.status), "objective": p.info.objective, "bound": p.info.bound,
-            "gap": p.info.gap, "seconds": p.info.wall.as_secs_f64(), "linear_model_peak_bytes": p.peak + fixed,
-        }),
-        Err(e) => json!({"error": e.to_string()}),
-    };
-    let ilp_plan = match solved {
-        Ok(p)
-            if matches!(
-                p.info.status,
-                ckpt_solver::Status::Optimal | ckpt_solver::Status::NoRecomputeNeeded
-            ) =>
-        {
-            Some(p)
+    let mut ilp = json!({});
+    let mut ilp_starts: Vec<(u64, Vec<bool>)> = Vec::new(); // (simulated total, set) of every round's plan
+    let mut learnt_prob = prob.clone(); // windows shrunk to what the allocator really released
+    let mut correction = vec![0u64; prob.base_live.len()];
+    let mut rounds = Vec::new();
+    for round in 0..CORRECTION_ROUNDS {
+        if Instant::now() >= t0 + job.time_limit / 2 {
+            break;
         }
-        Ok(_)
-        | Err(
-            SolveError::Infeasible { .. }
-            | SolveError::NoPlanWithinTimeLimit { .. }
-            | SolveError::DoesNotFit { .. },
-        ) => None,
-        Err(e) => return Err(anyhow!(e)),
-    };
-    let mut best: Option<(Plan, Analysis, String)> = None;
-    if let Some(plan) = ilp_plan {
-        let (after, text) = realise(job, &before, &cands, &plan)?;
+        let mut corrected = learnt_prob.clone();
+        for (b, c) in corrected.base_live.iter_mut().zip(&correction) {
+            *b += c;
+        }
+        let solved = solve_ilp_with(&corrected, &opts);
+        let plan = match solved {
+            Ok(p)
+                if matches!(
+                    p.info.status,
+                    ckpt_solver::Status::Optimal | ckpt_solver::Status::NoRecomputeNeeded
+                ) =>
+            {
+                p
+            }
+            Ok(p) => {
+                if debug {
+                    eprintln!(
+                        "ilp round {round}: {:?} {:?}",
+                        p.info.status, p.info.fallback
+                    );
+                }
+                rounds.push(json!({"round": round, "status": format!("{:?}", p.info.status), "seconds": p.info.wall.as_secs_f64()}));
+                break;
+            }
+            Err(
+                e @ (SolveError::Infeasible { .. }
+                | SolveError::NoPlanWithinTimeLimit { .. }
+                | SolveError::DoesNotFit { .. }),
+            ) => {
+                if debug {
+                    eprintln!("ilp round {round}: {e}");
+                }
+                rounds.push(json!({"round": round, "error": e.to_string()}));
+                break;
+            }
+            Err(e) => return Err(anyhow!(e)),
+        };
+        attempts += 1;
+        let profile = simulated_profile(job, &before, &cands, &plan)?;
+        let total = profile.total;
+        rounds.push(json!({
+            "round": round, "status": format!("{:?}", plan.info.status), "objective": plan.info.objective,
+            "seconds": plan.info.wall.as_secs_f64(), "recomputed": plan.recompute.iter().filter(|&&r| r).count(),
+            "linear_model_peak_bytes": ckpt_solver::evaluate(&prob, &plan.recompute).peak + fixed, "simulated_peak_bytes": total,
+        }));
         if debug {
             eprintln!(
-                "ilp: solver peak {} simulated {}",
-                plan.peak, after.sim.peak_live
+                "ilp round {round}: cost {} corrected model peak {} simulated {}",
+                plan.cost,
+                plan.peak + fixed,
+                total
             );
+            debug_idle(job, &before, &cands, &plan)?;
         }
-        ilp["simulated_peak_bytes"] = json!(after.ledger.total_bytes);
-        ilp["used"] = json!(after.ledger.total_bytes <= effective);
-        if after.ledger.total_bytes <= effective {
-            return Ok(Outcome::Rewritten(Box::new(Rewritten {
-                before,
-                after,
-                cands,
-                plan,
-                patch_text: text,
-                arena_ceiling,
-                solve_attempts: attempts,
-                ilp,
-            })));
+        if total <= effective {
+            let (after, text) = realise(job, &before, &cands, &plan)?;
+            if after.ledger.total_bytes <= effective {
+                ilp = json!({"rounds": rounds, "used": true});
+                return Ok(Outcome::Rewritten(Box::new(Rewritten {
+                    before,
+                    after,
+                    cands,
+                    plan,
+                    patch_text: text,
+                    arena_ceiling,
+                    solve_attempts: attempts,
+                    ilp,
+                })));
+            }
         }
-        best = Some((plan, after, text));
+        ilp_starts.push((total, plan.recompute.clone()));
+        let mut learnt = false;
+        for (i, c) in learnt_prob.candidates.iter_mut().enumerate() {
+            if !plan.recompute[i] {
+                continue;
+            }
+            if debug {
+                eprintln!(
+                    "  cand {i} {} {} B cost {} window {}..{} held until {:?}",
+                    c.label, c.bytes, c.cost, c.free_from, c.needed_at, profile.held_until[i]
+                );
+            }
+            let released = profile.held_until[i]
+                .map_or(c.needed_at, |h| h.saturating_add(1))
+                .min(c.needed_at);
+            if released > c.free_from {
+                c.free_from = released;
+                learnt = true;
+            }
+        }
+        let model = ckpt_solver::evaluate(&learnt_prob, &plan.recompute);
+        for ((corr, seen), modelled) in correction.iter_mut().zip(&profile.seen).zip(&model.live) {
+            let excess = seen.saturating_sub(*modelled);
+            if excess > *corr {
+                *corr = excess;
+                learnt = true;
+            }
+        }
+        if !learnt {
+            if debug {
+                eprintln!("ilp round {round}: nothing new learnt");
+            }
+            break;
+        }
     }
+    ilp["rounds"] = json!(rounds);
+    ilp["used"] = json!(false);
     // 2. Local search with the simulator in the loop, from the ILP's plan (when it simulated
     //    better than no recompute) and then from no recompute: flip the candidate (add or drop)
     //    that lowers the simulated peak most per added FLOP, until a flip fits or none helps.
@@ -266,16 +341,13 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
     let started = Instant::now();
     let mut trials = 0usize;
     let mut starts: Vec<Vec<bool>> = Vec::new();
-    if let Some((p, a, _)) = &best {
-        if a.ledger.total_bytes < before.ledger.total_bytes {
-            starts.push(p.recompute.clone());
+    // The ILP round that simulated lowest, when it beat no recompute.
+    if let Some((total, set)) = ilp_starts.iter().min_by_key(|(t, _)| *t) {
+        if *total < before.ledger.total_bytes {
+            starts.push(set.clone());
         }
     }
     starts.push(vec![false; cands.list.len()]);
-    let opts = IlpOptions {
-        time_limit: job.time_limit / 4,
-        ..opts.clone()
-    };
     let (found, current) = {
         let mut current = before.ledger.total_bytes;
         let mut found: Option<(Vec<bool>, Plan)> = None;
@@ -304,7 +376,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
             }
             match search.climb(start, &mut trials)? {
                 Climb::Fits(set, plan) => {
-                    found = Some((set, plan));
+                    found = Some((set, *plan));
                     break;
                 }
                 Climb::Stuck(total) => current = current.min(total),
@@ -391,7 +463,7 @@ struct Search<'a> {
 /// How a climb ended.
 enum Climb {
     /// This set fits (its plan).
-    Fits(Vec<bool>, Plan),
+    Fits(Vec<bool>, Box<Plan>),
     /// No flip lowers the peak any more: the lowest simulated total reached.
     Stuck(u64),
 }
@@ -406,7 +478,7 @@ impl Search<'_> {
     fn climb(&self, mut set: Vec<bool>, trials: &mut usize) -> Result<Climb> {
         let mut current = self.total(&plan_from_set(self.prob, set.clone()))?;
         if current <= self.effective {
-            return Ok(Climb::Fits(set.clone(), plan_from_set(self.prob, set)));
+            return Ok(Climb::Fits(set.clone(), Box::new(plan_from_set(self.prob, set))));
         }
         let max_moves = 2 * set.len() + 1;
         for _ in 0..max_moves {
@@ -462,7 +534,7 @@ impl Search<'_> {
                 if self.debug {
                     eprintln!("search: flip candidate {i} -> fits");
                 }
-                return Ok(Climb::Fits(set, plan));
+                return Ok(Climb::Fits(set, Box::new(plan)));
             }
             let Some((_, total, i)) = step_best else {
                 break;
@@ -479,9 +551,11 @@ impl Search<'_> {
 
 /// Bytes freed times window length per FLOP: how promising a candidate looks.
 fn ratio(c: &ckpt_passes::recompute::Candidate) -> f64 {
-    c.bytes as f64 * (c.needed_at - c.free_from) as f64 / c.cost as f64
+    c.bytes as f64 * (c.needed_at - c.free_from) as f64 / (c.cost as f64 + 1.0)
 }
 
+/// Rounds of the simulator-corrected ILP.
+const CORRECTION_ROUNDS: usize = 12;
 /// How many unchosen candidates one search move tries adding.
 const SEARCH_WIDTH: usize = 64;
 /// Simulations one search may run (a count, not a time, so that results are reproducible).
@@ -512,13 +586,139 @@ fn plan_from_set(prob: &ckpt_solver::Problem, set: Vec<bool>) -> Plan {
 /// The simulated total of `plan` (fixed bytes do not change with recompute): rewrite, apply,
 /// order, simulate — without the full analysis.
 fn simulated_total(job: &Job, before: &Analysis, cands: &Candidates, plan: &Plan) -> Result<u64> {
+    Ok(simulated_run(job, before, cands, plan)?.0)
+}
+
+fn simulated_run(
+    job: &Job,
+    before: &Analysis,
+    cands: &Candidates,
+    plan: &Plan,
+) -> Result<(u64, Simulation)> {
     let patch = rewrite(&before.graph, cands, plan, "trial");
     let mut g2 = before.graph.clone();
-    patch
-        .apply(&mut g2)
-        .context("applying the recompute patch")?;
+    if let Err(e) = patch.apply(&mut g2) {
+        if std::env::var_os("CKPT_OPT_DEBUG").is_some() {
+            eprintln!("{patch}");
+        }
+        return Err(e).context("applying the recompute patch");
+    }
     let sim = simulate(&g2, &schedule(&g2)?, &job.bindings)?;
-    Ok(before.ledger.fixed_bytes + sim.peak_live)
+    Ok((before.ledger.fixed_bytes + sim.peak_live, sim))
+}
+
+/// Debug trace: what ORT's allocator holds empty at the rewritten run's peak.
+fn debug_idle(job: &Job, before: &Analysis, cands: &Candidates, plan: &Plan) -> Result<()> {
+    let patch = rewrite(&before.graph, cands, plan, "trial");
+    let mut g = before.graph.clone();
+    patch.apply(&mut g)?;
+    let sim = simulate(&g, &schedule(&g)?, &job.bindings)?;
+    let idle = sim.idle_at(&g, sim.peak_step);
+    let total: u64 = idle.iter().map(|x| x.1).sum();
+    eprintln!(
+        "  peak step {} of {} ({}), {} idle in {} buffers:",
+        sim.peak_step,
+        sim.schedule.len(),
+        g.node(sim.schedule.order[sim.peak_step]).name,
+        total,
+        idle.len()
+    );
+    for &(b, bytes) in idle.iter().take(4) {
+        let buf = &sim.buffers[b];
+        let vals: Vec<String> = buf
+            .values
+            .iter()
+            .rev()
+            .take(6)
+            .map(|&t| {
+                let made = g
+                    .tensor(t)
+                    .producer()
+                    .and_then(|p| sim.schedule.step_of(p))
+                    .unwrap_or(0);
+                let last = g
+                    .tensor(t)
+                    .consumers()
+                    .iter()
+                    .filter_map(|&c| sim.schedule.step_of(c))
+                    .max()
+                    .unwrap_or(made);
+                format!("{}[{made}..{last}]", g.tensor(t).name)
+            })
+            .collect();
+        eprintln!(
+            "    {bytes} B, alloc {} free {:?}, {} values, last: {}",
+            buf.alloc_step,
+            buf.free_after,
+            buf.values.len(),
+            vals.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// What one rewrite's simulated run says, in the original schedule's steps.
+struct Profile {
+    /// Fixed bytes plus the simulated arena peak.
+    total: u64,
+    /// Live bytes at each original step: that node's step together with the recompute steps
+    /// that run just before it (where the linear model puts their transient bytes).
+    seen: Vec<u64>,
+    /// For each recomputed candidate: the last original step at which the buffer of its
+    /// (dropped) activation is still allocated (`None`: to the end of the run).
+    held_until: Vec<Option<usize>>,
+}
+
+/// Simulate `plan`'s rewrite and express the run in the original schedule's steps.
+fn simulated_profile(
+    job: &Job,
+    before: &Analysis,
+    cands: &Candidates,
+    plan: &Plan,
+) -> Result<Profile> {
+    let (total, sim) = simulated_run(job, before, cands, plan)?;
+    let original = &before.sim.schedule;
+    let mut seen = vec![0u64; original.len()];
+    // The original step at or before each rewritten step.
+    let mut at_or_before = vec![0usize; sim.schedule.len()];
+    let mut pending = 0u64;
+    let mut last = 0usize;
+    for (k, &n) in sim.schedule.order.iter().enumerate() {
+        pending = pending.max(sim.live[k]);
+        if let Some(s) = original.step_of(n) {
+            seen[s] = seen[s].max(pending);
+            pending = 0;
+            last = s;
+        }
+        at_or_before[k] = last;
+    }
+    if let Some(end) = seen.last_mut() {
+        *end = (*end).max(pending);
+    }
+    let held_until = cands
+        .list
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            if !plan.recompute.get(i).copied().unwrap_or(false) {
+                return Some(0);
+            }
+            let b = c
+                .saved
+                .first()
+                .and_then(|&v| sim.buffer_of.get(v.index()).copied().flatten());
+            match b.map(|b| sim.buffers[b].free_after) {
+                Some(Some(f)) => Some(at_or_before[f]),
+                Some(None) => None,
+                None => Some(0),
+            }
+        })
+        .collect();
+    Ok(Profile {
+        total,
+        seen,
+        held_until,
+    })
 }
 
 /// Rewrite the graph for `plan`, apply, and analyse the result (the simulator is the truth).
@@ -670,7 +870,8 @@ pub fn segments_json(r: &Rewritten) -> Vec<serde_json::Value> {
             json!({
                 "activations_dropped": c.saved.iter().map(|&t| g.tensor(t).name.clone()).collect::<Vec<_>>(),
                 "bytes_saved": c.bytes,
-                "nodes_recomputed": c.nodes.iter().map(|&n| g.node(n).name.clone()).collect::<Vec<_>>(),
+                "nodes_recomputed": c.nodes.iter().filter(|n| !c.moved.contains(n)).map(|&n| g.node(n).name.clone()).collect::<Vec<_>>(),
+                "nodes_moved": c.moved.iter().map(|&n| g.node(n).name.clone()).collect::<Vec<_>>(),
                 "flops_added": c.cost,
                 "dropped_from_step": c.free_from,
                 "rematerialised_at_step": r.plan.remat_at.get(i).copied().flatten(),

@@ -90,9 +90,17 @@ fn flop_table() {
         tokens * 64 * cost::REDUCTION,
         "reductions count input elements"
     );
-    assert_eq!(f("rsh"), 0);
-    assert_eq!(f("tr"), 0);
-    assert_eq!(f("emb"), 0);
+    assert_eq!(f("rsh"), 0, "alias ops write nothing");
+    assert_eq!(
+        f("tr"),
+        tokens * 64 * cost::DATA_MOVEMENT,
+        "copies cost one per element written"
+    );
+    assert_eq!(
+        f("emb"),
+        tokens * 256 * cost::DATA_MOVEMENT,
+        "a gather writes its output"
+    );
 }
 
 #[test]
@@ -110,6 +118,7 @@ fn per_element_constants() {
     assert_eq!(cost::ACTIVATION_GRAD, 3);
     assert_eq!(cost::SOFTMAX_CROSS_ENTROPY, 6);
     assert_eq!(cost::DROPOUT, 3);
+    assert_eq!(cost::DATA_MOVEMENT, 1);
     // Derived: a fused bias or skip add costs one more op per element.
     assert_eq!(cost::BIAS_GELU, cost::GELU + cost::ELEMENTWISE);
     assert_eq!(cost::BIAS_SOFTMAX, cost::SOFTMAX + cost::ELEMENTWISE);

@@ -174,6 +174,43 @@ impl Simulation {
         v
     }
 
+    /// Buffers allocated at `step` that hold no value in use then: each of their values is
+    /// either not produced yet or past its last read (ORT keeps a buffer from its first value's
+    /// production to the last read of the last value planned into it, so a freed buffer handed
+    /// to a much later value stays allocated, empty, in between). Largest first.
+    pub fn idle_at(&self, graph: &Graph, step: usize) -> Vec<(usize, u64)> {
+        let sched = &self.schedule;
+        let mut v: Vec<(usize, u64)> = self
+            .buffers
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.alloc_step <= step && b.free_after.is_none_or(|f| f >= step))
+            .filter(|(_, b)| {
+                !b.values.iter().any(|&t| {
+                    let tensor = graph.tensor(t);
+                    let made = tensor
+                        .producer()
+                        .and_then(|p| sched.step_of(p))
+                        .unwrap_or(0);
+                    let last = if tensor.is_output {
+                        usize::MAX
+                    } else {
+                        tensor
+                            .consumers()
+                            .iter()
+                            .filter_map(|&c| sched.step_of(c))
+                            .max()
+                            .unwrap_or(made)
+                    };
+                    made <= step && step <= last
+                })
+            })
+            .map(|(i, b)| (i, rounded(b.bytes)))
+            .collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v
+    }
+
     /// The peak of each phase present.
     pub fn phase_peaks(&self, class: &Classification) -> BTreeMap<Phase, PhasePeak> {
         let mut out: BTreeMap<Phase, PhasePeak> = BTreeMap::new();

@@ -18,7 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ckpt_ir::ops::{flops, policy, Types};
 use ckpt_ir::{
-    Bindings, Graph, NewNode, NewTensor, NodeId, Patch, Rewire, TensorId, TensorRef, TensorSource,
+    Bindings, Graph, Move, NewNode, NewTensor, NodeId, Patch, Rewire, TensorId, TensorRef,
+    TensorSource,
 };
 use ckpt_solver::{Candidate as SolverCandidate, Plan, Problem};
 
@@ -33,8 +34,13 @@ pub struct Candidate {
     pub saved: Vec<TensorId>,
     /// Values the recompute rebuilds, in file order.
     pub values: Vec<TensorId>,
-    /// Nodes to clone, in file order.
+    /// Nodes to rebuild, in file order.
     pub nodes: Vec<NodeId>,
+    /// The part of `nodes` that nothing but this recompute reads (their outputs are read only
+    /// after the gap or by each other): those are moved, not cloned — they run once, later,
+    /// and add no FLOPs (a clone would leave the original without readers, and ORT holds an
+    /// unread output to the end of the run).
+    pub moved: Vec<NodeId>,
     /// Readers (node, input slot, value) after the gap: rewired to the clones.
     pub rewire: Vec<(NodeId, usize, TensorId)>,
     pub bytes: u64,
@@ -267,8 +273,10 @@ pub fn candidates(graph: &Graph, sim: &Simulation, types: &Types, b: &Bindings) 
                     })
             })
             .collect();
+        let moved = movable(graph, &node_list, &rewire);
         let cost: u64 = node_list
             .iter()
+            .filter(|m| !moved.contains(m))
             .map(|&m| {
                 flops(graph, m, types, b).unwrap_or_else(|_| {
                     graph
@@ -279,7 +287,8 @@ pub fn candidates(graph: &Graph, sim: &Simulation, types: &Types, b: &Bindings) 
                 })
             })
             .sum::<u64>()
-            .max(1);
+            // a pure move adds nothing; a clone of alias ops alone still runs a node
+            .max(u64::from(moved.len() < node_list.len()));
         let transient: u64 = values
             .iter()
             .filter(|v| sim.buffer_of[v.index()] != Some(g.buffer))
@@ -291,6 +300,7 @@ pub fn candidates(graph: &Graph, sim: &Simulation, types: &Types, b: &Bindings) 
             saved: g.across.clone(),
             values,
             nodes: node_list,
+            moved,
             rewire,
             bytes: rounded(buf.bytes),
             cost,
@@ -313,6 +323,36 @@ pub fn candidates(graph: &Graph, sim: &Simulation, types: &Types, b: &Bindings) 
     }
     drop_dependency_cycles(graph, &mut out);
     out
+}
+
+/// The nodes of a chain whose outputs nobody reads except the rewired readers after the gap
+/// and other such nodes (greatest fixpoint), in the chain's order.
+fn movable(graph: &Graph, nodes: &[NodeId], rewire: &[(NodeId, usize, TensorId)]) -> Vec<NodeId> {
+    let mut set: BTreeSet<NodeId> = nodes.iter().copied().collect();
+    loop {
+        let bad: Vec<NodeId> = set
+            .iter()
+            .copied()
+            .filter(|&m| {
+                graph.node(m).output_tensors().any(|t| {
+                    let tensor = graph.tensor(t);
+                    tensor.is_output
+                        || tensor.consumers().iter().any(|&r| {
+                            !set.contains(&r)
+                                && graph.node(r).inputs.iter().enumerate().any(|(slot, i)| {
+                                    *i == Some(t) && !rewire.contains(&(r, slot, t))
+                                })
+                        })
+                })
+            })
+            .collect();
+        if bad.is_empty() {
+            return nodes.iter().copied().filter(|m| set.contains(m)).collect();
+        }
+        for m in bad {
+            set.remove(&m);
+        }
+    }
 }
 
 /// Buffers reused across a chain can make two candidates need each other's values; such a
@@ -418,12 +458,9 @@ fn fresh_name(graph: &Graph, taken: &BTreeSet<String>, base: &str) -> String {
 
 /// The plan as one patch: clones of every recomputed chain, backward readers rewired.
 pub fn rewrite(graph: &Graph, cands: &Candidates, plan: &Plan, label: &str) -> Patch {
-    let mut patch = Patch::new(label);
+    let patch = Patch::new(label);
     let pos = graph.file_positions();
     let order = graph.nodes();
-    let mut clone_of: BTreeMap<TensorId, usize> = BTreeMap::new(); // original value -> new tensor index
-    let mut anchor_of_new: Vec<usize> = Vec::new(); // new tensor -> file position its producer sits after
-    let mut taken: BTreeSet<String> = BTreeSet::new();
     // Dependencies first: by rematerialisation step, then index.
     let mut by_remat: Vec<usize> = (0..cands.list.len())
         .filter(|&i| plan.recompute.get(i).copied().unwrap_or(false))
@@ -466,81 +503,170 @@ pub fn rewrite(graph: &Graph, cands: &Candidates, plan: &Plan, label: &str) -> P
             needed.extend(graph.node(m).input_tensors());
         }
     }
+    // Nodes some chosen recompute moves: they run once, later, under their own names.
+    let moved: BTreeSet<NodeId> = chosen
+        .iter()
+        .flat_map(|&i| cands.list[i].moved.iter().copied())
+        .collect();
+    // Readers after a gap (node, slot) -> the value they read, and every chosen chain's nodes.
+    let late_reads: BTreeMap<(NodeId, usize), TensorId> = chosen
+        .iter()
+        .flat_map(|&i| {
+            cands.list[i]
+                .rewire
+                .iter()
+                .map(|&(r, slot, v)| ((r, slot), v))
+        })
+        .collect();
+    let chain_nodes: BTreeSet<NodeId> = chosen
+        .iter()
+        .flat_map(|&i| cands.list[i].nodes.iter().copied())
+        .collect();
+    let mut b = Builder {
+        graph,
+        pos: &pos,
+        order,
+        moved: &moved,
+        needed: &needed,
+        late_reads: &late_reads,
+        chain_nodes: &chain_nodes,
+        rebuilt: BTreeMap::new(),
+        taken: BTreeSet::new(),
+        done: BTreeSet::new(),
+        patch,
+    };
     for &i in &chosen {
         let c = &cands.list[i];
         for &m in &c.nodes {
-            let node = graph.node(m);
-            if node.output_tensors().all(|t| clone_of.contains_key(&t)) {
-                continue; // already rebuilt for another candidate
-            }
-            let mut after = 0usize; // file position the clone must follow
-            let inputs: Vec<Option<TensorRef>> = node
-                .inputs
-                .iter()
-                .map(|inp| {
-                    inp.map(|u| match clone_of.get(&u) {
-                        Some(&k) => {
-                            after = after.max(anchor_of_new[k]);
-                            TensorRef::New(k)
-                        }
-                        None => {
-                            if let Some(p) = graph.tensor(u).producer() {
-                                after = after.max(pos[p.index()]);
-                            }
-                            TensorRef::Existing(u)
-                        }
-                    })
-                })
-                .collect();
-            let optional_tail = OPTIONAL_OUTPUTS.contains(&node.op_type.as_str());
-            let outputs: Vec<Option<TensorRef>> = node
-                .outputs
-                .iter()
-                .enumerate()
-                .map(|(slot, o)| {
-                    o.filter(|t| slot == 0 || !optional_tail || needed.contains(t))
-                        .map(|t| {
-                            let name = fresh_name(graph, &taken, &graph.tensor(t).name);
-                            taken.insert(name.clone());
-                            patch.tensors.push(NewTensor { name, like: t });
-                            anchor_of_new.push(after);
-                            let k = patch.tensors.len() - 1;
-                            clone_of.insert(t, k);
-                            TensorRef::New(k)
-                        })
-                })
-                .collect();
-            let base = if node.name.is_empty() {
-                format!("{}_{}", node.op_type, m)
-            } else {
-                node.name.clone()
-            };
-            let name = fresh_name(graph, &taken, &base);
-            taken.insert(name.clone());
-            let before = order
-                .get(after + 1)
-                .copied()
-                .unwrap_or(order[order.len() - 1]);
-            patch.nodes.push(NewNode {
-                name,
-                copy_of: m,
-                inputs,
-                outputs,
-                before,
-            });
+            b.build(m);
         }
-        // Rewire the readers after the gap.
+        // Rewire the readers after the gap (to the clones; a moved value keeps its readers).
         for &(r, slot, v) in &c.rewire {
-            let Some(&k) = clone_of.get(&v) else { continue };
-            if rewired.insert((r, slot)) {
-                patch.rewires.push(Rewire {
+            let Some(&(to, _)) = b.rebuilt.get(&v) else {
+                continue;
+            };
+            // A moved reader got its inputs with its move.
+            if to != TensorRef::Existing(v) && !moved.contains(&r) && rewired.insert((r, slot)) {
+                b.patch.rewires.push(Rewire {
                     node: r,
                     slot,
                     from: v,
-                    to: TensorRef::New(k),
+                    to,
                 });
             }
         }
     }
-    patch
+    b.patch
+}
+
+/// Builds the clones and moves of one rewrite.
+struct Builder<'a> {
+    graph: &'a Graph,
+    pos: &'a [usize],
+    order: &'a [NodeId],
+    moved: &'a BTreeSet<NodeId>,
+    /// Values some clone or rewire reads: other outputs of cloned nodes are omitted where optional.
+    needed: &'a BTreeSet<TensorId>,
+    /// Readers after a gap (node, slot) -> the value they read (rewired to its rebuilt copy).
+    late_reads: &'a BTreeMap<(NodeId, usize), TensorId>,
+    /// Nodes of the chosen chains.
+    chain_nodes: &'a BTreeSet<NodeId>,
+    /// Original value -> what its late readers use now, and the file position its producer follows.
+    rebuilt: BTreeMap<TensorId, (TensorRef, usize)>,
+    taken: BTreeSet<String>,
+    /// Nodes already cloned or moved.
+    done: BTreeSet<NodeId>,
+    patch: Patch,
+}
+
+impl Builder<'_> {
+    /// Clone or move `m` (once), after any moved producer of its inputs.
+    fn build(&mut self, m: NodeId) {
+        let graph = self.graph;
+        let node = graph.node(m);
+        if !self.done.insert(m) || node.output_tensors().all(|t| self.rebuilt.contains_key(&t)) {
+            return; // already rebuilt for another candidate
+        }
+        let is_moved = self.moved.contains(&m);
+        for (slot, u) in node.inputs.iter().enumerate() {
+            let Some(u) = *u else { continue };
+            let Some(p) = graph.tensor(u).producer() else {
+                continue;
+            };
+            if p == m || self.rebuilt.contains_key(&u) {
+                continue;
+            }
+            // A moved producer's place in the file is decided first; so is the rebuilt copy a
+            // moved node reads after a gap (a move takes its inputs with it).
+            let late = is_moved
+                && self.late_reads.get(&(m, slot)) == Some(&u)
+                && self.chain_nodes.contains(&p);
+            if self.moved.contains(&p) || late {
+                self.build(p);
+            }
+        }
+        let mut after = 0usize; // file position the node must follow
+        let inputs: Vec<Option<TensorRef>> = node
+            .inputs
+            .iter()
+            .map(|inp| {
+                inp.map(|u| match self.rebuilt.get(&u) {
+                    Some(&(r, anchor)) => {
+                        after = after.max(anchor);
+                        r
+                    }
+                    None => {
+                        if let Some(p) = graph.tensor(u).producer() {
+                            after = after.max(self.pos[p.index()]);
+                        }
+                        TensorRef::Existing(u)
+                    }
+                })
+            })
+            .collect();
+        let before = self
+            .order
+            .get(after + 1)
+            .copied()
+            .unwrap_or(self.order[self.order.len() - 1]);
+        if is_moved {
+            for t in node.output_tensors() {
+                self.rebuilt.insert(t, (TensorRef::Existing(t), after));
+            }
+            self.patch.moves.push(Move {
+                node: m,
+                inputs,
+                before,
+                after_new: self.patch.nodes.len(),
+            });
+            return;
+        }
+        let optional_tail = OPTIONAL_OUTPUTS.contains(&node.op_type.as_str());
+        let mut outputs: Vec<Option<TensorRef>> = Vec::with_capacity(node.outputs.len());
+        for (slot, o) in node.outputs.iter().enumerate() {
+            let kept = o.filter(|t| slot == 0 || !optional_tail || self.needed.contains(t));
+            outputs.push(kept.map(|t| {
+                let name = fresh_name(graph, &self.taken, &graph.tensor(t).name);
+                self.taken.insert(name.clone());
+                self.patch.tensors.push(NewTensor { name, like: t });
+                let r = TensorRef::New(self.patch.tensors.len() - 1);
+                self.rebuilt.insert(t, (r, after));
+                r
+            }));
+        }
+        let base = if node.name.is_empty() {
+            format!("{}_{}", node.op_type, m)
+        } else {
+            node.name.clone()
+        };
+        let name = fresh_name(graph, &self.taken, &base);
+        self.taken.insert(name.clone());
+        self.patch.nodes.push(NewNode {
+            name,
+            copy_of: m,
+            inputs,
+            outputs,
+            before,
+        });
+    }
 }

@@ -61,6 +61,11 @@ pub const DROPOUT: u64 = 3;
 pub const BIAS_DROPOUT: u64 = DROPOUT + 2;
 /// Pools: one op per window element per output element.
 pub const POOL: u64 = 1;
+/// Ops that copy or materialise data without arithmetic (Transpose, Concat, Split, Slice,
+/// Gather*, Scatter*, Expand, Tile, Pad, ConstantOfShape, EyeLike, OneHot), per element
+/// written: memory-bound, so not free to recompute. Alias ops (Reshape, Squeeze, Unsqueeze,
+/// Flatten, Identity) write nothing and stay at 0.
+pub const DATA_MOVEMENT: u64 = 1;
 /// Random generators, per output element.
 pub const RANDOM: u64 = 1;
 
