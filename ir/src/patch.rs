@@ -125,6 +125,18 @@ impl Patch {
     /// Apply to `graph`, then verify. On error the graph may be partly changed: apply to a clone
     /// when the original must survive.
     pub fn apply(&self, graph: &mut Graph) -> Result<Applied, PatchError> {
+        let applied = self.apply_unverified(graph)?;
+        verify(graph).map_err(|source| PatchError::Verify {
+            label: self.label.clone(),
+            source,
+        })?;
+        Ok(applied)
+    }
+
+    /// [`Patch::apply`] without the final verification, for throwaway trial graphs (a search
+    /// simulating thousands of candidate rewrites). The rewrite that is kept goes through
+    /// [`Patch::apply`].
+    pub fn apply_unverified(&self, graph: &mut Graph) -> Result<Applied, PatchError> {
         let label = self.label.clone();
         let mut applied = Applied::default();
         for nt in &self.tensors {
@@ -282,10 +294,6 @@ impl Patch {
                 }),
             }
         }
-        verify(graph).map_err(|source| PatchError::Verify {
-            label: self.label.clone(),
-            source,
-        })?;
         Ok(applied)
     }
 }

@@ -288,7 +288,7 @@ pub fn candidates(graph: &Graph, sim: &Simulation, types: &Types, b: &Bindings) 
             })
             .sum::<u64>()
             // a pure move adds nothing; a clone of alias ops alone still runs a node
-            .max(u64::from(moved.len() < node_list.len()));
+            .max(1); // a move is nearly free; a zero cost leaves CBC unable to bound the ILP
         let transient: u64 = values
             .iter()
             .filter(|v| sim.buffer_of[v.index()] != Some(g.buffer))

@@ -186,10 +186,15 @@ pub fn solve_ilp_with(problem: &Problem, options: &IlpOptions) -> Result<Plan, S
     };
     let size = search.size;
     let ilp_plan = |x: Vec<bool>, e: Evaluation, optimal: bool, bound: f64| {
-        let status = if optimal {
-            Status::Optimal
-        } else {
+        // CBC stops at `relative_gap` with a proven bound: exact only when the bound meets
+        // the objective (to within the integral objective's unit).
+        let status = if !optimal {
             Status::FeasibleOnTimeout
+        } else if options.relative_gap > 0.0 && (e.cost as f64 - bound) > 1.0 + 1e-9 * e.cost as f64
+        {
+            Status::WithinGap
+        } else {
+            Status::Optimal
         };
         let mut plan = Plan::from_evaluation(x, e, Method::Ilp, status, bound, start.elapsed());
         plan.info.model = size;
@@ -210,7 +215,8 @@ pub fn solve_ilp_with(problem: &Problem, options: &IlpOptions) -> Result<Plan, S
         Outcome::WarmOptimal => {
             let w = warm.clone().unwrap_or_default();
             let e = evaluate(problem, &w);
-            Ok(ilp_plan(w, e, true, 0.0))
+            let proven = e.cost as f64;
+            Ok(ilp_plan(w, e, true, proven))
         }
         Outcome::Infeasible => match &warm {
             // The warm start fits, so CBC's claim is numerical noise.
@@ -279,7 +285,7 @@ fn search(
     options: &IlpOptions,
     deadline: Instant,
 ) -> Search {
-    let skeleton = Skeleton::build(problem);
+    let skeleton = Skeleton::build(problem, options.relative_gap);
     let warm = warm.map(|w| (w.to_vec(), evaluate(problem, w).remat_at));
     let mut depth = vec![options.initial_depth; skeleton.seg_start.len()];
     let mut best_bound = 0.0f64;
@@ -428,7 +434,7 @@ struct Skeleton {
 }
 
 impl Skeleton {
-    fn build(problem: &Problem) -> Skeleton {
+    fn build(problem: &Problem, relative_gap: f64) -> Skeleton {
         let cands = &problem.candidates;
         let n = cands.len();
         let t_len = problem.steps();
@@ -561,12 +567,27 @@ impl Skeleton {
             reads_before[row.seg] |= !row.transients.is_empty() && row.seg > 0;
         }
         // Objective in units of the costs' gcd: integral, so CBC can stop as
-        // soon as the gap is below one unit.
-        let cost_unit = cands.iter().map(|c| c.cost).fold(0, gcd).max(1) as f64;
+        // soon as the gap is below one unit. When a relative gap is allowed, the
+        // unit is at least a millionth of that gap times the largest cost and
+        // costs are rounded down to it: the objective spans fewer orders of
+        // magnitude (a 1-FLOP move beside 10^10-FLOP matmuls left CBC unable
+        // to close the gap), CBC's bound stays a bound, and the plan's real
+        // cost is re-evaluated after.
+        let exact = cands.iter().map(|c| c.cost).fold(0, gcd).max(1);
+        let coarse = if relative_gap > 0.0 {
+            let max = cands.iter().map(|c| c.cost).max().unwrap_or(0) as f64;
+            (max * relative_gap * 1e-6).floor() as u64
+        } else {
+            0
+        };
+        let cost_unit = exact.max(coarse) as f64;
         Skeleton {
             bytes: cands.iter().map(|c| c.bytes as f64 / unit).collect(),
             transient: cands.iter().map(|c| c.transient as f64 / unit).collect(),
-            cost: cands.iter().map(|c| c.cost as f64 / cost_unit).collect(),
+            cost: cands
+                .iter()
+                .map(|c| (c.cost as f64 / cost_unit).floor())
+                .collect(),
             cost_unit,
             ceiling,
             useful,
@@ -895,7 +916,11 @@ impl Formulation {
 
         match model.solve() {
             Ok(sol) => {
-                let optimal = matches!(sol.status(), SolutionStatus::Optimal);
+                // GapLimit: stopped at the requested gap (or the objective's unit), bound proven.
+                let optimal = matches!(
+                    sol.status(),
+                    SolutionStatus::Optimal | SolutionStatus::GapLimit
+                );
                 let bound = sol.model().best_possible_value();
                 let bound = if bound.is_finite() {
                     bound.max(0.0) * sk.cost_unit

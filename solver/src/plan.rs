@@ -35,6 +35,9 @@ pub enum Method {
 pub enum Status {
     /// Proven minimum cost.
     Optimal,
+    /// Proven within the requested relative gap of the minimum (`IlpOptions::relative_gap`):
+    /// as reproducible as `Optimal` (no clock involved), with `gap` saying how close.
+    WithinGap,
     /// The best feasible plan found when a limit stopped the search.
     FeasibleOnTimeout,
     /// A heuristic's plan: fits, no optimality claim.
