@@ -459,3 +459,50 @@ fn time_limit_returns_the_greedy_plan_labelled() {
     assert!(plan.cost <= greedy.cost);
     assert!(plan.check(&p));
 }
+
+#[test]
+fn relative_gap_is_proven_and_reported() {
+    // Costs spanning ten orders of magnitude, as moves (1) beside matmuls (10^10) do.
+    let mut p = chain(30);
+    for (i, c) in p.candidates.iter_mut().enumerate() {
+        c.cost = if i % 4 == 0 {
+            1
+        } else {
+            c.cost * 1_000_000_000
+        };
+    }
+    let exact = solve_ilp(&p).unwrap();
+    assert_eq!(exact.info.status, Status::Optimal, "{:?}", exact.info);
+    for gap in [0.01, 0.2] {
+        let options = IlpOptions {
+            relative_gap: gap,
+            ..IlpOptions::default()
+        };
+        let plan = solve_ilp_with(&p, &options).unwrap();
+        assert!(plan.check(&p));
+        assert!(
+            matches!(plan.info.status, Status::Optimal | Status::WithinGap),
+            "{:?}",
+            plan.info
+        );
+        // The bound is a true lower bound on the optimum, and the plan is within the gap.
+        assert!(
+            plan.info.bound <= exact.cost as f64 + 1e-6,
+            "{:?}",
+            plan.info
+        );
+        assert!(
+            plan.cost as f64 <= exact.cost as f64 * (1.0 + gap) + 1.0,
+            "{} vs optimum {}",
+            plan.cost,
+            exact.cost
+        );
+        if plan.info.status == Status::WithinGap {
+            assert!(
+                plan.info.gap > 0.0 && plan.info.gap <= gap + 1e-9,
+                "{:?}",
+                plan.info
+            );
+        }
+    }
+}
