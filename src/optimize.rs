@@ -544,6 +544,8 @@ impl Search<'_> {
             ));
         }
         let max_moves = 2 * set.len() + 1;
+        let mut incumbent: Option<(Vec<bool>, Plan)> = None; // the cheapest fitting set seen
+        let mut moves_after_fit = 0usize;
         for _ in 0..max_moves {
             if *trials >= MAX_TRIALS || Instant::now() >= self.deadline {
                 break;
@@ -560,9 +562,9 @@ impl Search<'_> {
             let flips: Vec<usize> = (0..set.len()).filter(|&i| set[i]).chain(adds).collect();
             let current_cost = plan_from_set(self.prob, set.clone()).cost;
             let mut fits: Option<(u64, usize, Plan)> = None;
-            let mut step_best: Option<(f64, u64, usize)> = None; // (score, total, flip)
-                                                                 // Every flip is simulated (in parallel), then judged in order: the same answer
-                                                                 // on any number of cores.
+            let mut step_best: Option<(f64, u64, usize, u64)> = None; // (score, total, flip, cost)
+                                                                      // Every flip is simulated (in parallel), then judged in order: the same answer
+                                                                      // on any number of cores.
             *trials += flips.len();
             let judged = par_map(&flips, |&i| {
                 let mut trial = set.clone();
@@ -591,17 +593,33 @@ impl Search<'_> {
                     gain / (added + self.cost_floor)
                 };
                 if step_best.is_none_or(|b| score > b.0 || (score == b.0 && total < b.1)) {
-                    step_best = Some((score, total, i));
+                    step_best = Some((score, total, i, plan.cost));
                 }
             }
-            if let Some((_, i, plan)) = fits {
-                set[i] = !set[i];
-                if self.debug {
-                    eprintln!("search: flip candidate {i} -> fits");
+            if let Some((cost, i, plan)) = fits {
+                if incumbent
+                    .as_ref()
+                    .is_none_or(|inc: &(Vec<bool>, Plan)| cost < inc.1.cost)
+                {
+                    let mut fit = set.clone();
+                    fit[i] = !fit[i];
+                    if self.debug {
+                        eprintln!("search: flip candidate {i} -> fits at {cost} FLOPs");
+                    }
+                    incumbent = Some((fit, plan));
                 }
-                return Ok(Climb::Fits(set, Box::new(plan)));
             }
-            let Some((_, total, i)) = step_best else {
+            // Go on climbing, for a few moves, while the climb costs less than the plan that
+            // fits: a few cheap flips may fit where one expensive flip does.
+            if incumbent.is_some() {
+                moves_after_fit += 1;
+            }
+            let promising = |b: &(f64, u64, usize, u64)| {
+                incumbent
+                    .as_ref()
+                    .is_none_or(|inc| b.3 < inc.1.cost && moves_after_fit <= MOVES_AFTER_FIT)
+            };
+            let Some((_, total, i, _)) = step_best.filter(promising) else {
                 break;
             };
             if self.debug {
@@ -609,6 +627,9 @@ impl Search<'_> {
             }
             set[i] = !set[i];
             current = total;
+        }
+        if let Some((set, plan)) = incumbent {
+            return Ok(Climb::Fits(set, Box::new(plan)));
         }
         Ok(Climb::Stuck(current))
     }
@@ -647,6 +668,8 @@ const ROUND_GAP: f64 = 0.01;
 const CORRECTION_ROUNDS: usize = 12;
 /// How many unchosen candidates one search move tries adding.
 const SEARCH_WIDTH: usize = 64;
+/// Moves a climb goes on for after its first fit, looking for a cheaper one.
+const MOVES_AFTER_FIT: usize = 8;
 /// How many cheaper candidates the final pass tries in place of each expensive recompute.
 const SWAP_WIDTH: usize = 16;
 /// Simulations one search may run (a count, not a time, so that results are reproducible).
