@@ -75,7 +75,7 @@ pub fn broken_control(model: &onnx::ModelProto) -> Result<(onnx::ModelProto, Str
         .graph
         .as_mut()
         .ok_or_else(|| anyhow!("model has no graph"))?;
-    let float_names: std::collections::HashSet<String> = g
+    let mut float_names: std::collections::HashSet<String> = g
         .value_info
         .iter()
         .chain(g.output.iter())
@@ -83,6 +83,25 @@ pub fn broken_control(model: &onnx::ModelProto) -> Result<(onnx::ModelProto, Str
         .filter(|v| matches!(v.r#type.as_ref().and_then(|t| t.value.as_ref()), Some(onnx::type_proto::Value::TensorType(t)) if t.elem_type == Some(1)))
         .filter_map(|v| v.name.clone())
         .collect();
+    // Graphs without value_info (hand-written, stripped): the dtypes shape inference gives.
+    if let Ok(graph) = ckpt_ir::import_bytes(
+        model.encode_to_vec().into(),
+        std::path::Path::new("control.onnx"),
+        None,
+    ) {
+        if let Ok(types) = ckpt_ir::ops::infer(&graph) {
+            float_names.extend(
+                graph
+                    .tensor_ids()
+                    .filter(|&t| {
+                        types
+                            .get(t)
+                            .is_some_and(|tt| tt.dtype == ckpt_ir::DType::F32)
+                    })
+                    .map(|t| graph.tensor(t).name.clone()),
+            );
+        }
+    }
     let first_out = g
         .output
         .first()
