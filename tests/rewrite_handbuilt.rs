@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 
 use ckpt_ir::build::{attr_i, ModelBuilder};
-use ckpt_ir::{import_bytes, print_graph_with, Bindings, DType};
+use ckpt_ir::{import_bytes, Bindings, DType};
 use ckpt_opt::optimize::{analyse, plan, Job, Outcome};
 use ckpt_passes::ledger::Optimizer;
 use common::*;
@@ -108,41 +108,23 @@ fn hand_built_mlp_rewrites() {
             .total_bytes;
         for pct in [90u64, 80] {
             let ceiling = total * pct / 100;
-            let text = match plan(&job(path, ceiling), g.clone()).unwrap() {
-                Outcome::Rewritten(r) => {
-                    let a = &r.after;
-                    assert!(a.ledger.total_bytes <= ceiling);
-                    // Random ops are never cloned; their outputs may be kept boundaries.
+            let outcome = plan(&job(path, ceiling), g.clone()).unwrap();
+            if let Outcome::Rewritten(r) = &outcome {
+                assert!(r.after.ledger.total_bytes <= ceiling);
+                // Random ops are never cloned; their outputs may be kept boundaries.
+                assert!(
+                    !r.patch_text.contains("Dropout"),
+                    "{name}: a Dropout was recomputed"
+                );
+                if dropout {
                     assert!(
-                        !r.patch_text.contains("Dropout"),
-                        "{name}: a Dropout was recomputed"
+                        r.cands.excluded.iter().any(|e| e.op == "Dropout"),
+                        "{name}: {:?}",
+                        r.cands.excluded
                     );
-                    if dropout {
-                        assert!(
-                            r.cands.excluded.iter().any(|e| e.op == "Dropout"),
-                            "{name}: {:?}",
-                            r.cands.excluded
-                        );
-                    }
-                    let order = a.sim.schedule.order.clone();
-                    let note = |n| Some(format!("[{}]", a.class.phase(n)));
-                    format!(
-                        "ceiling {ceiling}: predicted {} -> {}\n{}\n{}",
-                        r.before.ledger.total_bytes,
-                        a.ledger.total_bytes,
-                        r.patch_text,
-                        print_graph_with(&a.graph, &order, &note)
-                    )
                 }
-                Outcome::CannotFit {
-                    message,
-                    lowest_total,
-                    ..
-                } => {
-                    format!("ceiling {ceiling}: refused, lowest {lowest_total}\n{message}\n")
-                }
-                Outcome::AlreadyFits { .. } => format!("ceiling {ceiling}: already fits\n"),
-            };
+            }
+            let text = outcome_text(&outcome, ceiling);
             insta::assert_snapshot!(format!("{name}_{pct}"), text);
         }
     }
@@ -173,22 +155,8 @@ fn hand_built_mlp_validates_on_ort() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    let v = &r["validation"];
-    assert_eq!(v["passed"], true);
-    assert_eq!(v["control_rejected"], true);
-    for out in v["outputs"].as_array().unwrap() {
-        assert_eq!(out["bitwise_equal"], true, "{}", out["name"]);
-    }
-    let (mb, ma) = (
-        v["original"]["peak_bytes"].as_u64().unwrap(),
-        v["rewritten"]["peak_bytes"].as_u64().unwrap(),
-    );
-    assert!(ma < mb, "measured {mb} -> {ma}");
-    assert_eq!(
-        r["predicted_arena_peak_bytes"]["after"].as_u64().unwrap(),
-        ma,
-        "predicted == measured"
-    );
+    let (_, ma, predicted) = assert_validated_rewrite(&r, "mlp3");
+    assert_eq!(predicted, ma, "predicted == measured");
     // The receipt names what was moved and what was recomputed.
     let segs = r["segments"].as_array().unwrap();
     assert!(!segs.is_empty());

@@ -5,8 +5,8 @@ mod common;
 
 use std::time::Duration;
 
-use ckpt_ir::{import_file, print_graph_with, Bindings};
-use ckpt_opt::optimize::{plan, Job, Outcome};
+use ckpt_ir::{import_file, Bindings};
+use ckpt_opt::optimize::{plan, Job};
 use ckpt_passes::ledger::Optimizer;
 use common::*;
 
@@ -35,26 +35,7 @@ fn rewritten_graphs_of_every_std_fixture_at_two_ceilings() {
                 .total_bytes;
         for pct in [95u64, 90] {
             let ceiling = total * pct / 100;
-            let text = match plan(&job(&f.path, ceiling), g.clone()).unwrap() {
-                Outcome::Rewritten(r) => {
-                    let a = &r.after;
-                    let order = a.sim.schedule.order.clone();
-                    let note = |n| Some(format!("[{}]", a.class.phase(n)));
-                    format!(
-                        "ceiling {ceiling}: predicted {} -> {}\n{}\n{}",
-                        r.before.ledger.total_bytes,
-                        a.ledger.total_bytes,
-                        r.patch_text,
-                        print_graph_with(&a.graph, &order, &note)
-                    )
-                }
-                Outcome::CannotFit {
-                    message,
-                    lowest_total,
-                    ..
-                } => format!("ceiling {ceiling}: refused, lowest {lowest_total}\n{message}\n"),
-                Outcome::AlreadyFits { .. } => format!("ceiling {ceiling}: already fits\n"),
-            };
+            let text = outcome_text(&plan(&job(&f.path, ceiling), g.clone()).unwrap(), ceiling);
             insta::assert_snapshot!(format!("rewrite_{}_{pct}", f.name), text);
         }
     }

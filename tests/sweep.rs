@@ -44,18 +44,7 @@ fn every_std_fixture_at_four_ceilings() {
                     rewritten += 1;
                     let after = r["predicted_peak_bytes"]["after"].as_u64().unwrap();
                     assert!(after <= ceiling, "{label}: predicted {after}");
-                    let v = &r["validation"];
-                    assert_eq!(v["passed"], true, "{label}");
-                    assert_eq!(v["control_rejected"], true, "{label}");
-                    for out in v["outputs"].as_array().unwrap() {
-                        assert_eq!(out["bitwise_equal"], true, "{label}: {}", out["name"]);
-                    }
-                    let (mb, ma) = (
-                        v["original"]["peak_bytes"].as_u64().unwrap(),
-                        v["rewritten"]["peak_bytes"].as_u64().unwrap(),
-                    );
-                    assert!(ma < mb, "{label}: measured {mb} -> {ma}");
-                    let predicted = r["predicted_arena_peak_bytes"]["after"].as_u64().unwrap();
+                    let (mb, ma, predicted) = assert_validated_rewrite(&r, &label);
                     let ratio = predicted as f64 / ma as f64;
                     eprintln!("{label}: rewritten, predicted arena {predicted}, measured {ma} (was {mb}), +{:.2}% FLOPs", r["added_flops_percent"].as_f64().unwrap());
                     assert!(

@@ -63,3 +63,50 @@ pub fn stderr(o: &Output) -> String {
 pub fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
+
+/// A main-job receipt (`--validate --json`) of a rewrite: validation passed bitwise with the
+/// control rejected, and the measured peak dropped. Returns (measured before, measured after,
+/// predicted arena peak after).
+pub fn assert_validated_rewrite(r: &serde_json::Value, label: &str) -> (u64, u64, u64) {
+    let v = &r["validation"];
+    assert_eq!(v["passed"], true, "{label}");
+    assert_eq!(v["control_rejected"], true, "{label}");
+    for out in v["outputs"].as_array().unwrap() {
+        assert_eq!(out["bitwise_equal"], true, "{label}: {}", out["name"]);
+    }
+    let (mb, ma) = (
+        v["original"]["peak_bytes"].as_u64().unwrap(),
+        v["rewritten"]["peak_bytes"].as_u64().unwrap(),
+    );
+    assert!(ma < mb, "{label}: measured {mb} -> {ma}");
+    let predicted = r["predicted_arena_peak_bytes"]["after"].as_u64().unwrap();
+    (mb, ma, predicted)
+}
+
+/// A plan's outcome as snapshot text: the patch and the rewritten graph in schedule order
+/// with phases, or the refusal.
+pub fn outcome_text(outcome: &ckpt_opt::optimize::Outcome, ceiling: u64) -> String {
+    use ckpt_opt::optimize::Outcome;
+    match outcome {
+        Outcome::Rewritten(r) => {
+            let a = &r.after;
+            let order = a.sim.schedule.order.clone();
+            let note = |n| Some(format!("[{}]", a.class.phase(n)));
+            format!(
+                "ceiling {ceiling}: predicted {} -> {}\n{}\n{}",
+                r.before.ledger.total_bytes,
+                a.ledger.total_bytes,
+                r.patch_text,
+                ckpt_ir::print_graph_with(&a.graph, &order, &note)
+            )
+        }
+        Outcome::CannotFit {
+            message,
+            lowest_total,
+            ..
+        } => {
+            format!("ceiling {ceiling}: refused, lowest {lowest_total}\n{message}\n")
+        }
+        Outcome::AlreadyFits { .. } => format!("ceiling {ceiling}: already fits\n"),
+    }
+}
