@@ -6,4 +6,11 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 "$root/scripts/setup.sh"
 export ORT_DYLIB_PATH="${ORT_DYLIB_PATH:-$(ls "$root"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* 2>/dev/null | head -n 1)}"
+# Formatting is rustfmt's default style; checked where rustfmt is installed (rustup's default
+# profile has it).
+if cargo fmt --version >/dev/null 2>&1; then
+  cargo fmt --all --check || { echo "test.sh: run \`cargo fmt --all\`" >&2; exit 1; }
+else
+  echo "test.sh: rustfmt not installed; skipping the format check" >&2
+fi
 cargo test --workspace --locked "$@"
