@@ -341,6 +341,64 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
             ),
         };
         println!("    plan (whole)          {}  {desc}", secs(t_plan));
+        // Baselines on the same candidates, each rewritten and simulated (the same truth the
+        // plan is held to): which fit the ceiling, and at what added FLOPs.
+        let step: u64 = ckpt_opt::optimize::step_flops(&a, &bind);
+        let fixed_set = |set: Vec<bool>| {
+            let e = ckpt_solver::evaluate(&prob, &set);
+            Ok(ckpt_solver::Plan {
+                recompute: set,
+                remat_at: e.remat_at,
+                peak: e.peak,
+                peak_step: e.peak_step,
+                cost: e.cost,
+                info: ckpt_solver::SolveInfo {
+                    method: ckpt_solver::Method::PerBlock,
+                    status: ckpt_solver::Status::Heuristic,
+                    objective: e.cost,
+                    bound: 0.0,
+                    gap: 1.0,
+                    wall: Duration::ZERO,
+                    fallback: None,
+                    model: Default::default(),
+                },
+            })
+        };
+        let n = cands.list.len();
+        let baselines: [(&str, Result<ckpt_solver::Plan, ckpt_solver::SolveError>); 4] = [
+            ("ILP, linear model", sol),
+            ("greedy, linear model", ckpt_solver::solve_greedy(&prob)),
+            (
+                "per-block sqrt(n)",
+                fixed_set(ckpt_solver::per_block_set(&prob)),
+            ),
+            ("recompute all", fixed_set(vec![true; n])),
+        ];
+        for (label, p) in baselines {
+            let Ok(p) = p else {
+                println!("    baseline {label:<22} no plan under its model");
+                continue;
+            };
+            let patch = rewrite(&a.graph, &cands, &p, "baseline");
+            let mut g2 = a.graph.clone();
+            patch.apply_unverified(&mut g2)?;
+            let total = fixed + simulate(&g2, &schedule(&g2)?, &bind)?.peak_live;
+            let added: u64 = patch
+                .nodes
+                .iter()
+                .map(|n| ckpt_ir::ops::flops(&a.graph, n.copy_of, &a.types, &bind).unwrap_or(0))
+                .sum();
+            println!(
+                "    baseline {label:<22} +{:.2}% FLOPs, simulated {} ({})",
+                100.0 * added as f64 / step.max(1) as f64,
+                human(total),
+                if total <= ceiling {
+                    "fits"
+                } else {
+                    "over the ceiling"
+                }
+            );
+        }
         println!(
             "    import + plan         {}  target < {}: {met}",
             secs(whole),

@@ -282,9 +282,10 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 json!({"before": r.before.sim.arena_peak, "after": r.after.sim.arena_peak});
             receipt["ledger"] = json!({"before": optimize::ledger_json(&r.before.ledger), "after": optimize::ledger_json(&r.after.ledger)});
             receipt["trace"] = json!({"before": optimize::trace_json(&r.before), "after": optimize::trace_json(&r.after)});
-            receipt["added_flops"] = json!(r.plan.cost);
+            receipt["added_flops"] = json!(r.added_flops);
+            receipt["model_added_flops"] = json!(r.plan.cost);
             receipt["step_flops"] = json!(step);
-            receipt["added_flops_percent"] = json!(100.0 * r.plan.cost as f64 / step as f64);
+            receipt["added_flops_percent"] = json!(100.0 * r.added_flops as f64 / step as f64);
             receipt["segments"] = json!(optimize::segments_json(&r));
             receipt["candidates"] = json!(r.cands.list.len());
             receipt["excluded"] = json!(r.cands.excluded.iter().map(|e| json!({
@@ -358,8 +359,8 @@ fn print_summary(r: &optimize::Rewritten, out: &std::path::Path, ceiling: u64, s
         human(ceiling),
         chosen,
         r.cands.list.len(),
-        r.plan.cost,
-        100.0 * r.plan.cost as f64 / step as f64,
+        r.added_flops,
+        100.0 * r.added_flops as f64 / step as f64,
         r.plan.info.method,
         r.plan.info.status,
         r.plan.info.gap,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use serde_json::json;
 
-use ckpt_ir::ops::infer;
+use ckpt_ir::ops::{flops, infer};
 use ckpt_ir::{export_bytes, write_atomic, Bindings, Graph};
 use ckpt_passes::ledger::{ledger, Ledger, Optimizer};
 use ckpt_passes::memory::{schedule, simulate, Simulation};
@@ -117,6 +117,10 @@ pub struct Rewritten {
     pub cands: Candidates,
     pub plan: Plan,
     pub patch_text: String,
+    /// FLOPs the rewritten graph really adds: its clones (a node shared by several recompute
+    /// chains is cloned once; moves add nothing). `plan.cost`, the model's sum over
+    /// candidates, counts shared nodes once per chain.
+    pub added_flops: u64,
     pub arena_ceiling: u64,
     pub solve_attempts: usize,
     /// What the ILP on the linear model gave, whether or not its plan was used.
@@ -279,7 +283,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
             debug_idle(job, &before, &cands, &plan)?;
         }
         if total <= effective {
-            let (after, text) = realise(job, &before, &cands, &plan)?;
+            let (after, text, added_flops) = realise(job, &before, &cands, &plan)?;
             if after.ledger.total_bytes <= effective {
                 ilp = json!({"rounds": rounds, "used": true});
                 return Ok(Outcome::Rewritten(Box::new(Rewritten {
@@ -288,6 +292,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
                     cands,
                     plan,
                     patch_text: text,
+                    added_flops,
                     arena_ceiling,
                     solve_attempts: attempts,
                     ilp,
@@ -489,7 +494,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
                 plan.cost
             );
         }
-        let (after, text) = realise(job, &before, &cands, &plan)?;
+        let (after, text, added_flops) = realise(job, &before, &cands, &plan)?;
         plan.info.wall = started.elapsed();
         return Ok(Outcome::Rewritten(Box::new(Rewritten {
             before,
@@ -497,6 +502,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
             cands,
             plan,
             patch_text: text,
+            added_flops,
             arena_ceiling,
             solve_attempts: attempts,
             ilp,
@@ -841,7 +847,7 @@ fn realise(
     before: &Analysis,
     cands: &Candidates,
     plan: &Plan,
-) -> Result<(Analysis, String)> {
+) -> Result<(Analysis, String, u64)> {
     let mut patch = rewrite(
         &before.graph,
         cands,
@@ -852,6 +858,11 @@ fn realise(
         .metadata
         .push((METADATA_KEY.to_string(), CSE_VALUE.to_string()));
     let text = patch.to_string();
+    let added: u64 = patch
+        .nodes
+        .iter()
+        .map(|n| flops(&before.graph, n.copy_of, &before.types, &job.bindings).unwrap_or(0))
+        .sum();
     let mut g2 = before.graph.clone();
     patch
         .apply(&mut g2)
@@ -863,7 +874,7 @@ fn realise(
         job.optimizer,
         job.optimizer_bits,
     )?;
-    Ok((after, text))
+    Ok((after, text, added))
 }
 
 /// `model.onnx` → `model.ckpt.onnx` beside it.

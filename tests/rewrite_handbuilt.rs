@@ -157,6 +157,18 @@ fn hand_built_mlp_validates_on_ort() {
     let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let (_, ma, predicted) = assert_validated_rewrite(&r, "mlp3");
     assert_eq!(predicted, ma, "predicted == measured");
+    // Added FLOPs are those of the clones in the written model (moves add none), and no
+    // more than the model's per-candidate sum.
+    let out_graph = ckpt_ir::import_file(&out).unwrap();
+    let types = ckpt_ir::ops::infer(&out_graph).unwrap();
+    let clones: u64 = out_graph
+        .nodes()
+        .iter()
+        .filter(|&&n| out_graph.node(n).name.ends_with(".recompute"))
+        .map(|&n| ckpt_ir::ops::flops(&out_graph, n, &types, &Bindings::new()).unwrap())
+        .sum();
+    assert_eq!(r["added_flops"].as_u64().unwrap(), clones);
+    assert!(clones <= r["model_added_flops"].as_u64().unwrap());
     // The receipt names what was moved and what was recomputed.
     let segs = r["segments"].as_array().unwrap();
     assert!(!segs.is_empty());

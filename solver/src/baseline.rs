@@ -41,9 +41,16 @@ pub fn solve_per_block(problem: &Problem) -> Result<Plan, SolveError> {
     if let Some(plan) = no_recompute_needed(problem, start) {
         return Ok(plan);
     }
+    let set = per_block_set(problem);
+    finish(problem, set, Method::PerBlock, start)
+}
+
+/// The per-block strategy's recompute set, whatever the ceiling: keep the first candidate of
+/// each block (or every ⌈√n⌉-th candidate when there are no blocks), recompute the rest.
+pub fn per_block_set(problem: &Problem) -> Vec<bool> {
     let cands = &problem.candidates;
     let n = cands.len();
-    let set: Vec<bool> = if cands.iter().any(|c| c.block.is_some()) {
+    if cands.iter().any(|c| c.block.is_some()) {
         let mut first: HashMap<u32, usize> = HashMap::new();
         for (i, c) in cands.iter().enumerate() {
             if let Some(b) = c.block {
@@ -58,8 +65,7 @@ pub fn solve_per_block(problem: &Problem) -> Result<Plan, SolveError> {
     } else {
         let k = (n as f64).sqrt().ceil().max(1.0) as usize;
         (0..n).map(|i| i % k != 0).collect()
-    };
-    finish(problem, set, Method::PerBlock, start)
+    }
 }
 
 /// Peak-directed greedy: while the peak exceeds the ceiling, recompute the

@@ -41,7 +41,8 @@ mod plan;
 mod problem;
 
 pub use baseline::{
-    solve_all, solve_brute_force, solve_greedy, solve_none, solve_per_block, BRUTE_FORCE_LIMIT,
+    per_block_set, solve_all, solve_brute_force, solve_greedy, solve_none, solve_per_block,
+    BRUTE_FORCE_LIMIT,
 };
 pub use ilp::{solve_ilp, solve_ilp_with, IlpOptions};
 pub use plan::{Fallback, Method, ModelSize, Plan, SolveError, SolveInfo, Status};
