@@ -69,3 +69,44 @@ fn predicted_peak_is_within_10_percent_of_measured_on_every_std_fixture() {
         }
     }
 }
+
+/// `Where` takes X and Y broadcast to the condition's shape from the arena before its output
+/// (ORT's kernel scratch): with a scalar Y that is a condition-sized block, with a smaller X a
+/// condition-sized copy of it. Predicted to the byte, and the scratch is what makes it so.
+#[test]
+fn where_scratch_is_predicted_to_the_byte() {
+    use ckpt_ir::build::ModelBuilder;
+    use ckpt_ir::DType;
+    let bytes = ModelBuilder::new(17)
+        .input("c", DType::Bool, "8,16,64")
+        .input("x", DType::F32, "16,64")
+        .init_f32("y", &[], &[-1.0])
+        .node("Sigmoid", &["x"], &["xs"])
+        .node("Where", &["c", "xs", "y"], &["w"])
+        .node("Relu", &["w"], &["r"])
+        .output("r", DType::F32, "8,16,64")
+        .bytes();
+    let g = ckpt_ir::import_bytes(
+        bytes.clone().into(),
+        std::path::Path::new("where.onnx"),
+        None,
+    )
+    .unwrap();
+    let (g, _) = ckpt_opt::optimize::with_inferred_types(g).unwrap();
+    let sim = simulate(&g, &schedule(&g).unwrap(), &Bindings::new()).unwrap();
+    let o = InputOverrides::parse(&[], &[]).unwrap();
+    let inputs = make_inputs(&g, &Bindings::new(), 7, &o, &[]).unwrap().0;
+    let cfg = SessionConfig {
+        opt_level: OptLevel::Disable,
+        arena: Arena::Exact,
+        ..Default::default()
+    };
+    let measured = measure_peak(Model::new("where", &bytes), &inputs, &cfg)
+        .unwrap()
+        .peak_bytes;
+    assert_eq!(sim.peak_live, measured);
+    // Sigmoid's output (4 KiB) + Where's output (32 KiB) + two condition-sized copies (32 KiB
+    // each) at the Where step.
+    let k = 8 * 16 * 64 * 4;
+    assert_eq!(sim.peak_live, 16 * 64 * 4 + k + 2 * k);
+}

@@ -429,11 +429,24 @@ pub fn simulate(
     let mut arena = Arena::default();
     let mut held_again: u64 = 0;
     for s in 0..schedule.len() {
+        let scratch = kernel_scratch(graph, schedule.order[s], bindings);
+        // Scratch id space: far from buffer indices and from re-allocated buffers.
+        let scratch_id = |k: usize| usize::MAX / 2 - 2 * s - k;
+        for (k, &bytes) in scratch.before.iter().enumerate() {
+            arena.alloc(scratch_id(k), bytes);
+        }
         for &(alloc, b) in events[s].iter().filter(|e| e.0) {
             debug_assert!(alloc);
             current += rounded(buffers[b].bytes);
             arena.alloc(b, buffers[b].bytes);
         }
+        for (k, &bytes) in scratch.after.iter().enumerate() {
+            arena.alloc(scratch_id(k), bytes);
+        }
+        for k in 0..scratch.before.len().max(scratch.after.len()) {
+            arena.free(scratch_id(k));
+        }
+        current += scratch.bytes();
         for &(l, b) in &extra_allocs {
             if l == s {
                 held_again += rounded(buffers[b].bytes);
@@ -441,6 +454,7 @@ pub fn simulate(
             }
         }
         live[s] = current + held_again;
+        current -= scratch.bytes();
         for &(_, b) in events[s].iter().filter(|e| !e.0) {
             current -= rounded(buffers[b].bytes);
             arena.free(b);
@@ -462,6 +476,89 @@ pub fn simulate(
         peak_step,
         arena_peak: arena.max_in_use,
     })
+}
+
+/// Temporaries a CPU kernel takes from the arena during its step (`docs/ort-internals.md`
+/// rule 10, measured on ORT 1.31): `before` its outputs are allocated, or `after`; all are
+/// freed before the step's inputs are released.
+#[derive(Debug, Default)]
+struct Scratch {
+    before: Vec<u64>,
+    after: Vec<u64>,
+}
+
+impl Scratch {
+    fn bytes(&self) -> u64 {
+        self.before
+            .iter()
+            .chain(&self.after)
+            .map(|&b| rounded(b))
+            .sum()
+    }
+}
+
+/// `Where` copies X and Y broadcast to the condition's shape (`X_selection`, `Y_selection`)
+/// before it allocates its output; `Softmax`/`LogSoftmax` over a non-last axis transpose the
+/// axis to the end through two input-sized temporaries, after the output. Nothing else
+/// showed scratch in the measurements.
+fn kernel_scratch(graph: &Graph, n: NodeId, b: &Bindings) -> Scratch {
+    let node = graph.node(n);
+    if node.domain != ckpt_ir::ONNX_DOMAIN {
+        return Scratch::default();
+    }
+    let input = |i: usize| {
+        node.inputs
+            .get(i)
+            .copied()
+            .flatten()
+            .map(|t| graph.tensor(t))
+    };
+    let concrete =
+        |i: usize| input(i).and_then(|t| Some((t.dtype?, t.shape.as_ref()?.eval(b).ok()?)));
+    match node.op_type.as_str() {
+        "Where" => {
+            let (Some((_, cond)), Some((dt, x)), Some((_, y))) =
+                (concrete(0), concrete(1), concrete(2))
+            else {
+                return Scratch::default();
+            };
+            let sel = |v: &[u64]| -> u64 {
+                let rank = cond.len().max(v.len());
+                let dim = |s: &[u64], i: usize| {
+                    if i + s.len() >= rank {
+                        s[i + s.len() - rank]
+                    } else {
+                        1
+                    }
+                };
+                let numel: u64 = (0..rank).map(|i| dim(&cond, i).max(dim(v, i))).product();
+                (numel * dt.bits()).div_ceil(8)
+            };
+            Scratch {
+                before: vec![sel(&x), sel(&y)],
+                after: Vec::new(),
+            }
+        }
+        "Softmax" | "LogSoftmax" => {
+            let Some((dt, x)) = concrete(0) else {
+                return Scratch::default();
+            };
+            let rank = x.len() as i64;
+            let opset13 = graph.opset(ckpt_ir::ONNX_DOMAIN).unwrap_or(13) >= 13;
+            let axis = node.attr_i("axis").unwrap_or(if opset13 { -1 } else { 1 });
+            let axis = if axis < 0 { axis + rank } else { axis };
+            // Before opset 13 the input is coerced to 2-D at `axis`: no transpose.
+            if !opset13 || axis == rank - 1 || rank == 0 {
+                return Scratch::default();
+            }
+            let bytes = (x.iter().product::<u64>() * dt.bits()).div_ceil(8);
+            Scratch {
+                before: Vec::new(),
+                after: vec![bytes, bytes],
+            }
+        }
+        _ => Scratch::default(),
+    }
 }
 
 /// ORT's BFC arena, reduced to what decides `InUse`: 256-byte rounding, 21 bins, best fit
