@@ -33,6 +33,10 @@ pub const INPLACE_OPS: &[&str] = &[
     "Relu",
     "LeakyRelu",
     "Elu",
+    "Selu",
+    "Celu",
+    "ThresholdedRelu",
+    "Shrink",
     "Sigmoid",
     "HardSigmoid",
     "Tanh",
@@ -41,6 +45,8 @@ pub const INPLACE_OPS: &[&str] = &[
     "LogSoftmax",
     "Clip",
     "Cast",
+    "Trilu",
+    "ScatterElements",
 ];
 
 /// Arena allocation granularity (bytes).
