@@ -67,6 +67,11 @@ pub struct RunArgs {
     /// Timed runs for p50/p95 (after 2 discarded warm-ups).
     #[arg(long, default_value_t = 5)]
     pub runs: usize,
+    /// Also name the node at which ONNX Runtime's arena reaches its largest extent (CPU: the run
+    /// is repeated under shrinking arena limits until an allocation fails; about log2(peak/256)
+    /// extra runs per graph).
+    #[arg(long = "locate-peak")]
+    pub locate_peak: bool,
 }
 
 #[derive(Args, Debug)]

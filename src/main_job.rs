@@ -67,6 +67,7 @@ fn run_validation(
         seed: r.seed,
         warmup: 2,
         runs: r.runs.max(1),
+        locate_peak: r.locate_peak,
     };
     Ok(validate(
         &ckpt_ir::export(original),
@@ -124,6 +125,14 @@ fn print_validation(v: &Validation) {
             m.p50_ms,
             m.p95_ms
         );
+    }
+    for (name, m) in [("original", &v.original), ("rewritten", &v.rewritten)] {
+        if let Some(p) = &m.peak_node {
+            println!(
+                "  {name}: ORT's arena reaches its largest extent at node `{}` ({}), located in {} runs",
+                p.node, p.op, p.runs
+            );
+        }
     }
 }
 

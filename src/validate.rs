@@ -9,8 +9,8 @@ use serde::Serialize;
 use ckpt_ir::onnx::{self, attribute_proto::AttributeType};
 use ckpt_ir::Message;
 use ckpt_runtime::{
-    compare, measure_peak, run, time_steps, Arena, Comparison, HostTensor, Model, SessionConfig,
-    Tolerances,
+    compare, locate_peak, measure_peak, run, time_steps, Arena, Comparison, HostTensor, Model,
+    SessionConfig, Tolerances,
 };
 
 /// Random ops whose seed attribute is set identically in both graphs.
@@ -155,6 +155,8 @@ pub struct Measured {
     pub peak_bytes_default_arena: u64,
     pub p50_ms: f64,
     pub p95_ms: f64,
+    /// With `--locate-peak`: the node at which ORT's own run reaches its high-water mark.
+    pub peak_node: Option<ckpt_runtime::PeakNode>,
 }
 
 /// The validation result (JSON keys are relied on by tests and receipts).
@@ -185,6 +187,8 @@ pub struct ValidateOptions {
     pub seed: u64,
     pub warmup: usize,
     pub runs: usize,
+    /// Name the node at which ORT peaks (exact CPU arena; ~log2(peak/256) extra runs per graph).
+    pub locate_peak: bool,
 }
 
 fn measure(
@@ -204,11 +208,17 @@ fn measure(
     };
     let default_arena = measure_peak(Model::new(label, bytes), inputs, &o.cfg)?.peak_bytes;
     let t = time_steps(Model::new(label, bytes), inputs, &o.cfg, o.warmup, o.runs)?;
+    let peak_node = if o.locate_peak && o.cfg.provider == ckpt_runtime::Provider::Cpu {
+        Some(locate_peak(Model::new(label, bytes), inputs, &exact_cfg)?)
+    } else {
+        None
+    };
     Ok(Measured {
         peak_bytes: exact,
         peak_bytes_default_arena: default_arena,
         p50_ms: t.p50_ms,
         p95_ms: t.p95_ms,
+        peak_node,
     })
 }
 

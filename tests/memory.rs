@@ -109,4 +109,12 @@ fn where_scratch_is_predicted_to_the_byte() {
     // each) at the Where step.
     let k = 8 * 16 * 64 * 4;
     assert_eq!(sim.peak_live, 16 * 64 * 4 + k + 2 * k);
+    // ORT agrees on where: its arena, limited to just under the peak, fails at the Where.
+    let located = ckpt_runtime::locate_peak(Model::new("where", &bytes), &inputs, &cfg).unwrap();
+    assert_eq!(
+        (located.node.as_str(), located.op.as_str()),
+        ("Where_w", "Where"),
+        "{located:?}"
+    );
+    assert_eq!(g.node(sim.schedule.order[sim.peak_step]).name, located.node);
 }

@@ -84,10 +84,20 @@ fn random_plans_predicted_vs_measured() {
                 .peak_bytes;
             let err = (predicted as f64 - measured as f64).abs() / measured as f64;
             let chosen: Vec<usize> = (0..n).filter(|&i| set[i]).collect();
-            assert!(
-                err <= 0.05,
-                "{model} {chosen:?}: predicted {predicted}, measured {measured}"
-            );
+            if predicted != measured {
+                // Name where ORT's arena peaks and where the simulation does, for the fix.
+                let sim = simulate(&g2, &schedule(&g2).unwrap(), &b).unwrap();
+                let located = ckpt_runtime::locate_peak(
+                    Model::new("random", &export_bytes(&g2)),
+                    &inputs,
+                    &cfg,
+                );
+                panic!(
+                    "{model} {chosen:?}: predicted {predicted}, measured {measured} ({:.3}%); simulated peak at `{}`, ORT's at {located:?}",
+                    err * 100.0,
+                    g2.node(sim.schedule.order[sim.peak_step]).name
+                );
+            }
             total += 1;
             exact += usize::from(predicted == measured);
             worst = worst.max(err);
@@ -97,8 +107,5 @@ fn random_plans_predicted_vs_measured() {
         "random plans: {exact} of {total} exact, worst {:.2}%",
         worst * 100.0
     );
-    assert!(
-        exact * 4 >= total * 3,
-        "only {exact} of {total} predicted to the byte"
-    );
+    assert_eq!(exact, total);
 }

@@ -23,6 +23,7 @@ const EXACT_ARENA_CFG: [(&str, usize); 3] = [
 
 pub(crate) fn with_exact_cpu_arena<T>(
     model: Model<'_>,
+    limit: Option<u64>,
     f: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
     let _guard = EXACT_ARENA
@@ -42,12 +43,16 @@ pub(crate) fn with_exact_cpu_arena<T>(
     .map_err(|e| fail(e.to_string()))?;
     let api = ort::api();
     let env_ptr = env.ptr().cast_mut();
-    let keys: Vec<CString> = EXACT_ARENA_CFG
+    let mut settings: Vec<(&str, usize)> = EXACT_ARENA_CFG.to_vec();
+    if let Some(limit) = limit {
+        settings.push(("max_mem", usize::try_from(limit).unwrap_or(usize::MAX)));
+    }
+    let keys: Vec<CString> = settings
         .iter()
         .map(|(k, _)| CString::new(*k).expect("no NUL"))
         .collect();
     let key_ptrs: Vec<*const std::os::raw::c_char> = keys.iter().map(|k| k.as_ptr()).collect();
-    let values: Vec<usize> = EXACT_ARENA_CFG.iter().map(|(_, v)| *v).collect();
+    let values: Vec<usize> = settings.iter().map(|(_, v)| *v).collect();
     // SAFETY: plain C API calls on live objects; the arena config is released right after registration copies it.
     unsafe {
         // A previous registration can only survive a panic inside `f`; drop it so statistics start at zero.

@@ -21,8 +21,12 @@ pub use error::{Result, RuntimeError, CUDA_HINT, INSTALL_HINT};
 pub use generate::{derive_seed, generate, generate_inputs, Distribution};
 pub use locate::{init, init_with, loaded, OrtInfo, OrtSearch};
 pub use measure::{
-    measure_peak, parse_profile, profile_order, time_steps, NodeEvent, PeakStats, StepTimes,
+    locate_peak, measure_peak, parse_profile, profile_order, time_steps, NodeEvent, PeakNode,
+    PeakStats, StepTimes,
 };
+
+/// ORT's arena granularity: every allocation is rounded up to this many bytes.
+pub const ALIGN_BYTES: u64 = 256;
 pub use npy::{encode_npy, read_npy, write_npy};
 pub use session::{
     input_specs, run, Arena, InputSpec, Model, OptLevel, Provider, SessionConfig, CSE_OPTIMIZER,

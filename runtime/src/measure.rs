@@ -65,6 +65,113 @@ pub(crate) fn run_measured(
     Ok((outputs, peak))
 }
 
+/// Where ORT's own run needs its arena's largest extent: the node whose allocation fails when
+/// the arena is limited to just under that extent. With no fragmentation that is the in-use
+/// high-water mark; freed chunks that cannot be reused make the extent larger than `MaxInUse`,
+/// and the node can then be a later one.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PeakNode {
+    /// The node's name, as ORT reports it.
+    pub node: String,
+    /// Its op type.
+    pub op: String,
+    /// The smallest `max_mem` (bytes, initializers included) the run fits in.
+    pub fits_in_bytes: u64,
+    /// Runs it took.
+    pub runs: usize,
+}
+
+/// Locate ORT's peak on the exact CPU arena (`cfg.arena` must be [`crate::Arena::Exact`]):
+/// find the smallest arena limit the run fits in (to 256 bytes), then name the node whose
+/// allocation fails just below it — ORT's error says which. About `log2(peak / 256)` runs. A
+/// debugging tool for the memory model: a mismatch becomes a node name.
+pub fn locate_peak<'a>(
+    model: impl Into<Model<'a>>,
+    inputs: &[HostTensor],
+    cfg: &SessionConfig,
+) -> Result<PeakNode> {
+    let model = model.into();
+    if cfg.arena != crate::Arena::Exact || cfg.provider != Provider::Cpu {
+        return Err(RuntimeError::SessionCreate {
+            model: model.label.to_string(),
+            message: "locating the peak needs the exact CPU arena".into(),
+        });
+    }
+    let stats = measure_peak(model, inputs, cfg)?;
+    let mut runs = 1;
+    let attempt = |limit: u64, runs: &mut usize| -> Result<Option<(String, String)>> {
+        *runs += 1;
+        let c = SessionConfig {
+            arena_limit: Some(limit),
+            ..cfg.clone()
+        };
+        match measure_peak(model, inputs, &c) {
+            Ok(_) => Ok(None),
+            Err(RuntimeError::Run { message, .. })
+                if message.contains("Failed to allocate")
+                    || message.contains("Available memory") =>
+            {
+                Ok(Some(failing_node(&message)))
+            }
+            Err(e) => Err(e),
+        }
+    };
+    // The arena may need more than MaxInUse (chunks freed but not coalesced): widen until it fits.
+    let mut hi = stats.max_in_use;
+    let mut lo = 0u64;
+    let mut failed: Option<(String, String)> = None;
+    let mut slack = crate::ALIGN_BYTES;
+    loop {
+        match attempt(hi, &mut runs)? {
+            None => break,
+            Some(node) => {
+                lo = hi;
+                failed = Some(node);
+                hi = stats.max_in_use + slack;
+                slack *= 2;
+            }
+        }
+    }
+    if failed.is_none() {
+        lo = hi.saturating_sub(crate::ALIGN_BYTES);
+        failed = attempt(lo, &mut runs)?;
+    }
+    while hi - lo > crate::ALIGN_BYTES {
+        let mid = lo + (hi - lo) / 2;
+        match attempt(mid, &mut runs)? {
+            None => hi = mid,
+            Some(node) => {
+                lo = mid;
+                failed = Some(node);
+            }
+        }
+    }
+    let (node, op) = failed.unwrap_or_default();
+    Ok(PeakNode {
+        node,
+        op,
+        fits_in_bytes: hi,
+        runs,
+    })
+}
+
+/// `(name, op)` from ORT's "… running <Op> node. Name:'<name>' …".
+fn failing_node(message: &str) -> (String, String) {
+    let name = message
+        .split("Name:'")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next())
+        .unwrap_or("")
+        .to_string();
+    let op = message
+        .split("running ")
+        .nth(1)
+        .and_then(|rest| rest.split(" node").next())
+        .unwrap_or("")
+        .to_string();
+    (name, op)
+}
+
 fn arena_allocator(model: Model<'_>, session: &Session, provider: Provider) -> Result<Allocator> {
     let (device, device_name) = match provider {
         Provider::Cpu => (AllocationDevice::CPU, "CPU"),

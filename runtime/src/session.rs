@@ -90,6 +90,9 @@ pub struct SessionConfig {
     pub intra_threads: Option<usize>,
     /// The CPU arena allocations come from; see [`Arena`].
     pub arena: Arena,
+    /// With [`Arena::Exact`]: the arena's `max_mem` in bytes (initializers included); an
+    /// allocation past it fails, naming the node (see [`crate::locate_peak`]).
+    pub arena_limit: Option<u64>,
 }
 
 impl Default for SessionConfig {
@@ -102,6 +105,7 @@ impl Default for SessionConfig {
             profiling: None,
             intra_threads: None,
             arena: Arena::Session,
+            arena_limit: None,
         }
     }
 }
@@ -204,7 +208,9 @@ pub(crate) fn with_session<T>(
                     ),
                 });
             }
-            crate::arena::with_exact_cpu_arena(model, || f(&mut create_session(model, cfg)?))
+            crate::arena::with_exact_cpu_arena(model, cfg.arena_limit, || {
+                f(&mut create_session(model, cfg)?)
+            })
         }
     }
 }
