@@ -535,14 +535,22 @@ enum Climb {
 }
 
 impl Search<'_> {
-    fn total(&self, plan: &Plan) -> Result<u64> {
-        simulated_total(self.job, self.before, self.cands, plan)
+    /// The simulated total of `plan`, and the original step its rewritten run peaks at (a
+    /// recompute step counts as the original step it precedes).
+    fn run(&self, plan: &Plan) -> Result<(u64, usize)> {
+        let (total, sim) = simulated_run(self.job, self.before, self.cands, plan)?;
+        let original = &self.before.sim.schedule;
+        let peak = sim.schedule.order[sim.peak_step.min(sim.schedule.len().saturating_sub(1))..]
+            .iter()
+            .find_map(|&n| original.step_of(n))
+            .unwrap_or(original.len().saturating_sub(1));
+        Ok((total, peak))
     }
 
     /// Hill-climb from `set`, bounded by a move and a simulation count (never by time, so
     /// that the same input gives the same plan).
     fn climb(&self, mut set: Vec<bool>, trials: &mut usize) -> Result<Climb> {
-        let mut current = self.total(&plan_from_set(self.prob, set.clone()))?;
+        let (mut current, mut peak_at) = self.run(&plan_from_set(self.prob, set.clone()))?;
         if current <= self.effective {
             return Ok(Climb::Fits(
                 set.clone(),
@@ -557,29 +565,35 @@ impl Search<'_> {
                 break;
             }
             // Flips worth trying: every chosen candidate (drop it) and the unchosen ones with
-            // the most bytes·window per FLOP (add one).
+            // the most bytes·window per FLOP (add one), those absent at the simulated peak first.
+            let covers = |i: usize| {
+                let c = &self.cands.list[i];
+                c.free_from <= peak_at && peak_at < c.needed_at
+            };
             let mut adds: Vec<usize> = (0..set.len()).filter(|&i| !set[i]).collect();
             adds.sort_by(|&x, &y| {
-                ratio(&self.cands.list[y])
-                    .total_cmp(&ratio(&self.cands.list[x]))
+                covers(y)
+                    .cmp(&covers(x))
+                    .then(ratio(&self.cands.list[y]).total_cmp(&ratio(&self.cands.list[x])))
                     .then(x.cmp(&y))
             });
             adds.truncate(SEARCH_WIDTH);
             let flips: Vec<usize> = (0..set.len()).filter(|&i| set[i]).chain(adds).collect();
             let current_cost = plan_from_set(self.prob, set.clone()).cost;
             let mut fits: Option<(u64, usize, Plan)> = None;
-            let mut step_best: Option<(f64, u64, usize, u64)> = None; // (score, total, flip, cost)
-                                                                      // Every flip is simulated (in parallel), then judged in order: the same answer
-                                                                      // on any number of cores.
+            // (score, total, flip, cost, peak)
+            let mut step_best: Option<(f64, u64, usize, u64, usize)> = None;
+            // Every flip is simulated (in parallel), then judged in order: the same answer on
+            // any number of cores.
             *trials += flips.len();
             let judged = par_map(&flips, |&i| {
                 let mut trial = set.clone();
                 trial[i] = !trial[i];
                 let plan = plan_from_set(self.prob, trial);
-                self.total(&plan).map(|total| (plan, total))
+                self.run(&plan).map(|(total, peak)| (plan, total, peak))
             });
             for (&i, judged) in flips.iter().zip(judged) {
-                let (plan, total) = judged?;
+                let (plan, total, peak) = judged?;
                 if total <= self.effective {
                     if fits.as_ref().is_none_or(|f| (plan.cost, i) < (f.0, f.1)) {
                         fits = Some((plan.cost, i, plan));
@@ -592,14 +606,12 @@ impl Search<'_> {
                 let gain = (current - total) as f64;
                 let added = plan.cost as f64 - current_cost as f64;
                 // Per added FLOP, with a floor of 0.1% of a step on the cost, so that near-free
-                // flips that save next to nothing do not win every move; drops that help are free.
-                let score = if added <= 0.0 {
-                    f64::INFINITY
-                } else {
-                    gain / (added + self.cost_floor)
-                };
+                // flips that save next to nothing do not win every move. A drop that helps costs
+                // nothing but still scores by its gain: a drop saving 4 KiB must not beat an add
+                // saving 30 MiB.
+                let score = gain / (added.max(0.0) + self.cost_floor);
                 if step_best.is_none_or(|b| score > b.0 || (score == b.0 && total < b.1)) {
-                    step_best = Some((score, total, i, plan.cost));
+                    step_best = Some((score, total, i, plan.cost, peak));
                 }
             }
             if let Some((cost, i, plan)) = fits {
@@ -620,19 +632,22 @@ impl Search<'_> {
             if incumbent.is_some() {
                 moves_after_fit += 1;
             }
-            let promising = |b: &(f64, u64, usize, u64)| {
+            let promising = |b: &(f64, u64, usize, u64, usize)| {
                 incumbent
                     .as_ref()
                     .is_none_or(|inc| b.3 < inc.1.cost && moves_after_fit <= MOVES_AFTER_FIT)
             };
-            let Some((_, total, i, _)) = step_best.filter(promising) else {
+            let Some((_, total, i, _, peak)) = step_best.filter(promising) else {
                 break;
             };
             if self.debug {
-                eprintln!("search: flip candidate {i} -> simulated total {total}");
+                eprintln!(
+                    "search: flip candidate {i} -> simulated total {total}, peak at step {peak}"
+                );
             }
             set[i] = !set[i];
             current = total;
+            peak_at = peak;
         }
         if let Some((set, plan)) = incumbent {
             return Ok(Climb::Fits(set, Box::new(plan)));
