@@ -1,5 +1,5 @@
 //! The simulator against ONNX Runtime on rewrites the search did not choose: random recompute
-//! sets on the example and two fixtures, each rewritten, simulated and measured (exact arena).
+//! sets on the example and five fixtures (dropout or not, both export routes), each rewritten, simulated and measured (exact arena).
 //! Every one must match to the byte.
 
 mod common;
@@ -48,6 +48,9 @@ fn random_plans_predicted_vs_measured() {
         "examples/gpt2_4l_train.onnx",
         "tests/fixtures/gpt2_d0_aot.onnx",
         "tests/fixtures/hfgpt2_d0_aot.onnx",
+        "tests/fixtures/hfgpt2_d01_makefx.onnx",
+        "tests/fixtures/gpt2_d01_makefx.onnx",
+        "tests/fixtures/mlp_d01_aot.onnx",
     ] {
         let a = analyse(
             import_file(&root().join(model)).unwrap(),
@@ -69,7 +72,7 @@ fn random_plans_predicted_vs_measured() {
         };
         for _ in 0..30 {
             let mut set = vec![false; n];
-            for _ in 0..2 + next() % 10 {
+            for _ in 0..2 + next() % 40 {
                 set[(next() % n as u64) as usize] = true;
             }
             let patch = rewrite(&a.graph, &cands, &plan_of(&prob, set.clone()), "random");
