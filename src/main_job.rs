@@ -291,10 +291,13 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 json!({"before": r.before.sim.arena_peak, "after": r.after.sim.arena_peak});
             receipt["ledger"] = json!({"before": optimize::ledger_json(&r.before.ledger), "after": optimize::ledger_json(&r.after.ledger)});
             receipt["trace"] = json!({"before": optimize::trace_json(&r.before), "after": optimize::trace_json(&r.after)});
-            receipt["added_flops"] = json!(r.added_flops);
+            receipt["added_flops"] = json!(r.counts.added_flops);
             receipt["model_added_flops"] = json!(r.plan.cost);
+            receipt["nodes_cloned"] = json!(r.counts.cloned);
+            receipt["nodes_moved"] = json!(r.counts.moved);
             receipt["step_flops"] = json!(step);
-            receipt["added_flops_percent"] = json!(100.0 * r.added_flops as f64 / step as f64);
+            receipt["added_flops_percent"] =
+                json!(100.0 * r.counts.added_flops as f64 / step as f64);
             receipt["segments"] = json!(optimize::segments_json(&r));
             receipt["candidates"] = json!(r.cands.list.len());
             receipt["excluded"] = json!(r.cands.excluded.iter().map(|e| json!({
@@ -362,14 +365,16 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
 fn print_summary(r: &optimize::Rewritten, out: &std::path::Path, ceiling: u64, step: u64) {
     let chosen = r.plan.recompute.iter().filter(|&&x| x).count();
     println!(
-        "predicted peak {} -> {} (ceiling {}); recomputing {} of {} candidate buffers, +{} FLOPs ({:.2}% of a step); solver {:?} {:?}, gap {:.4}, {:.2} s",
+        "predicted peak {} -> {} (ceiling {}); recomputing {} of {} candidate buffers ({} nodes cloned, {} moved), +{} FLOPs ({:.2}% of a step); solver {:?} {:?}, gap {:.4}, {:.2} s",
         human(r.before.ledger.total_bytes),
         human(r.after.ledger.total_bytes),
         human(ceiling),
         chosen,
         r.cands.list.len(),
-        r.added_flops,
-        100.0 * r.added_flops as f64 / step as f64,
+        r.counts.cloned,
+        r.counts.moved,
+        r.counts.added_flops,
+        100.0 * r.counts.added_flops as f64 / step as f64,
         r.plan.info.method,
         r.plan.info.status,
         r.plan.info.gap,

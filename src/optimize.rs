@@ -117,14 +117,24 @@ pub struct Rewritten {
     pub cands: Candidates,
     pub plan: Plan,
     pub patch_text: String,
-    /// FLOPs the rewritten graph really adds: its clones (a node shared by several recompute
-    /// chains is cloned once; moves add nothing). `plan.cost`, the model's sum over
-    /// candidates, counts shared nodes once per chain.
-    pub added_flops: u64,
+    /// What the written patch does.
+    pub counts: RewriteCounts,
     pub arena_ceiling: u64,
     pub solve_attempts: usize,
     /// What the ILP on the linear model gave, whether or not its plan was used.
     pub ilp: serde_json::Value,
+}
+
+/// What a rewrite adds to the graph.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RewriteCounts {
+    /// FLOPs the rewritten graph really adds: its clones (a node shared by several recompute
+    /// chains is cloned once; moves add nothing). `plan.cost`, the model's sum over
+    /// candidates, counts shared nodes once per chain.
+    pub added_flops: u64,
+    /// Nodes cloned, and nodes moved later instead (they run once).
+    pub cloned: usize,
+    pub moved: usize,
 }
 
 /// The lowest total the simulator (the truth) reaches: recomputing every candidate, or the
@@ -283,7 +293,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
             debug_idle(job, &before, &cands, &plan)?;
         }
         if total <= effective {
-            let (after, text, added_flops) = realise(job, &before, &cands, &plan)?;
+            let (after, text, counts) = realise(job, &before, &cands, &plan)?;
             if after.ledger.total_bytes <= effective {
                 ilp = json!({"rounds": rounds, "used": true});
                 return Ok(Outcome::Rewritten(Box::new(Rewritten {
@@ -292,7 +302,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
                     cands,
                     plan,
                     patch_text: text,
-                    added_flops,
+                    counts,
                     arena_ceiling,
                     solve_attempts: attempts,
                     ilp,
@@ -494,7 +504,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
                 plan.cost
             );
         }
-        let (after, text, added_flops) = realise(job, &before, &cands, &plan)?;
+        let (after, text, counts) = realise(job, &before, &cands, &plan)?;
         plan.info.wall = started.elapsed();
         return Ok(Outcome::Rewritten(Box::new(Rewritten {
             before,
@@ -502,7 +512,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
             cands,
             plan,
             patch_text: text,
-            added_flops,
+            counts,
             arena_ceiling,
             solve_attempts: attempts,
             ilp,
@@ -862,7 +872,7 @@ fn realise(
     before: &Analysis,
     cands: &Candidates,
     plan: &Plan,
-) -> Result<(Analysis, String, u64)> {
+) -> Result<(Analysis, String, RewriteCounts)> {
     let mut patch = rewrite(
         &before.graph,
         cands,
@@ -873,11 +883,15 @@ fn realise(
         .metadata
         .push((METADATA_KEY.to_string(), CSE_VALUE.to_string()));
     let text = patch.to_string();
-    let added: u64 = patch
-        .nodes
-        .iter()
-        .map(|n| flops(&before.graph, n.copy_of, &before.types, &job.bindings).unwrap_or(0))
-        .sum();
+    let counts = RewriteCounts {
+        added_flops: patch
+            .nodes
+            .iter()
+            .map(|n| flops(&before.graph, n.copy_of, &before.types, &job.bindings).unwrap_or(0))
+            .sum(),
+        cloned: patch.nodes.len(),
+        moved: patch.moves.len(),
+    };
     let mut g2 = before.graph.clone();
     patch
         .apply(&mut g2)
@@ -889,7 +903,7 @@ fn realise(
         job.optimizer,
         job.optimizer_bits,
     )?;
-    Ok((after, text, added))
+    Ok((after, text, counts))
 }
 
 /// `model.onnx` → `model.ckpt.onnx` beside it.

@@ -168,6 +168,13 @@ fn hand_built_mlp_validates_on_ort() {
         .map(|&n| ckpt_ir::ops::flops(&out_graph, n, &types, &Bindings::new()).unwrap())
         .sum();
     assert_eq!(r["added_flops"].as_u64().unwrap(), clones);
+    let cloned = out_graph
+        .nodes()
+        .iter()
+        .filter(|&&n| out_graph.node(n).name.ends_with(".recompute"))
+        .count();
+    assert_eq!(r["nodes_cloned"].as_u64().unwrap() as usize, cloned);
+    assert!(r["nodes_moved"].as_u64().is_some());
     assert!(clones <= r["model_added_flops"].as_u64().unwrap());
     // The receipt names what was moved and what was recomputed.
     let segs = r["segments"].as_array().unwrap();
