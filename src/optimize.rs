@@ -698,7 +698,7 @@ const ROUND_GAP: f64 = 0.01;
 /// Rounds of the simulator-corrected ILP.
 const CORRECTION_ROUNDS: usize = 12;
 /// How many unchosen candidates one search move tries adding.
-const SEARCH_WIDTH: usize = 64;
+const SEARCH_WIDTH: usize = 32;
 /// Moves a climb goes on for after its first fit, looking for a cheaper one.
 const MOVES_AFTER_FIT: usize = 8;
 /// How many cheaper candidates the final pass tries in place of each expensive recompute.
