@@ -537,8 +537,9 @@ fn kernel_scratch(graph: &Graph, n: NodeId, b: &Bindings) -> Scratch {
                         1
                     }
                 };
-                let numel: u64 = (0..rank).map(|i| dim(&cond, i).max(dim(v, i))).product();
-                (numel * dt.bits()).div_ceil(8)
+                let numel =
+                    (0..rank).fold(1u64, |n, i| n.saturating_mul(dim(&cond, i).max(dim(v, i))));
+                numel.saturating_mul(dt.bits()).div_ceil(8)
             };
             Scratch {
                 before: vec![sel(&x), sel(&y)],
@@ -557,7 +558,11 @@ fn kernel_scratch(graph: &Graph, n: NodeId, b: &Bindings) -> Scratch {
             if !opset13 || axis == rank - 1 || rank == 0 {
                 return Scratch::default();
             }
-            let bytes = (x.iter().product::<u64>() * dt.bits()).div_ceil(8);
+            let bytes = x
+                .iter()
+                .fold(1u64, |n, &d| n.saturating_mul(d))
+                .saturating_mul(dt.bits())
+                .div_ceil(8);
             Scratch {
                 before: Vec::new(),
                 after: vec![bytes, bytes],
