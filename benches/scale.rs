@@ -345,24 +345,11 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
         // plan is held to): which fit the ceiling, and at what added FLOPs.
         let step: u64 = ckpt_opt::optimize::step_flops(&a, &bind);
         let fixed_set = |set: Vec<bool>| {
-            let e = ckpt_solver::evaluate(&prob, &set);
-            Ok(ckpt_solver::Plan {
-                recompute: set,
-                remat_at: e.remat_at,
-                peak: e.peak,
-                peak_step: e.peak_step,
-                cost: e.cost,
-                info: ckpt_solver::SolveInfo {
-                    method: ckpt_solver::Method::PerBlock,
-                    status: ckpt_solver::Status::Heuristic,
-                    objective: e.cost,
-                    bound: 0.0,
-                    gap: 1.0,
-                    wall: Duration::ZERO,
-                    fallback: None,
-                    model: Default::default(),
-                },
-            })
+            Ok(ckpt_solver::Plan::for_set(
+                &prob,
+                set,
+                ckpt_solver::Method::PerBlock,
+            ))
         };
         let n = cands.list.len();
         let baselines: [(&str, Result<ckpt_solver::Plan, ckpt_solver::SolveError>); 4] = [

@@ -295,8 +295,8 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         if total <= effective {
             let (after, text, counts) = realise(job, &before, &cands, &plan)?;
             if after.ledger.total_bytes <= effective {
-                ilp = json!({"rounds": rounds, "used": true});
-                return Ok(Outcome::Rewritten(Box::new(Rewritten {
+                let ilp = json!({"rounds": rounds, "used": true});
+                let r = Rewritten {
                     before,
                     after,
                     cands,
@@ -306,7 +306,8 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
                     arena_ceiling,
                     solve_attempts: attempts,
                     ilp,
-                })));
+                };
+                return Ok(Outcome::Rewritten(Box::new(r)));
             }
         }
         // A round that simulates no lower than an earlier one: its corrections have stopped
@@ -506,7 +507,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         }
         let (after, text, counts) = realise(job, &before, &cands, &plan)?;
         plan.info.wall = started.elapsed();
-        return Ok(Outcome::Rewritten(Box::new(Rewritten {
+        let r = Rewritten {
             before,
             after,
             cands,
@@ -516,7 +517,8 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
             arena_ceiling,
             solve_attempts: attempts,
             ilp,
-        })));
+        };
+        return Ok(Outcome::Rewritten(Box::new(r)));
     }
     let timed_out = Instant::now() >= search.deadline;
     Ok(cannot_fit(before, &cands, Some(current), timed_out))
@@ -708,24 +710,7 @@ const MAX_TRIALS: usize = 4000;
 
 /// A plan for a given recompute set, evaluated under the solver's model (used by the repair).
 fn plan_from_set(prob: &ckpt_solver::Problem, set: Vec<bool>) -> Plan {
-    let eval = ckpt_solver::evaluate(prob, &set);
-    Plan {
-        recompute: set,
-        remat_at: eval.remat_at,
-        peak: eval.peak,
-        peak_step: eval.peak_step,
-        cost: eval.cost,
-        info: ckpt_solver::SolveInfo {
-            method: ckpt_solver::Method::Greedy,
-            status: ckpt_solver::Status::Heuristic,
-            objective: eval.cost,
-            bound: 0.0,
-            gap: 1.0,
-            wall: Duration::ZERO,
-            fallback: None,
-            model: Default::default(),
-        },
-    }
+    Plan::for_set(prob, set, ckpt_solver::Method::Greedy)
 }
 
 /// The simulated total of `plan` (fixed bytes do not change with recompute): rewrite, apply,

@@ -14,24 +14,7 @@ use ckpt_runtime::{measure_peak, Arena, Model, OptLevel, SessionConfig};
 use common::*;
 
 fn plan_of(prob: &ckpt_solver::Problem, set: Vec<bool>) -> ckpt_solver::Plan {
-    let e = ckpt_solver::evaluate(prob, &set);
-    ckpt_solver::Plan {
-        recompute: set,
-        remat_at: e.remat_at,
-        peak: e.peak,
-        peak_step: e.peak_step,
-        cost: e.cost,
-        info: ckpt_solver::SolveInfo {
-            method: ckpt_solver::Method::Greedy,
-            status: ckpt_solver::Status::Heuristic,
-            objective: e.cost,
-            bound: 0.0,
-            gap: 1.0,
-            wall: Default::default(),
-            fallback: None,
-            model: Default::default(),
-        },
-    }
+    ckpt_solver::Plan::for_set(prob, set, ckpt_solver::Method::Greedy)
 }
 
 #[test]

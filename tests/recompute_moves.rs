@@ -9,28 +9,10 @@ use ckpt_opt::optimize::analyse;
 use ckpt_passes::ledger::Optimizer;
 use ckpt_passes::memory::{schedule, simulate};
 use ckpt_passes::recompute::{candidates, problem, rewrite};
-use ckpt_solver::evaluate;
 use common::*;
 
 fn plan_of(prob: &ckpt_solver::Problem, set: Vec<bool>) -> ckpt_solver::Plan {
-    let e = evaluate(prob, &set);
-    ckpt_solver::Plan {
-        recompute: set,
-        remat_at: e.remat_at,
-        peak: e.peak,
-        peak_step: e.peak_step,
-        cost: e.cost,
-        info: ckpt_solver::SolveInfo {
-            method: ckpt_solver::Method::Greedy,
-            status: ckpt_solver::Status::Heuristic,
-            objective: e.cost,
-            bound: 0.0,
-            gap: 1.0,
-            wall: std::time::Duration::ZERO,
-            fallback: None,
-            model: Default::default(),
-        },
-    }
+    ckpt_solver::Plan::for_set(prob, set, ckpt_solver::Method::Greedy)
 }
 
 #[test]

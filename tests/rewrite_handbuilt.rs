@@ -82,18 +82,8 @@ fn mlp(dropout: bool) -> Vec<u8> {
         .bytes()
 }
 
-fn job(path: &Path, ceiling: u64) -> Job {
-    Job {
-        model: path.to_path_buf(),
-        ceiling,
-        output: None,
-        bindings: Bindings::new(),
-        loss: None,
-        optimizer: Optimizer::None,
-        optimizer_bits: 32,
-        reserve_pct: 0.0,
-        time_limit: std::time::Duration::from_secs(60),
-    }
+fn job(path: &std::path::Path, ceiling: u64) -> Job {
+    plan_job(path, ceiling, 60)
 }
 
 #[test]

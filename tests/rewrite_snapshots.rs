@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::time::Duration;
 
 use ckpt_ir::{import_file, Bindings};
 use ckpt_opt::optimize::{plan, Job};
@@ -11,17 +10,7 @@ use ckpt_passes::ledger::Optimizer;
 use common::*;
 
 fn job(path: &std::path::Path, ceiling: u64) -> Job {
-    Job {
-        model: path.to_path_buf(),
-        ceiling,
-        output: None,
-        bindings: Bindings::new(),
-        loss: None,
-        optimizer: Optimizer::None,
-        optimizer_bits: 32,
-        reserve_pct: 0.0,
-        time_limit: Duration::from_secs(120),
-    }
+    plan_job(path, ceiling, 120)
 }
 
 #[test]

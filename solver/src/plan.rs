@@ -136,6 +136,17 @@ pub enum SolveError {
 }
 
 impl Plan {
+    /// The plan of a given recompute set under the model ([`evaluate`]), whether or not it
+    /// fits: labelled `method` with [`Status::Heuristic`] (no optimality claim). For callers
+    /// that choose sets themselves (a search, a baseline, a test).
+    pub fn for_set(problem: &Problem, set: Vec<bool>, method: Method) -> Plan {
+        let eval = evaluate(problem, &set);
+        let mut plan =
+            Plan::from_evaluation(set, eval, method, Status::Heuristic, 0.0, Duration::ZERO);
+        plan.info.gap = 1.0;
+        plan
+    }
+
     /// A plan from a recompute set; the caller has checked it fits.
     pub(crate) fn from_evaluation(
         recompute: Vec<bool>,

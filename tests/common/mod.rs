@@ -110,3 +110,18 @@ pub fn outcome_text(outcome: &ckpt_opt::optimize::Outcome, ceiling: u64) -> Stri
         Outcome::AlreadyFits { .. } => format!("ceiling {ceiling}: already fits\n"),
     }
 }
+
+/// A main job on `path` at `ceiling`, defaults otherwise, with room to finish deterministically.
+pub fn plan_job(path: &Path, ceiling: u64, time_limit_secs: u64) -> ckpt_opt::optimize::Job {
+    ckpt_opt::optimize::Job {
+        model: path.to_path_buf(),
+        ceiling,
+        output: None,
+        bindings: ckpt_ir::Bindings::new(),
+        loss: None,
+        optimizer: ckpt_passes::ledger::Optimizer::None,
+        optimizer_bits: 32,
+        reserve_pct: 0.0,
+        time_limit: std::time::Duration::from_secs(time_limit_secs),
+    }
+}
