@@ -3,7 +3,6 @@
 
 mod common;
 
-
 use ckpt_ir::{import_file, Bindings};
 use ckpt_opt::optimize::{plan, Job};
 use ckpt_passes::ledger::Optimizer;
