@@ -560,6 +560,18 @@ impl Skeleton {
                 useful[i] = true;
             }
         }
+        // A candidate that covers no row can still help: recomputing it pulls its deps back
+        // earlier, and with them their transients, away from a hot step (free when it costs
+        // nothing). So a dependent of a useful candidate whose rematerialisation carries a
+        // transient (its own or a useful dep's) is useful too. `order` has deps first.
+        let mut pulls = vec![false; n];
+        for &i in &order {
+            pulls[i] = useful[i] && (cands[i].transient > 0 || deps[i].iter().any(|&d| pulls[d]));
+            if !useful[i] && deps[i].iter().any(|&d| pulls[d]) {
+                useful[i] = true;
+                pulls[i] = true;
+            }
+        }
         let mut kept: Vec<usize> = rows.iter().map(|r| r.seg).collect();
         kept.dedup();
         let mut reads_before = vec![false; seg_count];
