@@ -142,6 +142,8 @@ fn logic(op: &str, a: &Dim, b: &Dim) -> Option<Dim> {
 /// Add, Sub, Mul, Div, Pow, Mod, PRelu, BitShift…: broadcast, dtype of input 0. Before
 /// opset 7, B broadcasts to A (the `broadcast`/`axis` attributes): the output is A's shape.
 fn binary(ctx: &InferCtx<'_>) -> Out {
+    ctx.input(0)?;
+    ctx.input(1)?; // both operands, whatever else is present
     let ins = all_inputs(ctx);
     let shape = if ctx.opset < 7 && ctx.node.domain == crate::graph::ONNX_DOMAIN {
         ctx.shape(0)?.clone()

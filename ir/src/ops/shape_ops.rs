@@ -282,6 +282,9 @@ fn split(ctx: &InferCtx<'_>) -> Out {
         if parts == 0 {
             return Err("Split into 0 parts".into());
         }
+        if parts != n as u64 {
+            return Err(format!("Split into {parts} parts for {n} outputs"));
+        }
         match d.known() {
             Some(k) => {
                 let chunk = k.div_ceil(parts);
