@@ -49,7 +49,7 @@ fn mutate_structure(model: &mut ckpt_ir::onnx::ModelProto, next: &mut impl FnMut
             let n = &mut g.node[k];
             if !n.input.is_empty() {
                 let slot = pick(n.input.len(), next());
-                n.input[slot] = if next() % 3 == 0 {
+                n.input[slot] = if next().is_multiple_of(3) {
                     "nonexistent".into()
                 } else {
                     names[pick(names.len(), next())].clone()
@@ -96,7 +96,7 @@ fn mutate_structure(model: &mut ckpt_ir::onnx::ModelProto, next: &mut impl FnMut
                                 Some(onnx::tensor_shape_proto::dimension::Value::DimValue(v));
                         }
                     }
-                    if next() % 4 == 0 {
+                    if next().is_multiple_of(4) {
                         t.elem_type = Some([0, 7, 9, 16, 99][pick(5, next())]);
                     }
                 }
