@@ -16,7 +16,10 @@ fn analyse_bytes(bytes: Vec<u8>) -> usize {
     else {
         return 0;
     };
-    let b = Bindings::new();
+    // The ORT training artifacts name their dims `batch` and `seq`.
+    let b: Bindings = [("batch".to_string(), 2), ("seq".to_string(), 8)]
+        .into_iter()
+        .collect();
     let Ok(a) = ckpt_opt::optimize::analyse(g, &b, None, Optimizer::None, 32) else {
         return 1;
     };
@@ -25,10 +28,9 @@ fn analyse_bytes(bytes: Vec<u8>) -> usize {
     let _ = ckpt_solver::solve_greedy(&prob);
     // The whole main job (ILP rounds, search, rewrite, verify) at 90% of the total.
     let ceiling = a.ledger.total_bytes / 10 * 9;
-    let _ = ckpt_opt::optimize::plan(
-        &plan_job(std::path::Path::new("mutated.onnx"), ceiling, 2),
-        a.graph,
-    );
+    let mut job = plan_job(std::path::Path::new("mutated.onnx"), ceiling, 2);
+    job.bindings = b;
+    let _ = ckpt_opt::optimize::plan(&job, a.graph);
     2
 }
 
