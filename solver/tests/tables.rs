@@ -507,13 +507,11 @@ fn relative_gap_is_proven_and_reported() {
     }
 }
 
-/// Known bug, found by the brute-force proptest on 2026-11-29 and shrunk to eight candidates:
-/// the ILP returns {0, 6, 7} at cost 72 and claims it optimal (bound 72), while {0, 3, 4, 5, 7}
-/// fits at cost 71. No transients, one dependency. Run with `--ignored` when fixing the
-/// formulation; `scripts/test.sh` pins the proptests' seed so that CI does not trip on it.
+/// Found by the brute-force proptest and shrunk to eight candidates: with CBC's knapsack cuts
+/// on, the ILP returned {0, 6, 7} at cost 72 and claimed it optimal, while
+/// {0, 3, 4, 5, 7} fits at cost 71 (the formulation admits it: cuts off, CBC finds it).
 #[test]
-#[ignore = "known ILP bug: an optimality claim one unit above the optimum"]
-fn known_bug_ilp_claims_optimal_one_unit_above() {
+fn ilp_optimum_not_cut_off() {
     let p = problem(
         &[71, 71, 120, 120, 124, 122, 136, 101, 34, 0],
         vec![
