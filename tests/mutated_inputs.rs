@@ -35,7 +35,7 @@ fn analyse_bytes(bytes: Vec<u8>) -> usize {
 }
 
 /// Structured mutations: the model decodes, but its graph is wrong in one of many ways.
-fn mutate_structure(model: &mut ckpt_ir::onnx::ModelProto, next: &mut impl FnMut() -> u64) {
+fn mutate_structure(model: &mut ckpt_ir::onnx::ModelProto, next: &mut dyn FnMut() -> u64) {
     use ckpt_ir::onnx;
     let g = model.graph.as_mut().unwrap();
     let names: Vec<String> = g
@@ -150,13 +150,49 @@ fn mutate_structure(model: &mut ckpt_ir::onnx::ModelProto, next: &mut impl FnMut
     }
 }
 
+/// Run `cases` mutations (`mutate(case, next)` makes the bytes of one) through
+/// [`analyse_bytes`]; panicking inputs are written to the temp dir and named.
+fn never_panics(
+    what: &str,
+    default_seed: u64,
+    mut mutate: impl FnMut(usize, &mut dyn FnMut() -> u64) -> Vec<u8>,
+) {
+    let env = |k: &str| std::env::var(k).ok().and_then(|s| s.parse::<u64>().ok());
+    let cases = env("MUTATION_CASES").unwrap_or(300) as usize;
+    let mut seed = env("MUTATION_SEED").unwrap_or(default_seed);
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut panics = Vec::new();
+    let mut reached = [0usize; 3];
+    for case in 0..cases {
+        let bytes = mutate(case, &mut next);
+        match std::panic::catch_unwind(|| analyse_bytes(bytes.clone())) {
+            Ok(k) => reached[k] += 1,
+            Err(_) => {
+                let path = std::env::temp_dir().join(format!("ckpt_opt_{what}_{case}.onnx"));
+                std::fs::write(&path, &bytes).unwrap();
+                panics.push(path.display().to_string());
+            }
+        }
+    }
+    eprintln!(
+        "{what}: {} refused at import, {} at analysis, {} analysed",
+        reached[0], reached[1], reached[2]
+    );
+    assert!(
+        panics.is_empty(),
+        "{what}: panicked on {} of {cases}: {panics:?}",
+        panics.len()
+    );
+}
+
 #[test]
 fn structurally_mutated_models_never_panic() {
     use ckpt_ir::Message;
-    let cases: usize = std::env::var("MUTATION_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
     let originals = [
         "tests/fixtures/mlp_d01_aot.onnx",
         "tests/fixtures/hfgpt2_d0_makefx.onnx",
@@ -166,68 +202,23 @@ fn structurally_mutated_models_never_panic() {
         ckpt_ir::onnx::ModelProto::decode(std::fs::read(root().join(p)).unwrap().as_slice())
             .unwrap()
     });
-    let mut seed = std::env::var("MUTATION_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x9e37_79b9_7f4a_7c15u64);
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
-    let mut panics = Vec::new();
-    let mut reached = [0usize; 3];
-    for case in 0..cases {
+    never_panics("structural", 0x9e37_79b9_7f4a_7c15, |case, next| {
         let mut m = originals[case % originals.len()].clone();
         for _ in 0..1 + next() % 3 {
-            mutate_structure(&mut m, &mut next);
+            mutate_structure(&mut m, &mut *next);
         }
-        let bytes = m.encode_to_vec();
-        match std::panic::catch_unwind(|| analyse_bytes(bytes.clone())) {
-            Ok(k) => reached[k] += 1,
-            Err(_) => {
-                let path = std::env::temp_dir().join(format!("ckpt_opt_structural_{case}.onnx"));
-                std::fs::write(&path, &bytes).unwrap();
-                panics.push(path.display().to_string());
-            }
-        }
-    }
-    eprintln!(
-        "structurally mutated: {} refused at import, {} at analysis, {} analysed",
-        reached[0], reached[1], reached[2]
-    );
-    assert!(
-        panics.is_empty(),
-        "panicked on {} of {cases}: {panics:?}",
-        panics.len()
-    );
+        m.encode_to_vec()
+    });
 }
 
 #[test]
 fn mutated_models_never_panic() {
-    let cases: usize = std::env::var("MUTATION_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
     let originals = [
         "tests/fixtures/mlp_d01_aot.onnx",
         "tests/fixtures/hfgpt2_d0_makefx.onnx",
     ]
     .map(|p| std::fs::read(root().join(p)).unwrap());
-    let mut seed = std::env::var("MUTATION_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x2545_f491_4f6c_dd1du64);
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
-    let mut panics = Vec::new();
-    let mut reached = [0usize; 3];
-    for case in 0..cases {
+    never_panics("bytes", 0x2545_f491_4f6c_dd1d, |case, next| {
         let mut bytes = originals[case % originals.len()].clone();
         for _ in 0..1 + next() % 4 {
             let at = (next() % bytes.len().max(1) as u64) as usize;
@@ -238,24 +229,8 @@ fn mutated_models_never_panic() {
                 _ => bytes.truncate(at.max(1)),
             }
         }
-        let r = std::panic::catch_unwind(|| analyse_bytes(bytes.clone()));
-        if let Ok(k) = r {
-            reached[k] += 1;
-        } else {
-            let path = std::env::temp_dir().join(format!("ckpt_opt_mutation_{case}.onnx"));
-            std::fs::write(&path, &bytes).unwrap();
-            panics.push(path.display().to_string());
-        }
-    }
-    eprintln!(
-        "mutated models: {} refused at import, {} at analysis, {} analysed",
-        reached[0], reached[1], reached[2]
-    );
-    assert!(
-        panics.is_empty(),
-        "panicked on {} of {cases} mutated models: {panics:?}",
-        panics.len()
-    );
+        bytes
+    });
 }
 
 /// The two panics the mutations found, kept as cases: a binary op with one operand, and a
