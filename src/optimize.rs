@@ -212,12 +212,11 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
     //    run still held beyond the model at each step (clones' transients, backward nodes run
     //    early) becomes a per-step correction. Both only grow, so each round is more
     //    conservative than the last; the loop ends when the simulator says a plan fits, nothing
-    //    new is learnt, or the rounds run out. Only plans the ILP proved optimal are used (a
-    //    plan cut off by the clock would make the output depend on the machine's speed).
-    // A tenth of the time limit per round: a round CBC cannot settle quickly is not worth the
-    // search's time (the search starts from the rounds' plans).
-    // Rounds stop at a 1% proven gap: the simulator, not the linear model, has the last word,
-    // and a gap (unlike a clock) keeps the answer reproducible.
+    //    new is learnt, or the rounds run out. Only plans the ILP proved optimal or within a 1%
+    //    gap are used: the simulator, not the linear model, has the last word, and a gap
+    //    (unlike a clock, which would make the output depend on the machine's speed) keeps
+    //    the answer reproducible. A tenth of the time limit per round: a round CBC cannot
+    //    settle quickly is not worth the search's time.
     let opts = IlpOptions {
         time_limit: job.time_limit / 10,
         watchdog_slack: job.time_limit / 20,
@@ -356,9 +355,10 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
     }
     ilp["rounds"] = json!(rounds);
     ilp["used"] = json!(false);
-    // 2. Local search with the simulator in the loop, from the ILP's plan (when it simulated
-    //    better than no recompute) and then from no recompute: flip the candidate (add or drop)
-    //    that lowers the simulated peak most per added FLOP, until a flip fits or none helps.
+    // 2. Local search with the simulator in the loop, from the rounds' plans (those that
+    //    simulated better than no recompute) and then from no recompute: flip the candidate
+    //    (add or drop) that lowers the simulated peak most per added FLOP, until a flip fits
+    //    or none helps.
     let search = Search {
         job,
         before: &before,
@@ -383,7 +383,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
     starts.push(vec![false; cands.list.len()]);
     let (found, current) = {
         let mut current = before.ledger.total_bytes;
-        let mut found: Option<(Vec<bool>, Plan)> = None;
+        let mut found: Option<Plan> = None;
         // More starting points when those fail: the ILP's optima at tighter budgets (its linear
         // model under-counts what ORT's allocator holds, so a tighter target lands nearer the truth).
         let tighter = [0.9f64, 0.8].into_iter().filter_map(|f| {
@@ -408,8 +408,8 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
                 break;
             }
             match search.climb(start, &mut trials)? {
-                Climb::Fits(set, plan) => {
-                    found = Some((set, *plan));
+                Climb::Fits(plan) => {
+                    found = Some(*plan);
                     break;
                 }
                 Climb::Stuck(total) => current = current.min(total),
@@ -418,8 +418,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         (found, current)
     };
     attempts += trials;
-    let fitting = found;
-    if let Some((mut set, mut plan)) = fitting {
+    if let Some(mut plan) = found {
         if debug {
             eprintln!(
                 "search: fits at {:.3} s, {} trials, cost {}",
@@ -430,7 +429,9 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         }
         // Cut FLOPs: drop recomputes the fit does not need, then swap each remaining one (most
         // expensive first) for a cheaper unchosen candidate that keeps the plan under the ceiling.
-        let mut chosen: Vec<usize> = (0..set.len()).filter(|&i| set[i]).collect();
+        let mut chosen: Vec<usize> = (0..plan.recompute.len())
+            .filter(|&i| plan.recompute[i])
+            .collect();
         chosen.sort_by_key(|&i| (std::cmp::Reverse(cands.list[i].cost), i));
         // In order, each drop judged against the drops kept before it; simulated a core's
         // worth at a time (after a kept drop, the rest of the batch is judged again).
@@ -440,7 +441,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
             let batch: Vec<usize> = chosen[next..].iter().copied().take(threads).collect();
             trials += batch.len();
             let judged = par_map(&batch, |&i| {
-                let mut trial = set.clone();
+                let mut trial = plan.recompute.clone();
                 trial[i] = false;
                 let p = plan_from_set(&prob, trial);
                 simulated_total(job, &before, &cands, &p)
@@ -449,7 +450,6 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
             next += batch.len();
             for (k, judged) in judged.into_iter().enumerate() {
                 if let Some(p) = judged? {
-                    set = p.recompute.clone();
                     plan = p;
                     next = next - batch.len() + k + 1;
                     break;
@@ -467,14 +467,14 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
         for &i in &chosen {
             // Swapping a recompute that costs under 1% of the plan cannot gain much, nor can
             // any swap in a plan that adds under 0.1% of a step.
-            if !set[i]
+            if !plan.recompute[i]
                 || cands.list[i].cost.saturating_mul(100) < plan.cost
                 || (plan.cost as f64) < search.cost_floor
             {
                 continue;
             }
-            let mut cheaper: Vec<usize> = (0..set.len())
-                .filter(|&j| !set[j] && cands.list[j].cost < cands.list[i].cost)
+            let mut cheaper: Vec<usize> = (0..plan.recompute.len())
+                .filter(|&j| !plan.recompute[j] && cands.list[j].cost < cands.list[i].cost)
                 .collect();
             cheaper.sort_by(|&x, &y| {
                 ratio(&cands.list[y])
@@ -486,12 +486,11 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
                     break;
                 }
                 trials += 1;
-                let mut trial = set.clone();
+                let mut trial = plan.recompute.clone();
                 trial[i] = false;
                 trial[j] = true;
-                let p = plan_from_set(&prob, trial.clone());
+                let p = plan_from_set(&prob, trial);
                 if simulated_total(job, &before, &cands, &p)? <= effective {
-                    set = trial;
                     plan = p;
                     break;
                 }
@@ -540,8 +539,8 @@ struct Search<'a> {
 
 /// How a climb ended.
 enum Climb {
-    /// This set fits (its plan).
-    Fits(Vec<bool>, Box<Plan>),
+    /// This plan fits.
+    Fits(Box<Plan>),
     /// No flip lowers the peak any more: the lowest simulated total reached.
     Stuck(u64),
 }
@@ -564,13 +563,10 @@ impl Search<'_> {
     fn climb(&self, mut set: Vec<bool>, trials: &mut usize) -> Result<Climb> {
         let (mut current, mut peak_at) = self.run(&plan_from_set(self.prob, set.clone()))?;
         if current <= self.effective {
-            return Ok(Climb::Fits(
-                set.clone(),
-                Box::new(plan_from_set(self.prob, set)),
-            ));
+            return Ok(Climb::Fits(Box::new(plan_from_set(self.prob, set))));
         }
         let max_moves = 2 * set.len() + 1;
-        let mut incumbent: Option<(Vec<bool>, Plan)> = None; // the cheapest fitting set seen
+        let mut incumbent: Option<Plan> = None; // the cheapest fitting plan seen
         let mut moves_after_fit = 0usize;
         for _ in 0..max_moves {
             if *trials >= MAX_TRIALS || Instant::now() >= self.deadline {
@@ -592,7 +588,7 @@ impl Search<'_> {
             adds.truncate(SEARCH_WIDTH);
             let flips: Vec<usize> = (0..set.len()).filter(|&i| set[i]).chain(adds).collect();
             let current_cost = plan_from_set(self.prob, set.clone()).cost;
-            let mut fits: Option<(u64, usize, Plan)> = None;
+            let mut fits: Option<(usize, Plan)> = None;
             // (score, total, flip, cost, peak)
             let mut step_best: Option<(f64, u64, usize, u64, usize)> = None;
             // Every flip is simulated (in parallel), then judged in order: the same answer on
@@ -607,8 +603,11 @@ impl Search<'_> {
             for (&i, judged) in flips.iter().zip(judged) {
                 let (plan, total, peak) = judged?;
                 if total <= self.effective {
-                    if fits.as_ref().is_none_or(|f| (plan.cost, i) < (f.0, f.1)) {
-                        fits = Some((plan.cost, i, plan));
+                    if fits
+                        .as_ref()
+                        .is_none_or(|f| (plan.cost, i) < (f.1.cost, f.0))
+                    {
+                        fits = Some((i, plan));
                     }
                     continue;
                 }
@@ -626,17 +625,12 @@ impl Search<'_> {
                     step_best = Some((score, total, i, plan.cost, peak));
                 }
             }
-            if let Some((cost, i, plan)) = fits {
-                if incumbent
-                    .as_ref()
-                    .is_none_or(|inc: &(Vec<bool>, Plan)| cost < inc.1.cost)
-                {
-                    let mut fit = set.clone();
-                    fit[i] = !fit[i];
+            if let Some((i, plan)) = fits {
+                if incumbent.as_ref().is_none_or(|inc| plan.cost < inc.cost) {
                     if self.debug {
-                        eprintln!("search: flip candidate {i} -> fits at {cost} FLOPs");
+                        eprintln!("search: flip candidate {i} -> fits at {} FLOPs", plan.cost);
                     }
-                    incumbent = Some((fit, plan));
+                    incumbent = Some(plan);
                 }
             }
             // Go on climbing, for a few moves, while the climb costs less than the plan that
@@ -647,7 +641,7 @@ impl Search<'_> {
             let promising = |b: &(f64, u64, usize, u64, usize)| {
                 incumbent
                     .as_ref()
-                    .is_none_or(|inc| b.3 < inc.1.cost && moves_after_fit <= MOVES_AFTER_FIT)
+                    .is_none_or(|inc| b.3 < inc.cost && moves_after_fit <= MOVES_AFTER_FIT)
             };
             let Some((_, total, i, _, peak)) = step_best.filter(promising) else {
                 break;
@@ -661,8 +655,8 @@ impl Search<'_> {
             current = total;
             peak_at = peak;
         }
-        if let Some((set, plan)) = incumbent {
-            return Ok(Climb::Fits(set, Box::new(plan)));
+        if let Some(plan) = incumbent {
+            return Ok(Climb::Fits(Box::new(plan)));
         }
         Ok(Climb::Stuck(current))
     }
@@ -725,6 +719,17 @@ fn simulated_run(
     cands: &Candidates,
     plan: &Plan,
 ) -> Result<(u64, Simulation)> {
+    let (_, sim) = rewritten_run(job, before, cands, plan)?;
+    Ok((before.ledger.fixed_bytes + sim.peak_live, sim))
+}
+
+/// `plan`'s rewrite of the graph (unverified: a trial) and its simulated run.
+fn rewritten_run(
+    job: &Job,
+    before: &Analysis,
+    cands: &Candidates,
+    plan: &Plan,
+) -> Result<(Graph, Simulation)> {
     let patch = rewrite(&before.graph, cands, plan, "trial");
     let mut g2 = before.graph.clone();
     if let Err(e) = patch.apply_unverified(&mut g2) {
@@ -734,15 +739,12 @@ fn simulated_run(
         return Err(e).context("applying the recompute patch");
     }
     let sim = simulate(&g2, &schedule(&g2)?, &job.bindings)?;
-    Ok((before.ledger.fixed_bytes + sim.peak_live, sim))
+    Ok((g2, sim))
 }
 
 /// Debug trace: what ORT's allocator holds empty at the rewritten run's peak.
 fn debug_idle(job: &Job, before: &Analysis, cands: &Candidates, plan: &Plan) -> Result<()> {
-    let patch = rewrite(&before.graph, cands, plan, "trial");
-    let mut g = before.graph.clone();
-    patch.apply(&mut g)?;
-    let sim = simulate(&g, &schedule(&g)?, &job.bindings)?;
+    let (g, sim) = rewritten_run(job, before, cands, plan)?;
     let idle = sim.idle_at(&g, sim.peak_step);
     let total: u64 = idle.iter().map(|x| x.1).sum();
     eprintln!(
@@ -761,18 +763,7 @@ fn debug_idle(job: &Job, before: &Analysis, cands: &Candidates, plan: &Plan) -> 
             .rev()
             .take(6)
             .map(|&t| {
-                let made = g
-                    .tensor(t)
-                    .producer()
-                    .and_then(|p| sim.schedule.step_of(p))
-                    .unwrap_or(0);
-                let last = g
-                    .tensor(t)
-                    .consumers()
-                    .iter()
-                    .filter_map(|&c| sim.schedule.step_of(c))
-                    .max()
-                    .unwrap_or(made);
+                let (made, last) = sim.span(&g, t);
                 format!("{}[{made}..{last}]", g.tensor(t).name)
             })
             .collect();

@@ -185,7 +185,6 @@ impl Simulation {
     /// production to the last read of the last value planned into it, so a freed buffer handed
     /// to a much later value stays allocated, empty, in between). Largest first.
     pub fn idle_at(&self, graph: &Graph, step: usize) -> Vec<(usize, u64)> {
-        let sched = &self.schedule;
         let mut v: Vec<(usize, u64)> = self
             .buffers
             .iter()
@@ -193,21 +192,7 @@ impl Simulation {
             .filter(|(_, b)| b.alloc_step <= step && b.free_after.is_none_or(|f| f >= step))
             .filter(|(_, b)| {
                 !b.values.iter().any(|&t| {
-                    let tensor = graph.tensor(t);
-                    let made = tensor
-                        .producer()
-                        .and_then(|p| sched.step_of(p))
-                        .unwrap_or(0);
-                    let last = if tensor.is_output {
-                        usize::MAX
-                    } else {
-                        tensor
-                            .consumers()
-                            .iter()
-                            .filter_map(|&c| sched.step_of(c))
-                            .max()
-                            .unwrap_or(made)
-                    };
+                    let (made, last) = self.span(graph, t);
                     made <= step && step <= last
                 })
             })
@@ -215,6 +200,28 @@ impl Simulation {
             .collect();
         v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         v
+    }
+
+    /// Steps at which value `t` is produced and last read (`usize::MAX` for a graph output,
+    /// held past the run; its production step when nothing reads it).
+    pub fn span(&self, graph: &Graph, t: TensorId) -> (usize, usize) {
+        let sched = &self.schedule;
+        let tensor = graph.tensor(t);
+        let made = tensor
+            .producer()
+            .and_then(|p| sched.step_of(p))
+            .unwrap_or(0);
+        let last = if tensor.is_output {
+            usize::MAX
+        } else {
+            tensor
+                .consumers()
+                .iter()
+                .filter_map(|&c| sched.step_of(c))
+                .max()
+                .unwrap_or(made)
+        };
+        (made, last)
     }
 
     /// The peak of each phase present.
@@ -452,7 +459,8 @@ pub fn simulate(
         for k in 0..scratch.before.len().max(scratch.after.len()) {
             arena.free(scratch_id(k));
         }
-        current += scratch.bytes();
+        let scratch_bytes = scratch.bytes();
+        current += scratch_bytes;
         for &(l, b) in &extra_allocs {
             if l == s {
                 held_again += rounded(buffers[b].bytes);
@@ -460,7 +468,7 @@ pub fn simulate(
             }
         }
         live[s] = current + held_again;
-        current -= scratch.bytes();
+        current -= scratch_bytes;
         for &(_, b) in events[s].iter().filter(|e| !e.0) {
             current -= rounded(buffers[b].bytes);
             arena.free(b);

@@ -584,7 +584,7 @@ impl Builder<'_> {
     fn build(&mut self, m: NodeId) {
         let graph = self.graph;
         let node = graph.node(m);
-        if !self.done.insert(m) || node.output_tensors().all(|t| self.rebuilt.contains_key(&t)) {
+        if !self.done.insert(m) {
             return; // already rebuilt for another candidate
         }
         let is_moved = self.moved.contains(&m);
