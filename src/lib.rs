@@ -2,5 +2,6 @@
 
 pub mod inputs;
 pub mod optimize;
+pub mod profile;
 pub mod size;
 pub mod validate;

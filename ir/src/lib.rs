@@ -21,6 +21,7 @@ mod ids;
 mod import;
 pub mod ops;
 mod patch;
+pub mod profile;
 mod shape;
 mod text;
 mod verify;
@@ -34,6 +35,7 @@ pub use graph::{
 pub use ids::{NodeId, TensorId};
 pub use import::{import_bytes, import_file, import_model, MAX_IR_VERSION};
 pub use patch::{Applied, Move, NewNode, NewTensor, Patch, PatchError, Rewire, TensorRef};
+pub use profile::Profile;
 pub use shape::{Bindings, Dim, Poly, Shape, ShapeError};
 pub use text::{print_graph, print_graph_with, type_str};
 pub use verify::verify;

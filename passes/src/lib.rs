@@ -3,6 +3,8 @@
 //! Every analysis is a function from a graph (and bindings) to plain data; the one rewrite,
 //! recompute insertion, returns a `ckpt_ir::Patch` value.
 
+pub mod arena;
+pub mod device;
 pub mod inputs;
 pub mod ledger;
 pub mod memory;

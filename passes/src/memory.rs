@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 
 use ckpt_ir::{Bindings, Graph, NodeId, ShapeError, TensorId};
 
+use crate::arena::{ArenaConfig, BfcArena};
 use crate::phases::{Classification, Phase};
 use crate::schedule::{try_ort_default_order, OrderNode};
 
@@ -49,13 +50,7 @@ pub const INPLACE_OPS: &[&str] = &[
     "ScatterElements",
 ];
 
-/// Arena allocation granularity (bytes).
-pub const ALIGN: u64 = 256;
-
-/// Round a request as ORT's arena does.
-pub fn rounded(bytes: u64) -> u64 {
-    bytes.div_ceil(ALIGN) * ALIGN
-}
+pub use crate::arena::{rounded, ALIGN};
 
 /// Why memory could not be simulated.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -157,7 +152,37 @@ pub struct Simulation {
     /// Peak of ORT's BFC arena replayed on the same events (what `MaxInUse` reports with the
     /// default session arena).
     pub arena_peak: u64,
+    /// What one run asks of the arena, in order: buffers, graph outputs and kernel scratch
+    /// (frees of never-read buffers and outputs are not listed: they are held to the run's
+    /// end). [`crate::device`] replays them under a deployment profile.
+    pub arena_events: Vec<ArenaEvent>,
 }
+
+/// What an arena request is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// A planned buffer (`kAllocate`): traced by the memory pattern.
+    Buffer,
+    /// A graph output (`kAllocateOutput`): never in the memory pattern, held past the run.
+    Output,
+    /// A kernel's temporary: never in the memory pattern.
+    Scratch,
+}
+
+/// One allocation or free of one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArenaEvent {
+    pub step: usize,
+    pub alloc: bool,
+    /// Unique within one run.
+    pub key: u64,
+    /// Requested bytes (allocations).
+    pub bytes: u64,
+    pub kind: EventKind,
+}
+
+/// Room for each step's scratch keys.
+const SCRATCH_STRIDE: u64 = 8;
 
 /// Live bytes per phase: the maximum over the steps of nodes in that phase.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -437,43 +462,70 @@ pub fn simulate(
             events[f].push((false, b));
         }
     }
+    let nb = buffers.len() as u64;
     let mut live = vec![0u64; schedule.len()];
     let mut current: u64 = 0;
-    let mut arena = Arena::default();
     let mut held_again: u64 = 0;
+    let mut arena_events: Vec<ArenaEvent> = Vec::new();
+    let mut push = |step: usize, alloc: bool, key: u64, bytes: u64, kind: EventKind| {
+        arena_events.push(ArenaEvent {
+            step,
+            alloc,
+            key,
+            bytes,
+            kind,
+        })
+    };
     for s in 0..schedule.len() {
         let scratch = kernel_scratch(graph, schedule.order[s], bindings);
-        // Scratch id space: far from buffer indices and from re-allocated buffers.
-        let scratch_id = |k: usize| usize::MAX / 2 - 2 * s - k;
+        // Keys: buffers 0..nb, their re-allocations nb..2nb, scratch from 2nb on.
+        let scratch_key = |k: usize| 2 * nb + (s as u64) * SCRATCH_STRIDE + k as u64;
         for (k, &bytes) in scratch.before.iter().enumerate() {
-            arena.alloc(scratch_id(k), bytes);
+            push(s, true, scratch_key(k), bytes, EventKind::Scratch);
         }
-        for &(alloc, b) in events[s].iter().filter(|e| e.0) {
-            debug_assert!(alloc);
+        for &(_, b) in events[s].iter().filter(|e| e.0) {
             current += rounded(buffers[b].bytes);
-            arena.alloc(b, buffers[b].bytes);
+            let kind = if buffers[b].values.iter().any(|v| is_output_buf[v.index()]) {
+                EventKind::Output
+            } else {
+                EventKind::Buffer
+            };
+            push(s, true, b as u64, buffers[b].bytes, kind);
         }
+        let after0 = scratch.before.len();
         for (k, &bytes) in scratch.after.iter().enumerate() {
-            arena.alloc(scratch_id(k), bytes);
+            push(s, true, scratch_key(after0 + k), bytes, EventKind::Scratch);
         }
-        for k in 0..scratch.before.len().max(scratch.after.len()) {
-            arena.free(scratch_id(k));
+        for k in 0..scratch.before.len() + scratch.after.len() {
+            push(s, false, scratch_key(k), 0, EventKind::Scratch);
         }
         let scratch_bytes = scratch.bytes();
         current += scratch_bytes;
         for &(l, b) in &extra_allocs {
             if l == s {
                 held_again += rounded(buffers[b].bytes);
-                arena.alloc(usize::MAX - b, buffers[b].bytes);
+                push(s, true, nb + b as u64, buffers[b].bytes, EventKind::Buffer);
             }
         }
         live[s] = current + held_again;
         current -= scratch_bytes;
         for &(_, b) in events[s].iter().filter(|e| !e.0) {
             current -= rounded(buffers[b].bytes);
-            arena.free(b);
+            push(s, false, b as u64, buffers[b].bytes, EventKind::Buffer);
         }
     }
+    let arena_peak = {
+        let mut arena = BfcArena::new(ArenaConfig::ort_default());
+        for e in &arena_events {
+            if e.alloc {
+                // Uncapped: cannot run out.
+                let _ = arena.alloc(e.key, e.bytes);
+            } else {
+                arena.free(e.key);
+            }
+        }
+        arena.max_in_use
+    };
     let (peak_step, peak_live) = live
         .iter()
         .copied()
@@ -488,7 +540,8 @@ pub fn simulate(
         live,
         peak_live,
         peak_step,
-        arena_peak: arena.max_in_use,
+        arena_peak,
+        arena_events,
     })
 }
 
@@ -577,179 +630,6 @@ fn kernel_scratch(graph: &Graph, n: NodeId, b: &Bindings) -> Scratch {
             }
         }
         _ => Scratch::default(),
-    }
-}
-
-/// ORT's BFC arena, reduced to what decides `InUse`: 256-byte rounding, 21 bins, best fit
-/// (smallest fitting chunk, lowest address), the split rule (split when the chunk is at least
-/// twice the request or the remainder is at least 128 MiB), coalescing on free, and regions
-/// that grow by powers of two from 1 MiB up to 1 GiB.
-#[derive(Debug)]
-struct Arena {
-    next_region: u64,
-    next_base: u64,
-    /// ptr -> chunk
-    chunks: BTreeMap<u64, Chunk>,
-    ptr_of: BTreeMap<usize, u64>,
-    in_use: u64,
-    max_in_use: u64,
-}
-
-#[derive(Debug, Clone)]
-struct Chunk {
-    size: u64,
-    in_use: bool,
-    prev: Option<u64>,
-    next: Option<u64>,
-}
-
-const MAX_DEAD: u64 = 128 << 20;
-const MAX_POW2: u64 = 1 << 30;
-const NUM_BINS: u32 = 21;
-
-impl Default for Arena {
-    fn default() -> Arena {
-        Arena {
-            next_region: 1 << 20,
-            next_base: 1 << 40,
-            chunks: BTreeMap::new(),
-            ptr_of: BTreeMap::new(),
-            in_use: 0,
-            max_in_use: 0,
-        }
-    }
-}
-
-impl Arena {
-    fn bin_of(size: u64) -> u32 {
-        let v = size.max(ALIGN) >> 8;
-        (63 - v.leading_zeros()).min(NUM_BINS - 1)
-    }
-
-    fn find(&mut self, r: u64) -> Option<u64> {
-        let want = Self::bin_of(r);
-        let mut best: Option<(u32, u64, u64)> = None; // (bin, size, ptr)
-        for (&p, c) in &self.chunks {
-            if c.in_use || c.size < r {
-                continue;
-            }
-            let key = (Self::bin_of(c.size).max(want), c.size, p);
-            if best.is_none_or(|b| key < b) {
-                best = Some(key);
-            }
-        }
-        let (_, size, p) = best?;
-        if size >= 2 * r || size - r >= MAX_DEAD {
-            let q = p + r;
-            let next = self.chunks.get(&p).and_then(|c| c.next);
-            self.chunks.insert(
-                q,
-                Chunk {
-                    size: size - r,
-                    in_use: false,
-                    prev: Some(p),
-                    next,
-                },
-            );
-            if let Some(n) = next {
-                if let Some(c) = self.chunks.get_mut(&n) {
-                    c.prev = Some(q);
-                }
-            }
-            if let Some(c) = self.chunks.get_mut(&p) {
-                c.next = Some(q);
-                c.size = r;
-            }
-        }
-        let c = self.chunks.get_mut(&p)?;
-        c.in_use = true;
-        self.in_use += c.size;
-        self.max_in_use = self.max_in_use.max(self.in_use);
-        Some(p)
-    }
-
-    fn extend(&mut self, r: u64) {
-        let mut increased = false;
-        while r > self.next_region {
-            self.next_region *= 2;
-            increased = true;
-        }
-        let size = self.next_region;
-        if !increased {
-            self.next_region = if self.next_region < MAX_POW2 / 2 {
-                self.next_region * 2
-            } else {
-                MAX_POW2
-            };
-        }
-        let base = self.next_base;
-        self.next_base += size + (1 << 30);
-        self.chunks.insert(
-            base,
-            Chunk {
-                size,
-                in_use: false,
-                prev: None,
-                next: None,
-            },
-        );
-    }
-
-    fn alloc(&mut self, key: usize, bytes: u64) {
-        let r = rounded(bytes.max(1));
-        let p = match self.find(r) {
-            Some(p) => p,
-            None => {
-                self.extend(r);
-                match self.find(r) {
-                    Some(p) => p,
-                    None => return,
-                }
-            }
-        };
-        self.ptr_of.insert(key, p);
-    }
-
-    fn free(&mut self, key: usize) {
-        let Some(p) = self.ptr_of.remove(&key) else {
-            return;
-        };
-        let Some(c) = self.chunks.get_mut(&p) else {
-            return;
-        };
-        c.in_use = false;
-        self.in_use -= c.size;
-        let (next, prev) = (c.next, c.prev);
-        if let Some(n) = next {
-            if self.chunks.get(&n).is_some_and(|c| !c.in_use) {
-                if let Some(n2) = self.chunks.remove(&n) {
-                    if let Some(after) = n2.next {
-                        if let Some(c) = self.chunks.get_mut(&after) {
-                            c.prev = Some(p);
-                        }
-                    }
-                    if let Some(c) = self.chunks.get_mut(&p) {
-                        c.size += n2.size;
-                        c.next = n2.next;
-                    }
-                }
-            }
-        }
-        if let Some(pv) = prev {
-            if self.chunks.get(&pv).is_some_and(|c| !c.in_use) {
-                if let Some(c) = self.chunks.remove(&p) {
-                    if let Some(after) = c.next {
-                        if let Some(a) = self.chunks.get_mut(&after) {
-                            a.prev = Some(pv);
-                        }
-                    }
-                    if let Some(cp) = self.chunks.get_mut(&pv) {
-                        cp.size += c.size;
-                        cp.next = c.next;
-                    }
-                }
-            }
-        }
     }
 }
 

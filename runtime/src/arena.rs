@@ -1,6 +1,8 @@
-//! The exact CPU arena: a BFC arena registered on the ORT environment that always splits chunks, so its `InUse`
-//! is the sum of live allocations (each rounded up to 256 bytes). Registered fresh for each session so its
-//! statistics start at zero, and unregistered after; one at a time per process.
+//! CPU arenas registered on the ORT environment (`CreateAndRegisterAllocator` + `session.use_env_allocators`), the
+//! only way the C API configures the CPU arena: the exact arena (always splits chunks, so its `InUse` is the sum of
+//! live allocations, each rounded up to 256 bytes) and a BFC arena with a deployment profile's extend strategy and
+//! initial chunk; either optionally capped with `max_mem`. Registered fresh for each session so its statistics
+//! start at zero, and unregistered after; one at a time per process.
 
 use std::ffi::CString;
 use std::sync::Mutex;
@@ -21,8 +23,29 @@ const EXACT_ARENA_CFG: [(&str, usize); 3] = [
     ("initial_chunk_size_bytes", 256),
 ];
 
-pub(crate) fn with_exact_cpu_arena<T>(
+/// The `OrtArenaCfg` entries of `arena` (keys not given keep ORT's defaults).
+fn arena_settings(arena: crate::Arena) -> Vec<(&'static str, usize)> {
+    match arena {
+        crate::Arena::Session | crate::Arena::Exact => EXACT_ARENA_CFG.to_vec(),
+        crate::Arena::Bfc {
+            power_of_two,
+            initial_chunk,
+        } => {
+            let mut v = vec![("arena_extend_strategy", usize::from(!power_of_two))];
+            if let Some(c) = initial_chunk {
+                v.push((
+                    "initial_chunk_size_bytes",
+                    usize::try_from(c).unwrap_or(usize::MAX),
+                ));
+            }
+            v
+        }
+    }
+}
+
+pub(crate) fn with_env_cpu_arena<T>(
     model: Model<'_>,
+    arena: crate::Arena,
     limit: Option<u64>,
     f: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
@@ -31,7 +54,7 @@ pub(crate) fn with_exact_cpu_arena<T>(
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let fail = |message: String| RuntimeError::SessionCreate {
         model: model.label.to_string(),
-        message: format!("registering the exact CPU arena: {message}"),
+        message: format!("registering the CPU arena ({arena:?}): {message}"),
     };
     let env = environment()?;
     let info = MemoryInfo::new(
@@ -43,7 +66,7 @@ pub(crate) fn with_exact_cpu_arena<T>(
     .map_err(|e| fail(e.to_string()))?;
     let api = ort::api();
     let env_ptr = env.ptr().cast_mut();
-    let mut settings: Vec<(&str, usize)> = EXACT_ARENA_CFG.to_vec();
+    let mut settings = arena_settings(arena);
     if let Some(limit) = limit {
         settings.push(("max_mem", usize::try_from(limit).unwrap_or(usize::MAX)));
     }

@@ -6,6 +6,7 @@
 
 mod arena;
 mod compare;
+mod device;
 mod error;
 mod generate;
 mod locate;
@@ -17,6 +18,9 @@ mod tensor;
 mod validate;
 
 pub use compare::{compare, Comparison, OutputComparison, Tol, Tolerances};
+pub use device::{
+    is_out_of_memory, measure_need, measure_steps, runs_under, MeasuredNeed, StepStats,
+};
 pub use error::{Result, RuntimeError, CUDA_HINT, INSTALL_HINT};
 pub use generate::{derive_seed, generate, generate_inputs, Distribution};
 pub use locate::{init, init_with, loaded, OrtInfo, OrtSearch};

@@ -172,7 +172,11 @@ fn failing_node(message: &str) -> (String, String) {
     (name, op)
 }
 
-fn arena_allocator(model: Model<'_>, session: &Session, provider: Provider) -> Result<Allocator> {
+pub(crate) fn arena_allocator(
+    model: Model<'_>,
+    session: &Session,
+    provider: Provider,
+) -> Result<Allocator> {
     let (device, device_name) = match provider {
         Provider::Cpu => (AllocationDevice::CPU, "CPU"),
         Provider::Cuda => (AllocationDevice::CUDA, "CUDA"),
@@ -186,7 +190,10 @@ fn arena_allocator(model: Model<'_>, session: &Session, provider: Provider) -> R
     Allocator::new(session, info).map_err(fail)
 }
 
-fn allocator_stats(model: Model<'_>, allocator: &Allocator) -> Result<BTreeMap<String, String>> {
+pub(crate) fn allocator_stats(
+    model: Model<'_>,
+    allocator: &Allocator,
+) -> Result<BTreeMap<String, String>> {
     use ort::AsPointer;
     let api = ort::api();
     let mut kvps: *mut ort::sys::OrtKeyValuePairs = std::ptr::null_mut();
@@ -219,7 +226,7 @@ fn allocator_stats(model: Model<'_>, allocator: &Allocator) -> Result<BTreeMap<S
     }
 }
 
-fn stat(model: Model<'_>, stats: &BTreeMap<String, String>, key: &str) -> Result<u64> {
+pub(crate) fn stat(model: Model<'_>, stats: &BTreeMap<String, String>, key: &str) -> Result<u64> {
     let fail = |message: String| RuntimeError::AllocatorStats {
         model: model.label.to_string(),
         message,

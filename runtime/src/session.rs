@@ -90,8 +90,8 @@ pub struct SessionConfig {
     pub intra_threads: Option<usize>,
     /// The CPU arena allocations come from; see [`Arena`].
     pub arena: Arena,
-    /// With [`Arena::Exact`]: the arena's `max_mem` in bytes (initializers included); an
-    /// allocation past it fails, naming the node (see [`crate::locate_peak`]).
+    /// With an environment arena ([`Arena::Exact`], [`Arena::Bfc`]): the arena's `max_mem` in bytes (initializers
+    /// included); an allocation past it fails, naming the node (see [`crate::locate_peak`]).
     pub arena_limit: Option<u64>,
 }
 
@@ -124,6 +124,12 @@ pub enum Arena {
     #[default]
     Session,
     Exact,
+    /// ORT's BFC arena with a deployment profile's settings: regions doubling from `initial_chunk` (ORT's default
+    /// 1 MiB) when `power_of_two` (`kNextPowerOfTwo`), else each region the request (`kSameAsRequested`).
+    Bfc {
+        power_of_two: bool,
+        initial_chunk: Option<u64>,
+    },
 }
 
 /// One model input as the session sees it. `None` dims are symbolic (`dim_names` holds their names).
@@ -198,17 +204,17 @@ pub(crate) fn with_session<T>(
 ) -> Result<T> {
     match cfg.arena {
         Arena::Session => f(&mut create_session(model, cfg)?),
-        Arena::Exact => {
+        Arena::Exact | Arena::Bfc { .. } => {
             if cfg.provider != Provider::Cpu {
                 return Err(RuntimeError::SessionCreate {
                     model: model.label.to_string(),
                     message: format!(
-                        "the exact arena is CPU-only; {} uses its own arena",
-                        cfg.provider
+                        "a configured CPU arena ({:?}) is CPU-only; {} uses its own arena",
+                        cfg.arena, cfg.provider
                     ),
                 });
             }
-            crate::arena::with_exact_cpu_arena(model, cfg.arena_limit, || {
+            crate::arena::with_env_cpu_arena(model, cfg.arena, cfg.arena_limit, || {
                 f(&mut create_session(model, cfg)?)
             })
         }
@@ -243,7 +249,7 @@ fn create_session(model: Model<'_>, cfg: &SessionConfig) -> Result<Session> {
             .with_intra_threads(threads)
             .map_err(|e| fail(e.into()))?;
     }
-    if cfg.arena == Arena::Exact {
+    if cfg.arena != Arena::Session {
         builder = builder.with_env_allocators().map_err(|e| fail(e.into()))?;
     }
     if let Some(prefix) = &cfg.profiling {

@@ -1,0 +1,400 @@
+//! The deployment profile: every setting that decides what the device must hold when ONNX
+//! Runtime runs a model, as one value.
+//!
+//! The contract of a rewritten model is stated against it: run the model under the profile it
+//! records and the device never needs more than the ceiling. The profile travels in the
+//! output model's `metadata_props` under the keys of [`Profile::metadata`] (an interface that
+//! runners and other tools read) and in the receipt.
+//!
+//! What the fields decide (`docs/ort-internals.md`):
+//! - the optimization level decides which graph ORT runs (an offline-optimized graph is
+//!   loaded at `disable`);
+//! - the memory pattern, from the second run on, pre-allocates one block of the first run's
+//!   traced peak inside the arena;
+//! - the arena's extend strategy decides the regions the arena reserves from the device
+//!   (`kNextPowerOfTwo` doubles them from the initial chunk, `kSameAsRequested` takes each
+//!   request's size), and a capped arena (ORT's `max_mem` / CUDA's `gpu_mem_limit`) stops
+//!   growing at the cap;
+//! - what the caller holds between steps: outputs dropped before the next step, or the
+//!   previous step's outputs still alive in the arena while the next step runs.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Prefix of every metadata key the profile writes.
+pub const PROFILE_KEY_PREFIX: &str = "ckpt-opt.profile.";
+/// Prefix of the session config entries a run of the model needs.
+pub const SESSION_CONFIG_KEY_PREFIX: &str = "ckpt-opt.session_config.";
+/// ORT's session config key that disables named graph optimizers.
+pub const DISABLE_OPTIMIZERS_KEY: &str = "optimization.disable_specified_optimizers";
+/// ORT's name for common-subexpression elimination, which merges recompute clones back into
+/// their originals (a misspelled name is silently ignored by ORT).
+pub const CSE_OPTIMIZER: &str = "CommonSubexpressionElimination";
+
+/// Why a profile could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProfileError {
+    #[error("profile setting `{key}` = `{value}`: expected one of {expected}")]
+    BadValue {
+        key: String,
+        value: String,
+        expected: &'static str,
+    },
+    #[error("unknown profile setting `{key}` (known: {known})")]
+    UnknownKey { key: String, known: String },
+    #[error("profile setting `{key}` = `{value}` is not supported: {why}")]
+    Unsupported {
+        key: String,
+        value: String,
+        why: &'static str,
+    },
+}
+
+/// The execution provider the model runs on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ExecutionProvider {
+    #[default]
+    Cpu,
+    Cuda,
+}
+
+/// ORT's graph optimization level.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum OptLevel {
+    #[default]
+    Disable,
+    Basic,
+    Extended,
+    All,
+}
+
+/// How the BFC arena grows when no free chunk fits a request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ExtendStrategy {
+    /// ORT's default: regions double from the initial chunk (1 MiB) up to 1 GiB.
+    NextPowerOfTwo,
+    /// Each new region is exactly the request.
+    #[default]
+    SameAsRequested,
+}
+
+/// What the caller holds between steps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CallerOutputs {
+    /// The previous step's outputs are dropped (or copied out) before the next step starts.
+    #[default]
+    Released,
+    /// `outs = sess.run(...)` in a loop: the previous step's outputs stay in the arena until
+    /// the next step has returned its own.
+    Held,
+}
+
+/// The deployment profile. [`Profile::default`] is the profile on which recompute pays off
+/// best (measured; README "Deployment profile").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    pub execution_provider: ExecutionProvider,
+    pub graph_optimization_level: OptLevel,
+    pub enable_mem_pattern: bool,
+    pub arena_extend_strategy: ExtendStrategy,
+    /// The arena's first region (ORT's default: 1 MiB).
+    pub initial_chunk_size_bytes: Option<u64>,
+    pub caller_outputs: CallerOutputs,
+    /// Consecutive steps of one session the device must hold (the memory pattern acts from
+    /// the second on; held outputs from the second on).
+    pub steps: u32,
+    /// Session config entries the run needs (e.g. CSE off), key → value.
+    pub session_config: BTreeMap<String, String>,
+}
+
+impl Default for Profile {
+    fn default() -> Profile {
+        Profile {
+            execution_provider: ExecutionProvider::Cpu,
+            graph_optimization_level: OptLevel::Disable,
+            enable_mem_pattern: false,
+            arena_extend_strategy: ExtendStrategy::SameAsRequested,
+            initial_chunk_size_bytes: None,
+            caller_outputs: CallerOutputs::Released,
+            steps: 3,
+            session_config: BTreeMap::from([(
+                DISABLE_OPTIMIZERS_KEY.to_string(),
+                CSE_OPTIMIZER.to_string(),
+            )]),
+        }
+    }
+}
+
+/// ORT's default first region of a BFC arena.
+pub const DEFAULT_INITIAL_CHUNK: u64 = 1 << 20;
+
+impl ExecutionProvider {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecutionProvider::Cpu => "cpu",
+            ExecutionProvider::Cuda => "cuda",
+        }
+    }
+}
+
+impl OptLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OptLevel::Disable => "disable",
+            OptLevel::Basic => "basic",
+            OptLevel::Extended => "extended",
+            OptLevel::All => "all",
+        }
+    }
+}
+
+impl ExtendStrategy {
+    /// ORT's name (`OrtArenaCfg`'s `arena_extend_strategy` takes 0 and 1 for these).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExtendStrategy::NextPowerOfTwo => "kNextPowerOfTwo",
+            ExtendStrategy::SameAsRequested => "kSameAsRequested",
+        }
+    }
+
+    /// The value of `OrtArenaCfg`'s `arena_extend_strategy`.
+    pub fn ort_value(self) -> usize {
+        match self {
+            ExtendStrategy::NextPowerOfTwo => 0,
+            ExtendStrategy::SameAsRequested => 1,
+        }
+    }
+}
+
+impl CallerOutputs {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallerOutputs::Released => "released",
+            CallerOutputs::Held => "held",
+        }
+    }
+}
+
+macro_rules! parse_enum {
+    ($name:ident, $expected:literal, $($text:literal => $value:expr),+) => {
+        impl std::str::FromStr for $name {
+            type Err = ProfileError;
+            fn from_str(s: &str) -> Result<$name, ProfileError> {
+                match s {
+                    $($text => Ok($value),)+
+                    _ => Err(ProfileError::BadValue {
+                        key: stringify!($name).to_string(),
+                        value: s.to_string(),
+                        expected: $expected,
+                    }),
+                }
+            }
+        }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+parse_enum!(ExecutionProvider, "`cpu` or `cuda`", "cpu" => ExecutionProvider::Cpu, "cuda" => ExecutionProvider::Cuda);
+parse_enum!(OptLevel, "`disable`, `basic`, `extended` or `all`",
+    "disable" => OptLevel::Disable, "basic" => OptLevel::Basic,
+    "extended" => OptLevel::Extended, "all" => OptLevel::All);
+parse_enum!(ExtendStrategy, "`kNextPowerOfTwo` or `kSameAsRequested`",
+    "kNextPowerOfTwo" => ExtendStrategy::NextPowerOfTwo,
+    "kSameAsRequested" => ExtendStrategy::SameAsRequested);
+parse_enum!(CallerOutputs, "`released` or `held`",
+    "released" => CallerOutputs::Released, "held" => CallerOutputs::Held);
+
+const KEYS: &[&str] = &[
+    "graph_optimization_level",
+    "enable_mem_pattern",
+    "arena_extend_strategy",
+    "initial_chunk_size_bytes",
+    "execution_provider",
+    "caller_outputs",
+    "steps",
+];
+
+impl Profile {
+    /// The first region the arena reserves.
+    pub fn initial_chunk(&self) -> u64 {
+        self.initial_chunk_size_bytes
+            .unwrap_or(DEFAULT_INITIAL_CHUNK)
+    }
+
+    /// The `metadata_props` entries that record the profile, sorted by key.
+    pub fn metadata(&self) -> Vec<(String, String)> {
+        let mut out = vec![
+            (
+                "graph_optimization_level",
+                self.graph_optimization_level.to_string(),
+            ),
+            ("enable_mem_pattern", self.enable_mem_pattern.to_string()),
+            (
+                "arena_extend_strategy",
+                self.arena_extend_strategy.to_string(),
+            ),
+            ("execution_provider", self.execution_provider.to_string()),
+            ("caller_outputs", self.caller_outputs.to_string()),
+            ("steps", self.steps.to_string()),
+        ];
+        if let Some(c) = self.initial_chunk_size_bytes {
+            out.push(("initial_chunk_size_bytes", c.to_string()));
+        }
+        let mut out: Vec<(String, String)> = out
+            .into_iter()
+            .map(|(k, v)| (format!("{PROFILE_KEY_PREFIX}{k}"), v))
+            .collect();
+        out.extend(
+            self.session_config
+                .iter()
+                .map(|(k, v)| (format!("{SESSION_CONFIG_KEY_PREFIX}{k}"), v.clone())),
+        );
+        out.sort();
+        out
+    }
+
+    /// Set one setting by its short key (`enable_mem_pattern`, …), as flags and metadata name them.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ProfileError> {
+        let bad = |expected: &'static str| ProfileError::BadValue {
+            key: key.to_string(),
+            value: value.to_string(),
+            expected,
+        };
+        let named = |e: ProfileError| match e {
+            ProfileError::BadValue {
+                value, expected, ..
+            } => ProfileError::BadValue {
+                key: key.to_string(),
+                value,
+                expected,
+            },
+            other => other,
+        };
+        match key {
+            "graph_optimization_level" => {
+                self.graph_optimization_level = value.parse().map_err(named)?
+            }
+            "enable_mem_pattern" => {
+                self.enable_mem_pattern = match value {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(bad("`true` or `false`")),
+                }
+            }
+            "arena_extend_strategy" => self.arena_extend_strategy = value.parse().map_err(named)?,
+            "initial_chunk_size_bytes" => {
+                let v: u64 = value
+                    .parse()
+                    .map_err(|_| bad("a positive number of bytes"))?;
+                if v == 0 {
+                    return Err(bad("a positive number of bytes"));
+                }
+                self.initial_chunk_size_bytes = Some(v);
+            }
+            "execution_provider" => self.execution_provider = value.parse().map_err(named)?,
+            "caller_outputs" => self.caller_outputs = value.parse().map_err(named)?,
+            "steps" => {
+                let v: u32 = value
+                    .parse()
+                    .map_err(|_| bad("a whole number of steps from 1 to 100"))?;
+                if !(1..=100).contains(&v) {
+                    return Err(bad("a whole number of steps from 1 to 100"));
+                }
+                self.steps = v;
+            }
+            _ => {
+                return Err(ProfileError::UnknownKey {
+                    key: key.to_string(),
+                    known: KEYS.join(", "),
+                })
+            }
+        }
+        Ok(())
+    }
+
+    /// The profile a model's `metadata_props` record, if any key of it is present; settings
+    /// not recorded keep their defaults.
+    pub fn from_metadata<'a>(
+        props: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Option<Profile>, ProfileError> {
+        let mut p = Profile {
+            session_config: BTreeMap::new(),
+            ..Profile::default()
+        };
+        let mut any = false;
+        for (k, v) in props {
+            if let Some(short) = k.strip_prefix(PROFILE_KEY_PREFIX) {
+                p.set(short, v)?;
+                any = true;
+            } else if let Some(entry) = k.strip_prefix(SESSION_CONFIG_KEY_PREFIX) {
+                p.session_config.insert(entry.to_string(), v.to_string());
+                any = true;
+            }
+        }
+        Ok(any.then_some(p))
+    }
+
+    /// One line for reports: `cpu, level disable, memory pattern off, kSameAsRequested arena, outputs released, 3 steps`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}, level {}, memory pattern {}, {} arena{}, outputs {}, {} steps",
+            self.execution_provider,
+            self.graph_optimization_level,
+            if self.enable_mem_pattern { "on" } else { "off" },
+            self.arena_extend_strategy,
+            self.initial_chunk_size_bytes
+                .map(|c| format!(" from {c} B"))
+                .unwrap_or_default(),
+            self.caller_outputs,
+            self.steps
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_reads_back() {
+        let mut p = Profile::default();
+        p.set("enable_mem_pattern", "true").unwrap();
+        p.set("arena_extend_strategy", "kNextPowerOfTwo").unwrap();
+        p.set("initial_chunk_size_bytes", "4096").unwrap();
+        p.set("caller_outputs", "held").unwrap();
+        let md = p.metadata();
+        assert!(md.contains(&(
+            "ckpt-opt.profile.arena_extend_strategy".into(),
+            "kNextPowerOfTwo".into()
+        )));
+        assert!(md.contains(&(
+            "ckpt-opt.session_config.optimization.disable_specified_optimizers".into(),
+            "CommonSubexpressionElimination".into()
+        )));
+        let back = Profile::from_metadata(md.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .unwrap()
+            .unwrap();
+        assert_eq!(back, p);
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let mut p = Profile::default();
+        let e = p.set("arena_extend_strategy", "kDouble").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "profile setting `arena_extend_strategy` = `kDouble`: expected one of `kNextPowerOfTwo` or `kSameAsRequested`"
+        );
+        assert!(p.set("steps", "0").is_err());
+        assert!(p.set("initial_chunk_size_bytes", "0").is_err());
+        assert!(matches!(
+            p.set("arena", "x"),
+            Err(ProfileError::UnknownKey { .. })
+        ));
+        assert_eq!(Profile::from_metadata([("other", "x")]).unwrap(), None);
+    }
+}

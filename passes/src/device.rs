@@ -1,0 +1,208 @@
+//! What the device must hold when ONNX Runtime runs a simulated graph for the steps of a
+//! deployment profile: [`replay`] plays one run's arena requests ([`Simulation::arena_events`])
+//! for every step on one persistent BFC arena, and [`device_need`] finds the smallest arena
+//! cap under which every step runs — the number a ceiling is compared with.
+//!
+//! Rules (`docs/ort-internals.md`, section 2.3):
+//! - the arena lives as long as the session: regions reserved by one step serve the next, and
+//!   never shrink;
+//! - at the end of a run ORT releases every buffer it still holds (never-read values);
+//! - graph outputs are allocated in the arena and handed to the caller: released before the
+//!   next step ([`CallerOutputs::Released`]) or after the next step returns
+//!   ([`CallerOutputs::Held`]);
+//! - with the memory pattern on, the first run traces every planned buffer's allocation and
+//!   release (not outputs, not kernel scratch) and places each at a best-fit offset
+//!   (`mem_pattern_planner.h`); from the second run on one block of the traced extent is
+//!   allocated when the run starts and freed when it ends, and the traced buffers live inside
+//!   it; when the arena cannot serve the block (a cap), the run allocates tensor by tensor
+//!   as without the pattern (`execution_frame.cc` catches the failed block allocation);
+//! - a capped arena fails the first allocation that does not fit under the cap.
+
+use ckpt_ir::profile::{CallerOutputs, Profile};
+
+use crate::arena::{rounded, ArenaConfig, BfcArena, OutOfMemory, DEFAULT_MAX_DEAD};
+use crate::memory::{EventKind, Simulation};
+
+/// One replay's result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replay {
+    /// Highest chunk bytes in use (ORT's `MaxInUse`) over all steps.
+    pub in_use_peak: u64,
+    /// Region bytes at the end (ORT's `TotalAllocated`): regions never shrink.
+    pub reserved: u64,
+    /// In-use peak of each step.
+    pub step_in_use: Vec<u64>,
+    /// The memory pattern's block (0 with the pattern off).
+    pub pattern_block: u64,
+    /// The first allocation that failed under the cap: (step, request).
+    pub failed: Option<(usize, OutOfMemory)>,
+}
+
+/// The arena the profile's session allocates from, capped at `cap`.
+pub fn arena_config(profile: &Profile, cap: Option<u64>) -> ArenaConfig {
+    ArenaConfig {
+        extend: profile.arena_extend_strategy,
+        initial_chunk: profile.initial_chunk(),
+        max_dead_bytes_per_chunk: DEFAULT_MAX_DEAD,
+        cap,
+    }
+}
+
+/// The memory pattern's block: ORT's best-fit offset plan over the traced buffers of one run.
+pub fn pattern_block(sim: &Simulation) -> u64 {
+    // (key, offset, size) of the blocks live now, sorted by offset.
+    let mut blocks: Vec<(u64, u64, u64)> = Vec::new();
+    let mut extent = 0u64;
+    for e in sim
+        .arena_events
+        .iter()
+        .filter(|e| e.kind == EventKind::Buffer)
+    {
+        if !e.alloc {
+            if let Some(i) = blocks.iter().position(|b| b.0 == e.key) {
+                blocks.remove(i);
+            }
+            continue;
+        }
+        let size = rounded(e.bytes);
+        if size == 0 {
+            continue;
+        }
+        let mut current = 0u64;
+        let mut waste = u64::MAX;
+        let mut best: Option<u64> = None;
+        for &(_, off, sz) in &blocks {
+            if off >= current {
+                let gap = off - current;
+                if gap >= size && gap - size < waste {
+                    waste = gap - size;
+                    best = Some(current);
+                }
+            }
+            current = current.max(off + sz);
+        }
+        if current < extent {
+            let gap = extent - current;
+            if gap >= size && gap - size < waste {
+                best = Some(current);
+            }
+        }
+        let offset = best.unwrap_or(current);
+        extent = extent.max(offset + size);
+        let at = blocks
+            .iter()
+            .position(|&(_, off, sz)| off > offset || (off >= offset && sz >= size))
+            .unwrap_or(blocks.len());
+        blocks.insert(at, (e.key, offset, size));
+    }
+    extent
+}
+
+/// Replay `profile.steps` runs of `sim` on one arena capped at `cap`.
+pub fn replay(sim: &Simulation, profile: &Profile, cap: Option<u64>) -> Replay {
+    let steps = profile.steps.max(1) as usize;
+    let mut arena = BfcArena::new(arena_config(profile, cap));
+    let block = if profile.enable_mem_pattern {
+        pattern_block(sim)
+    } else {
+        0
+    };
+    // Keys of run r are offset by r * span (+1 for the pattern block of that run).
+    let span = sim.arena_events.iter().map(|e| e.key).max().unwrap_or(0) + 2;
+    let mut step_in_use = Vec::with_capacity(steps);
+    let mut held_outputs: Vec<u64> = Vec::new();
+    let mut failed = None;
+    'runs: for run in 0..steps {
+        let base = run as u64 * span;
+        let before = arena.max_in_use;
+        arena.max_in_use = arena.in_use;
+        let block_key = base + span - 1;
+        // A block the arena cannot serve is not used: the run allocates tensor by tensor.
+        let patterned = block > 0 && run > 0 && arena.alloc(block_key, block).is_ok();
+        let mut outputs = Vec::new();
+        let mut allocated: Vec<u64> = Vec::new();
+        for e in &sim.arena_events {
+            if patterned && e.kind == EventKind::Buffer {
+                continue;
+            }
+            let key = base + e.key;
+            if e.alloc {
+                if let Err(oom) = arena.alloc(key, e.bytes) {
+                    failed = Some((run, oom));
+                    step_in_use.push(arena.max_in_use);
+                    arena.max_in_use = arena.max_in_use.max(before);
+                    break 'runs;
+                }
+                if e.kind == EventKind::Output {
+                    outputs.push(key);
+                } else {
+                    allocated.push(key);
+                }
+            } else {
+                arena.free(key);
+            }
+        }
+        // The run ends: everything but the outputs is released, then the caller's old outputs.
+        for key in allocated {
+            arena.free(key);
+        }
+        if patterned {
+            arena.free(block_key);
+        }
+        step_in_use.push(arena.max_in_use);
+        arena.max_in_use = arena.max_in_use.max(before);
+        match profile.caller_outputs {
+            CallerOutputs::Released => outputs.iter().for_each(|&k| arena.free(k)),
+            CallerOutputs::Held => {
+                held_outputs.iter().for_each(|&k| arena.free(k));
+                held_outputs = outputs;
+            }
+        }
+    }
+    Replay {
+        in_use_peak: arena.max_in_use,
+        reserved: arena.reserved,
+        step_in_use,
+        pattern_block: block,
+        failed,
+    }
+}
+
+/// What the device must hold for the profile's steps, and how it was found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceNeed {
+    /// The smallest arena cap (a multiple of 256 B) under which every step runs.
+    pub arena_bytes: u64,
+    /// The uncapped replay: in-use peak, reserved bytes, per-step peaks.
+    pub uncapped: Replay,
+}
+
+/// Whether every step of the profile runs in an arena capped at `cap`.
+pub fn fits(sim: &Simulation, profile: &Profile, cap: u64) -> bool {
+    replay(sim, profile, Some(cap)).failed.is_none()
+}
+
+/// The smallest cap under which the profile's steps run, by bisection on the replay between
+/// the in-use peak (nothing runs below it) and the uncapped reserved bytes (which always run:
+/// an arena capped at its own uncapped total extends exactly as the uncapped one does).
+pub fn device_need(sim: &Simulation, profile: &Profile) -> DeviceNeed {
+    let uncapped = replay(sim, profile, None);
+    let mut hi = rounded(uncapped.reserved);
+    let mut lo = uncapped.in_use_peak.saturating_sub(1) / crate::arena::ALIGN * crate::arena::ALIGN;
+    if hi > 0 && lo >= hi {
+        lo = hi - crate::arena::ALIGN;
+    }
+    while hi - lo > crate::arena::ALIGN {
+        let mid = lo + (hi - lo) / 2 / crate::arena::ALIGN * crate::arena::ALIGN;
+        let mid = mid.max(lo + crate::arena::ALIGN);
+        if fits(sim, profile, mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    DeviceNeed {
+        arena_bytes: hi,
+        uncapped,
+    }
+}

@@ -1,0 +1,190 @@
+//! What the device needs for several steps of one session, measured: per-step arena statistics, and the smallest
+//! arena cap (`max_mem`) under which every step runs, found by bisection — the quantity a ceiling is compared with.
+//!
+//! A step is one `run` of the same session with the same feeds (the memory pattern acts from the second on). With
+//! `hold_outputs` the previous step's outputs stay alive until the next step has returned (the usual
+//! `outs = sess.run(...)` loop); otherwise they are dropped before the next step.
+
+use crate::error::{Result, RuntimeError};
+use crate::measure::{allocator_stats, arena_allocator, stat};
+use crate::session::{feeds, with_session, Arena, Model, SessionConfig};
+use crate::tensor::HostTensor;
+
+/// Arena statistics of several steps of one session.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct StepStats {
+    /// `InUse` after session creation (initializers reserved in the arena).
+    pub in_use_after_load: u64,
+    /// `TotalAllocated` after session creation.
+    pub reserved_after_load: u64,
+    /// `MaxInUse - in_use_after_load` after each step (cumulative: the arena's high-water mark so far).
+    pub max_in_use_after_step: Vec<u64>,
+    /// `TotalAllocated - reserved_after_load` after each step: region bytes the steps reserved.
+    pub reserved_after_step: Vec<u64>,
+}
+
+impl StepStats {
+    /// In-use peak over all steps, above what loading left.
+    pub fn in_use_peak(&self) -> u64 {
+        self.max_in_use_after_step.last().copied().unwrap_or(0)
+    }
+
+    /// Region bytes the steps reserved.
+    pub fn reserved(&self) -> u64 {
+        self.reserved_after_step.last().copied().unwrap_or(0)
+    }
+}
+
+/// Whether an error is the arena refusing an allocation past its cap.
+pub fn is_out_of_memory(e: &RuntimeError) -> bool {
+    matches!(e, RuntimeError::Run { message, .. }
+        if message.contains("Failed to allocate") || message.contains("Available memory"))
+}
+
+/// Run `steps` steps of one fresh session and read the arena after each. `cfg.arena` must be an environment arena
+/// ([`Arena::Exact`] or [`Arena::Bfc`]) so that `cfg.arena_limit` applies; an allocation past it is an error
+/// ([`is_out_of_memory`]).
+pub fn measure_steps<'a>(
+    model: impl Into<Model<'a>>,
+    inputs: &[HostTensor],
+    cfg: &SessionConfig,
+    steps: usize,
+    hold_outputs: bool,
+) -> Result<StepStats> {
+    let model = model.into();
+    if cfg.arena == Arena::Session {
+        return Err(RuntimeError::SessionCreate {
+            model: model.label.to_string(),
+            message: "measuring steps needs a configured CPU arena (exact or BFC)".into(),
+        });
+    }
+    with_session(model, cfg, |session| {
+        let arena = arena_allocator(model, session, cfg.provider)?;
+        let load = allocator_stats(model, &arena)?;
+        let in_use_after_load = stat(model, &load, "InUse")?;
+        let reserved_after_load = stat(model, &load, "TotalAllocated")?;
+        let feeds = feeds(model, session, inputs)?;
+        let mut stats = StepStats {
+            in_use_after_load,
+            reserved_after_load,
+            max_in_use_after_step: Vec::new(),
+            reserved_after_step: Vec::new(),
+        };
+        let mut held: Vec<ort::value::DynValue> = Vec::new();
+        for _ in 0..steps.max(1) {
+            let inputs: Vec<(&str, ort::session::SessionInputValue<'_>)> =
+                feeds.iter().map(|(n, v)| (n.as_str(), v.into())).collect();
+            let outputs = session.run(inputs).map_err(|e| RuntimeError::Run {
+                model: model.label.to_string(),
+                message: e.to_string(),
+            })?;
+            // The previous outputs are dropped only now, after the step returned its own.
+            let owned: Vec<ort::value::DynValue> = outputs.into_iter().map(|(_, v)| v).collect();
+            held = if hold_outputs { owned } else { Vec::new() };
+            let after = allocator_stats(model, &arena)?;
+            stats
+                .max_in_use_after_step
+                .push(stat(model, &after, "MaxInUse")?.saturating_sub(in_use_after_load));
+            stats
+                .reserved_after_step
+                .push(stat(model, &after, "TotalAllocated")?.saturating_sub(reserved_after_load));
+        }
+        drop(held);
+        Ok(stats)
+    })
+}
+
+/// The measured device need of several steps.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct MeasuredNeed {
+    /// The smallest `max_mem` (to 256 B) under which every step runs, less what loading reserved: the arena bytes
+    /// the steps need.
+    pub arena_bytes: u64,
+    /// The uncapped steps.
+    pub uncapped: StepStats,
+    /// Sessions it took.
+    pub runs: usize,
+}
+
+/// Whether every step runs with the arena capped at `arena_bytes` above what loading reserves.
+pub fn runs_under<'a>(
+    model: impl Into<Model<'a>>,
+    inputs: &[HostTensor],
+    cfg: &SessionConfig,
+    steps: usize,
+    hold_outputs: bool,
+    arena_bytes: u64,
+) -> Result<bool> {
+    let model = model.into();
+    let uncapped = measure_steps(model, inputs, cfg, 1, false)?;
+    runs_under_cap(
+        model,
+        inputs,
+        cfg,
+        steps,
+        hold_outputs,
+        uncapped.reserved_after_load + arena_bytes,
+    )
+}
+
+fn runs_under_cap(
+    model: Model<'_>,
+    inputs: &[HostTensor],
+    cfg: &SessionConfig,
+    steps: usize,
+    hold_outputs: bool,
+    cap: u64,
+) -> Result<bool> {
+    let c = SessionConfig {
+        arena_limit: Some(cap),
+        ..cfg.clone()
+    };
+    match measure_steps(model, inputs, &c, steps, hold_outputs) {
+        Ok(_) => Ok(true),
+        Err(e) if is_out_of_memory(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Find the smallest cap under which `steps` steps run, by bisection between the in-use peak and the uncapped
+/// reserved bytes (to 256 B).
+pub fn measure_need<'a>(
+    model: impl Into<Model<'a>>,
+    inputs: &[HostTensor],
+    cfg: &SessionConfig,
+    steps: usize,
+    hold_outputs: bool,
+) -> Result<MeasuredNeed> {
+    let model = model.into();
+    let align = crate::ALIGN_BYTES;
+    let uncapped = measure_steps(model, inputs, cfg, steps, hold_outputs)?;
+    let base = uncapped.reserved_after_load;
+    let mut runs = 1;
+    let mut hi = uncapped.reserved().div_ceil(align) * align;
+    // An arena capped at its own uncapped total extends as the uncapped one did; if not (ORT loads regions
+    // differently under a cap), widen until it runs.
+    let mut slack = align;
+    while !runs_under_cap(model, inputs, cfg, steps, hold_outputs, base + hi)? {
+        runs += 1;
+        hi += slack;
+        slack *= 2;
+    }
+    runs += 1;
+    let mut lo =
+        (uncapped.in_use_peak().saturating_sub(1) / align * align).min(hi.saturating_sub(align));
+    while hi - lo > align {
+        let mid = (lo + (hi - lo) / 2) / align * align;
+        let mid = mid.max(lo + align);
+        runs += 1;
+        if runs_under_cap(model, inputs, cfg, steps, hold_outputs, base + mid)? {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Ok(MeasuredNeed {
+        arena_bytes: hi,
+        uncapped,
+        runs,
+    })
+}

@@ -1,0 +1,40 @@
+//! The deployment profile at the CLI edge: the ONNX Runtime session a profile means
+//! ([`session_config`]) and the flags that select one.
+
+use ckpt_ir::profile::{ExecutionProvider, ExtendStrategy, OptLevel as Level, Profile};
+use ckpt_runtime::{Arena, OptLevel, Provider, SessionConfig};
+
+/// The session that runs a model under `profile`: its provider, level and memory pattern, CSE
+/// off when the profile's session config says so, and (CPU) an environment BFC arena with the
+/// profile's extend strategy and initial chunk, so that a cap (`arena_limit`) applies.
+pub fn session_config(profile: &Profile) -> SessionConfig {
+    let cse_off = profile
+        .session_config
+        .get(ckpt_ir::profile::DISABLE_OPTIMIZERS_KEY)
+        .is_some_and(|v| {
+            v.split(',')
+                .any(|o| o.trim() == ckpt_ir::profile::CSE_OPTIMIZER)
+        });
+    SessionConfig {
+        provider: match profile.execution_provider {
+            ExecutionProvider::Cpu => Provider::Cpu,
+            ExecutionProvider::Cuda => Provider::Cuda,
+        },
+        opt_level: match profile.graph_optimization_level {
+            Level::Disable => OptLevel::Disable,
+            Level::Basic => OptLevel::Basic,
+            Level::Extended => OptLevel::Extended,
+            Level::All => OptLevel::All,
+        },
+        disable_cse: cse_off,
+        memory_pattern: profile.enable_mem_pattern,
+        arena: match profile.execution_provider {
+            ExecutionProvider::Cpu => Arena::Bfc {
+                power_of_two: profile.arena_extend_strategy == ExtendStrategy::NextPowerOfTwo,
+                initial_chunk: profile.initial_chunk_size_bytes,
+            },
+            ExecutionProvider::Cuda => Arena::Session,
+        },
+        ..SessionConfig::default()
+    }
+}
