@@ -54,13 +54,6 @@ pub struct RunArgs {
     /// Absolute tolerance for float outputs (default by dtype: f32 1e-6, f16 1e-3, bf16 1e-2).
     #[arg(long)]
     pub atol: Option<f64>,
-    /// Execution provider.
-    #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
-    pub provider: String,
-    /// ORT graph optimization level. Default `disable`: ORT runs exactly the graph that was planned
-    /// (level basic folds constants and fuses nodes, which changes the graph the prediction is for).
-    #[arg(long = "ort-opt-level", default_value = "disable", value_parser = ["disable", "basic", "extended", "all"])]
-    pub ort_opt_level: String,
     /// The ONNX Runtime library to use (default: ORT_DYLIB_PATH, .venv, python3's onnxruntime).
     #[arg(long = "ort-lib")]
     pub ort_lib: Option<PathBuf>,
@@ -78,6 +71,10 @@ pub struct RunArgs {
 pub struct ValidateArgs {
     pub original: PathBuf,
     pub rewritten: PathBuf,
+    /// Also fail (exit 3) when the rewritten graph's measured device total is above this ceiling
+    /// or it does not run in an arena capped at it.
+    #[arg(long)]
+    pub ceiling: Option<String>,
     #[command(flatten)]
     pub model_args: ModelArgs,
     #[command(flatten)]
@@ -86,8 +83,68 @@ pub struct ValidateArgs {
     pub json: bool,
 }
 
+/// The deployment profile: how the model will be run, which decides what the device must hold.
+#[derive(Args, Debug, Clone)]
+pub struct ProfileArgs {
+    /// Execution provider.
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
+    pub provider: String,
+    /// ORT graph optimization level of the deployment. Plans are made for `disable`: the graph
+    /// ORT runs is then the graph that was planned (levels basic and above fuse and reorder).
+    #[arg(long = "ort-opt-level", default_value = "disable", value_parser = ["disable", "basic", "extended", "all"])]
+    pub ort_opt_level: String,
+    /// ORT's memory pattern (`enable_mem_pattern`): from the second step on, one block of the
+    /// first step's traced peak is allocated in the arena.
+    #[arg(long = "mem-pattern", default_value = "off", value_parser = ["on", "off"])]
+    pub mem_pattern: String,
+    /// The arena's extend strategy.
+    #[arg(long = "arena-extend", default_value = "kSameAsRequested", value_parser = ["kSameAsRequested", "kNextPowerOfTwo"])]
+    pub arena_extend: String,
+    /// The arena's first region (`initial_chunk_size_bytes`, ORT's default 1 MiB), e.g. `4MiB`.
+    #[arg(long = "initial-chunk", value_name = "SIZE")]
+    pub initial_chunk: Option<String>,
+    /// What the caller holds between steps: `released` (outputs dropped or copied out before
+    /// the next step) or `held` (`outs = sess.run(...)` in a loop keeps the previous outputs in
+    /// the arena during the next step).
+    #[arg(long = "caller-outputs", default_value = "released", value_parser = ["released", "held"])]
+    pub caller_outputs: String,
+    /// Consecutive steps of one session the device must hold (1-100).
+    #[arg(long, default_value_t = 3)]
+    pub steps: u32,
+}
+
+impl ProfileArgs {
+    /// The profile these flags select.
+    pub fn profile(&self) -> Result<ckpt_ir::Profile, Failure> {
+        let mut p = ckpt_ir::Profile::default();
+        let set = |p: &mut ckpt_ir::Profile, k: &str, v: &str| {
+            p.set(k, v).map_err(|e| Failure::input(anyhow!(e)))
+        };
+        set(&mut p, "execution_provider", &self.provider)?;
+        set(&mut p, "graph_optimization_level", &self.ort_opt_level)?;
+        set(
+            &mut p,
+            "enable_mem_pattern",
+            if self.mem_pattern == "on" {
+                "true"
+            } else {
+                "false"
+            },
+        )?;
+        set(&mut p, "arena_extend_strategy", &self.arena_extend)?;
+        set(&mut p, "caller_outputs", &self.caller_outputs)?;
+        set(&mut p, "steps", &self.steps.to_string())?;
+        if let Some(c) = &self.initial_chunk {
+            let bytes = ckpt_opt::size::parse_size(c)
+                .map_err(|e| Failure::input(anyhow!("--initial-chunk {e}")))?;
+            set(&mut p, "initial_chunk_size_bytes", &bytes.to_string())?;
+        }
+        Ok(p)
+    }
+}
+
 /// Options shared by every command that analyses a model.
-#[derive(Args, Debug, Clone, Default)]
+#[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
     /// Bind a symbolic dim, e.g. `--dim seq=4096` (repeatable).
     #[arg(long = "dim", value_name = "NAME=VALUE")]
@@ -101,9 +158,26 @@ pub struct ModelArgs {
     /// Element type of the optimizer state.
     #[arg(long = "optimizer-dtype", default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
     pub optimizer_dtype: String,
+    #[command(flatten)]
+    pub profile: ProfileArgs,
 }
 
 impl ModelArgs {
+    /// The analysis these flags ask for, with `bindings` already parsed.
+    pub fn analyse_options(
+        &self,
+        bindings: &Bindings,
+    ) -> Result<ckpt_opt::optimize::AnalyseOptions, Failure> {
+        let (optimizer, optimizer_bits) = self.optimizer();
+        Ok(ckpt_opt::optimize::AnalyseOptions {
+            bindings: bindings.clone(),
+            loss: self.loss.clone(),
+            optimizer,
+            optimizer_bits,
+            profile: self.profile.profile()?,
+        })
+    }
+
     pub fn optimizer(&self) -> (ckpt_passes::ledger::Optimizer, u64) {
         use ckpt_passes::ledger::Optimizer;
         let o = match self.optimizer.as_str() {

@@ -57,14 +57,8 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
         .into_iter()
         .map(|(d, v)| (d, json!(v)))
         .collect();
-    let (optimizer, bits) = a.model_args.optimizer();
-    let analysis = ckpt_opt::optimize::analyse(
-        graph.clone(),
-        &bindings,
-        a.model_args.loss.as_deref(),
-        optimizer,
-        bits,
-    );
+    let options = a.model_args.analyse_options(&bindings)?;
+    let analysis = ckpt_opt::optimize::analyse(graph.clone(), &options);
     if a.json {
         let v = json!({
             "model": a.model.display().to_string(),
@@ -86,8 +80,11 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
         let mut v = v;
         match &analysis {
             Ok(an) => {
-                v["predicted_peak_bytes"] = json!(an.sim.peak_live);
+                v["predicted_peak_bytes"] = json!(an.ledger.total_bytes);
+                v["predicted_device_arena_bytes"] = json!(an.device.arena_bytes);
+                v["predicted_exact_arena_peak_bytes"] = json!(an.sim.peak_live);
                 v["predicted_default_arena_peak_bytes"] = json!(an.sim.arena_peak);
+                v["profile"] = ckpt_opt::profile::profile_json(&options.profile);
                 v["ledger"] = ckpt_opt::optimize::ledger_json(&an.ledger);
                 let trace = ckpt_opt::optimize::trace_json(an);
                 v["peak"] = trace["peak"].clone();
@@ -103,7 +100,7 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
     }
     print_human(&graph, a, &class, params, param_elems, &param_bytes);
     match &analysis {
-        Ok(an) => print_memory(an),
+        Ok(an) => print_memory(an, &options.profile),
         Err(e) => println!("memory model: unavailable ({e:#})"),
     }
     Ok(())
@@ -170,7 +167,7 @@ fn print_human(
     }
 }
 
-fn print_memory(an: &ckpt_opt::optimize::Analysis) {
+fn print_memory(an: &ckpt_opt::optimize::Analysis, profile: &ckpt_ir::Profile) {
     let l = &an.ledger;
     println!("ledger (one training step):");
     for (name, bytes) in l.lines() {
@@ -189,12 +186,18 @@ fn print_memory(an: &ckpt_opt::optimize::Analysis) {
         println!("      {:<40} {:>12}", n, human(*b));
     }
     println!(
-        "  {:<22} {:>12}  (ORT arena, one step; default BFC arena: {})",
-        "predicted arena peak",
+        "  {:<22} {:>12}  (the smallest arena the profile's steps run in: {}; in use at most {}, exact arena {})",
+        "device arena",
+        human(l.device_arena_bytes),
+        profile.describe(),
+        human(an.device.uncapped.in_use_peak),
         human(l.arena_peak_bytes),
-        human(an.sim.arena_peak)
     );
-    println!("  {:<22} {:>12}", "total", human(l.total_bytes));
+    println!(
+        "  {:<22} {:>12}  (what the device must hold; the ceiling is compared with this)",
+        "total",
+        human(l.total_bytes)
+    );
     println!("phase trace (peak live arena bytes per phase):");
     for (p, pk) in an.sim.phase_peaks(&an.class) {
         let node = pk

@@ -3,5 +3,6 @@
 pub mod inputs;
 pub mod optimize;
 pub mod profile;
+pub mod receipt;
 pub mod size;
 pub mod validate;

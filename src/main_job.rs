@@ -3,34 +3,23 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
+use std::collections::BTreeMap;
+
 use serde_json::json;
 
 use ckpt_opt::inputs::{make_inputs, InputOverrides};
 use ckpt_opt::optimize::{self, Job, Outcome};
+use ckpt_opt::profile::session_config;
+use ckpt_opt::receipt::{BeforeAfter, FileHash, Receipt, Status, Tool};
 use ckpt_opt::size::{human, parse_size};
-use ckpt_opt::validate::{validate, ValidateOptions, Validation};
+use ckpt_opt::validate::{
+    check_memory, validate, MemoryCheck, MemoryExpectation, ValidateOptions, Validation,
+};
 use ckpt_passes::TensorKind;
-use ckpt_runtime::{OptLevel, Provider, SessionConfig, Tol, Tolerances};
+use ckpt_runtime::{Tol, Tolerances};
 
 use crate::cli::{load, parse_bindings, OptimizeArgs, RunArgs, ValidateArgs};
 use crate::Failure;
-
-fn session_config(r: &RunArgs) -> SessionConfig {
-    SessionConfig {
-        provider: if r.provider == "cuda" {
-            Provider::Cuda
-        } else {
-            Provider::Cpu
-        },
-        opt_level: match r.ort_opt_level.as_str() {
-            "basic" => OptLevel::Basic,
-            "extended" => OptLevel::Extended,
-            "all" => OptLevel::All,
-            _ => OptLevel::Disable,
-        },
-        ..Default::default()
-    }
-}
 
 fn tolerances(r: &RunArgs) -> Tolerances {
     let mut t = Tolerances::default();
@@ -53,7 +42,8 @@ fn run_validation(
     bindings: &ckpt_ir::Bindings,
     params: &[ckpt_ir::TensorId],
     r: &RunArgs,
-) -> Result<Validation, Failure> {
+    profile: &ckpt_ir::Profile,
+) -> Result<(Validation, Vec<ckpt_runtime::HostTensor>), Failure> {
     if let Some(lib) = &r.ort_lib {
         ckpt_runtime::init(Some(lib)).context("loading ONNX Runtime")?;
     }
@@ -62,20 +52,81 @@ fn run_validation(
     let (typed, _) = optimize::with_inferred_types(original.clone())?;
     let (inputs, how) = make_inputs(&typed, bindings, r.seed, &overrides, params)?;
     let opts = ValidateOptions {
-        cfg: session_config(r),
+        cfg: session_config(profile),
         tol: tolerances(r),
         seed: r.seed,
         warmup: 2,
         runs: r.runs.max(1),
         locate_peak: r.locate_peak,
     };
-    Ok(validate(
+    let v = validate(
         &ckpt_ir::export(original),
         &ckpt_ir::export(rewritten),
         &inputs,
         how,
         &opts,
+    )?;
+    Ok((v, inputs))
+}
+
+/// Measure both graphs' device memory under the profile against their analyses.
+fn run_memory_check(
+    before: &optimize::Analysis,
+    after: &optimize::Analysis,
+    inputs: &[ckpt_runtime::HostTensor],
+    profile: &ckpt_ir::Profile,
+    ceiling: Option<u64>,
+) -> Result<MemoryCheck, Failure> {
+    let e = MemoryExpectation {
+        profile: profile.clone(),
+        fixed_bytes: before.ledger.fixed_bytes,
+        original_arena_bytes: before.device.arena_bytes,
+        rewritten_arena_bytes: after.device.arena_bytes,
+        ceiling_bytes: ceiling,
+    };
+    Ok(check_memory(
+        &ckpt_ir::export(&before.graph),
+        &ckpt_ir::export(&after.graph),
+        inputs,
+        &e,
     )?)
+}
+
+fn print_memory_check(m: &MemoryCheck) {
+    println!(
+        "memory under the deployment profile ({}): {}",
+        m.profile,
+        if m.passed { "PASSED" } else { "FAILED" }
+    );
+    println!(
+        "  {:<12} {:>16} {:>16} {:>8} {:>16}",
+        "", "predicted", "measured", "error", "runs capped"
+    );
+    for (name, d) in [("original", &m.original), ("rewritten", &m.rewritten)] {
+        println!(
+            "  {:<12} {:>16} {:>16} {:>+7.2}% {:>16}",
+            name,
+            human(d.predicted_total_bytes),
+            human(d.measured_total_bytes),
+            100.0 * d.relative_error,
+            match d.runs_under_ceiling {
+                Some(true) => "yes",
+                Some(false) => "NO",
+                None => "-",
+            }
+        );
+    }
+    if let Some(c) = m.ceiling_bytes {
+        println!(
+            "  device totals are {} fed by the caller + the smallest arena {} steps run in; ceiling {}",
+            human(m.fixed_bytes),
+            m.steps,
+            human(c)
+        );
+    }
+    for f in &m.failures {
+        println!("  failure: {f}");
+    }
 }
 
 fn print_validation(v: &Validation) {
@@ -140,33 +191,82 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
     let original = load(&a.original)?;
     let rewritten = load(&a.rewritten)?;
     let b = parse_bindings(&a.model_args.dims)?;
-    let params: Vec<_> = ckpt_passes::classify(&original, a.model_args.loss.as_deref())
-        .map(|c| c.of_kind(TensorKind::Parameter).collect())
-        .unwrap_or_default();
-    let v = run_validation(&original, &rewritten, &b, &params, &a.run)?;
+    let mut options = a.model_args.analyse_options(&b)?;
+    // The profile the rewritten model records is the one it promises to hold under.
+    let recorded = ckpt_ir::Profile::from_metadata(
+        rewritten
+            .model()
+            .metadata_props
+            .iter()
+            .filter_map(|p| Some((p.key.as_deref()?, p.value.as_deref()?))),
+    )
+    .with_context(|| format!("reading the profile recorded in {}", a.rewritten.display()))?;
+    if let Some(p) = recorded {
+        options.profile = p;
+    }
+    let ceiling = a
+        .ceiling
+        .as_deref()
+        .map(|c| parse_size(c).map_err(|e| Failure::input(anyhow!("--ceiling {e}"))))
+        .transpose()?;
+    let before = optimize::analyse(original, &options)?;
+    let after = optimize::analyse(rewritten, &options)?;
+    let params: Vec<_> = before.class.of_kind(TensorKind::Parameter).collect();
+    let (v, inputs) = run_validation(
+        &before.graph,
+        &after.graph,
+        &b,
+        &params,
+        &a.run,
+        &options.profile,
+    )?;
+    let m = run_memory_check(&before, &after, &inputs, &options.profile, ceiling)?;
     if a.json {
+        let out = json!({"validation": v, "memory": m});
         println!(
             "{}",
-            serde_json::to_string_pretty(&v).map_err(Failure::input)?
+            serde_json::to_string_pretty(&out).map_err(Failure::input)?
         );
     } else {
         print_validation(&v);
+        print_memory_check(&m);
     }
-    if v.passed {
+    verdict(&v, &m)
+}
+
+/// Exit 3 when values differ, the control was not rejected, or memory failed its check.
+fn verdict(v: &Validation, m: &MemoryCheck) -> Result<(), Failure> {
+    let mut why = Vec::new();
+    if !v.control_rejected {
+        why.push("the broken control was not rejected".to_string());
+    } else if !v.passed {
+        why.push("outputs differ".to_string());
+    }
+    why.extend(m.failures.iter().cloned());
+    if why.is_empty() {
         Ok(())
     } else {
         Err(Failure {
             code: 3,
-            error: anyhow!(
-                "validation failed: {}",
-                if v.control_rejected {
-                    "outputs differ"
-                } else {
-                    "the broken control was not rejected"
-                }
-            ),
+            error: anyhow!("validation failed: {}", why.join("; ")),
         })
     }
+}
+
+/// Graph input shapes under the bindings (`None`: a dim left symbolic).
+fn input_shapes(g: &ckpt_ir::Graph, b: &ckpt_ir::Bindings) -> BTreeMap<String, Vec<Option<u64>>> {
+    g.inputs()
+        .iter()
+        .filter(|&&t| !g.tensor(t).is_initializer())
+        .filter_map(|&t| {
+            let tensor = g.tensor(t);
+            let shape = tensor.shape.as_ref()?;
+            Some((
+                tensor.name.clone(),
+                shape.dims().iter().map(|d| d.eval(b).ok()).collect(),
+            ))
+        })
+        .collect()
 }
 
 pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
@@ -193,117 +293,196 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         )));
     }
     let bindings = parse_bindings(&args.model_args.dims)?;
+    let options = args.model_args.analyse_options(&bindings)?;
+    let profile = options.profile.clone();
+    if profile.graph_optimization_level != ckpt_ir::profile::OptLevel::Disable {
+        return Err(Failure::input(anyhow!(
+            "--ort-opt-level {}: plans are made for the graph ORT runs at level disable; at level {} ORT fuses and reorders the graph first, which ckpt-opt does not model yet. Optimize the model offline (ORT's optimized_model_filepath) and plan that graph at level disable",
+            profile.graph_optimization_level,
+            profile.graph_optimization_level
+        )));
+    }
     let input_bytes =
         std::fs::read(&model).with_context(|| format!("reading {}", model.display()))?;
     let graph = load(&model)?;
-    let (optimizer, bits) = args.model_args.optimizer();
     let job = Job {
         model: model.clone(),
         ceiling,
         output: args.output.clone(),
         bindings: bindings.clone(),
-        loss: args.model_args.loss.clone(),
-        optimizer,
-        optimizer_bits: bits,
+        loss: options.loss.clone(),
+        optimizer: options.optimizer,
+        optimizer_bits: options.optimizer_bits,
         reserve_pct: args.reserve,
         time_limit: Duration::from_secs_f64(args.time_limit),
+        profile: profile.clone(),
     };
     let outcome = optimize::plan(&job, graph)?;
-    let mut receipt = json!({
-        "tool": {"name": "ckpt-opt", "version": env!("CARGO_PKG_VERSION")},
-        "model": {"path": model.display().to_string(), "sha256": optimize::sha256_hex(&input_bytes)},
-        "bindings": bindings,
-        "ceiling_bytes": ceiling,
-        "reserve_percent": args.reserve,
-        "session_config": {optimize::CSE_KEY: optimize::CSE_VALUE},
-        "rng_policy": ckpt_opt::validate::RNG_POLICY,
-    });
+    let before = match &outcome {
+        Outcome::AlreadyFits { before } | Outcome::CannotFit { before, .. } => before,
+        Outcome::Rewritten(r) => &r.before,
+    };
+    let mut receipt = Receipt {
+        tool: Tool {
+            name: "ckpt-opt".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
+        command_line: std::env::args().collect(),
+        seed: args.run.seed,
+        model: FileHash {
+            path: model.display().to_string(),
+            sha256: optimize::sha256_hex(&input_bytes),
+        },
+        bindings: bindings.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        input_shapes: input_shapes(&before.graph, &bindings),
+        ceiling_bytes: ceiling,
+        reserve_percent: args.reserve,
+        profile: profile.metadata().into_iter().collect(),
+        profile_description: profile.describe(),
+        session_config: profile.session_config.clone(),
+        rng_policy: ckpt_opt::validate::RNG_POLICY.into(),
+        status: Status::AlreadyFits,
+        diagnosis: None,
+        lowest_reachable_total_bytes: None,
+        output: None,
+        predicted_peak_bytes: None,
+        predicted_device_arena_bytes: None,
+        predicted_in_use_bytes: None,
+        predicted_arena_peak_bytes: None,
+        predicted_default_arena_peak_bytes: None,
+        ledger: BeforeAfter {
+            before: optimize::ledger_json(&before.ledger),
+            after: optimize::ledger_json(&before.ledger),
+        },
+        trace: None,
+        added_flops: 0,
+        model_added_flops: None,
+        nodes_cloned: 0,
+        nodes_moved: 0,
+        step_flops: None,
+        added_flops_percent: None,
+        segments: Vec::new(),
+        candidates: None,
+        excluded: Vec::new(),
+        solver: None,
+        patch: None,
+        validation: None,
+        memory: None,
+        ort: None,
+        seconds: 0.0,
+    };
+    let pair =
+        |a: &optimize::Analysis, b: &optimize::Analysis, f: fn(&optimize::Analysis) -> u64| {
+            Some(BeforeAfter {
+                before: f(a),
+                after: f(b),
+            })
+        };
+    let fill_peaks = |receipt: &mut Receipt, a: &optimize::Analysis, b: &optimize::Analysis| {
+        receipt.predicted_peak_bytes = pair(a, b, |x| x.ledger.total_bytes);
+        receipt.predicted_device_arena_bytes = pair(a, b, |x| x.device.arena_bytes);
+        receipt.predicted_in_use_bytes = pair(a, b, |x| x.device.uncapped.in_use_peak);
+        receipt.predicted_arena_peak_bytes = pair(a, b, |x| x.sim.peak_live);
+        receipt.predicted_default_arena_peak_bytes = pair(a, b, |x| x.sim.arena_peak);
+    };
     match outcome {
-        Outcome::CannotFit {
-            before,
-            message,
-            lowest_total,
-        } => {
-            receipt["status"] = json!("ceiling_cannot_be_met");
-            receipt["diagnosis"] = json!(message);
-            receipt["lowest_reachable_total_bytes"] = json!(lowest_total);
-            receipt["ledger"] = optimize::ledger_json(&before.ledger);
-            write_receipt(&args, &receipt)?;
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&receipt).map_err(Failure::input)?
-                );
-            }
+        Outcome::CannotFit { before, diagnosis } => {
+            receipt.status = Status::CeilingCannotBeMet;
+            receipt.lowest_reachable_total_bytes = Some(diagnosis.lowest_reachable_total_bytes);
+            let message = diagnosis.message.clone();
+            receipt.diagnosis = Some(diagnosis);
+            fill_peaks(&mut receipt, &before, &before);
+            receipt.seconds = t0.elapsed().as_secs_f64();
+            emit(&args, &receipt)?;
             Err(Failure {
                 code: 2,
                 error: anyhow!("the ceiling of {} cannot be met: {message}", human(ceiling)),
             })
         }
         Outcome::AlreadyFits { before } => {
-            receipt["status"] = json!("already_fits");
-            receipt["predicted_peak_bytes"] =
-                json!({"before": before.ledger.total_bytes, "after": before.ledger.total_bytes});
-            receipt["ledger"] = optimize::ledger_json(&before.ledger);
-            receipt["added_flops"] = json!(0);
-            receipt["segments"] = json!([]);
-            if let Some(out) = &args.output {
-                optimize::write(&before.graph, out, &model)?;
-                receipt["output"] = json!(out.display().to_string());
+            fill_peaks(&mut receipt, &before, &before);
+            let mut validation_failed = None;
+            if args.validate {
+                // Nothing was rewritten: what is validated is that the unchanged graph holds
+                // under the ceiling on ONNX Runtime (the values are compared with themselves).
+                let params: Vec<_> = before.class.of_kind(TensorKind::Parameter).collect();
+                let (v, inputs) = run_validation(
+                    &before.graph,
+                    &before.graph,
+                    &bindings,
+                    &params,
+                    &args.run,
+                    &profile,
+                )?;
+                let m = run_memory_check(&before, &before, &inputs, &profile, Some(ceiling))?;
+                if !args.json {
+                    print_memory_check(&m);
+                }
+                validation_failed = verdict(&v, &m).err();
+                receipt.ort = Some(v.ort.clone());
+                receipt.validation = Some(serde_json::to_value(&v).map_err(Failure::input)?);
+                receipt.memory = Some(m);
             }
-            write_receipt(&args, &receipt)?;
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&receipt).map_err(Failure::input)?
-                );
+            if validation_failed.is_none() {
+                if let Some(out) = &args.output {
+                    let mut g = before.graph.clone();
+                    record_profile(&mut g, &profile)?;
+                    let bytes = optimize::write(&g, out, &model)?;
+                    receipt.output = Some(FileHash {
+                        path: out.display().to_string(),
+                        sha256: optimize::sha256_hex(&bytes),
+                    });
+                }
             } else {
+                receipt.status = Status::ValidationFailed;
+            }
+            receipt.seconds = t0.elapsed().as_secs_f64();
+            emit(&args, &receipt)?;
+            if !args.json {
                 println!(
-                    "{}: predicted peak {} already fits the ceiling of {}; nothing to recompute{}",
+                    "{}: predicted device total {} already fits the ceiling of {} under the profile ({}); nothing to recompute{}",
                     model.display(),
                     human(before.ledger.total_bytes),
                     human(ceiling),
-                    if args.output.is_some() {
-                        " (unchanged graph written)"
+                    profile.describe(),
+                    if receipt.output.is_some() {
+                        " (unchanged graph written, with the profile recorded)"
                     } else {
                         ""
                     }
                 );
             }
-            Ok(())
+            validation_failed.map_or(Ok(()), Err)
         }
         Outcome::Rewritten(r) => {
             let out = args
                 .output
                 .clone()
                 .unwrap_or_else(|| optimize::default_output(&model));
-            let bytes = optimize::write(&r.after.graph, &out, &model)?;
             let step = optimize::step_flops(&r.before, &bindings).max(1);
             let info = &r.plan.info;
-            receipt["status"] = json!("rewritten");
-            receipt["output"] =
-                json!({"path": out.display().to_string(), "sha256": optimize::sha256_hex(&bytes)});
-            receipt["predicted_peak_bytes"] =
-                json!({"before": r.before.ledger.total_bytes, "after": r.after.ledger.total_bytes});
-            receipt["predicted_arena_peak_bytes"] =
-                json!({"before": r.before.sim.peak_live, "after": r.after.sim.peak_live});
-            receipt["predicted_default_arena_peak_bytes"] =
-                json!({"before": r.before.sim.arena_peak, "after": r.after.sim.arena_peak});
-            receipt["ledger"] = json!({"before": optimize::ledger_json(&r.before.ledger), "after": optimize::ledger_json(&r.after.ledger)});
-            receipt["trace"] = json!({"before": optimize::trace_json(&r.before), "after": optimize::trace_json(&r.after)});
-            receipt["added_flops"] = json!(r.counts.added_flops);
-            receipt["model_added_flops"] = json!(r.plan.cost);
-            receipt["nodes_cloned"] = json!(r.counts.cloned);
-            receipt["nodes_moved"] = json!(r.counts.moved);
-            receipt["step_flops"] = json!(step);
-            receipt["added_flops_percent"] =
-                json!(100.0 * r.counts.added_flops as f64 / step as f64);
-            receipt["segments"] = json!(optimize::segments_json(&r));
-            receipt["candidates"] = json!(r.cands.list.len());
-            receipt["excluded"] = json!(r.cands.excluded.iter().map(|e| json!({
+            receipt.status = Status::Rewritten;
+            fill_peaks(&mut receipt, &r.before, &r.after);
+            receipt.ledger = BeforeAfter {
+                before: optimize::ledger_json(&r.before.ledger),
+                after: optimize::ledger_json(&r.after.ledger),
+            };
+            receipt.trace = Some(BeforeAfter {
+                before: optimize::trace_json(&r.before),
+                after: optimize::trace_json(&r.after),
+            });
+            receipt.added_flops = r.counts.added_flops;
+            receipt.model_added_flops = Some(r.plan.cost);
+            receipt.nodes_cloned = r.counts.cloned;
+            receipt.nodes_moved = r.counts.moved;
+            receipt.step_flops = Some(step);
+            receipt.added_flops_percent = Some(100.0 * r.counts.added_flops as f64 / step as f64);
+            receipt.segments = optimize::segments_json(&r);
+            receipt.candidates = Some(r.cands.list.len());
+            receipt.excluded = r.cands.excluded.iter().map(|e| json!({
                 "tensor": r.before.graph.tensor(e.tensor).name, "node": r.before.graph.node(e.node).name, "op": e.op, "reason": e.reason
-            })).collect::<Vec<_>>());
-            receipt["solver"] = json!({
+            })).collect();
+            receipt.solver = Some(json!({
                 "method": format!("{:?}", info.method),
                 "status": format!("{:?}", info.status),
                 "objective": info.objective,
@@ -314,61 +493,81 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 "attempts": r.solve_attempts,
                 "arena_ceiling_bytes": r.arena_ceiling,
                 "ilp": r.ilp,
-            });
-            receipt["patch"] = json!(r.patch_text);
+            }));
+            receipt.patch = Some(r.patch_text.clone());
             let mut validation_failed = None;
             if args.validate {
                 let params: Vec<_> = r.before.class.of_kind(TensorKind::Parameter).collect();
-                let v = run_validation(
+                let (v, inputs) = run_validation(
                     &r.before.graph,
                     &r.after.graph,
                     &bindings,
                     &params,
                     &args.run,
+                    &profile,
                 )?;
-                if !v.passed {
-                    validation_failed = Some(v.control_rejected);
-                }
+                let m = run_memory_check(&r.before, &r.after, &inputs, &profile, Some(ceiling))?;
                 if !args.json {
                     print_validation(&v);
+                    print_memory_check(&m);
                 }
-                receipt["validation"] = serde_json::to_value(&v).map_err(Failure::input)?;
+                validation_failed = verdict(&v, &m).err();
+                receipt.ort = Some(v.ort.clone());
+                receipt.validation = Some(serde_json::to_value(&v).map_err(Failure::input)?);
+                receipt.memory = Some(m);
             }
-            receipt["seconds"] = json!(t0.elapsed().as_secs_f64());
-            write_receipt(&args, &receipt)?;
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&receipt).map_err(Failure::input)?
-                );
+            if validation_failed.is_some() {
+                receipt.status = Status::ValidationFailed;
             } else {
-                print_summary(&r, &out, ceiling, step);
+                let bytes = optimize::write(&r.after.graph, &out, &model)?;
+                receipt.output = Some(FileHash {
+                    path: out.display().to_string(),
+                    sha256: optimize::sha256_hex(&bytes),
+                });
             }
-            match validation_failed {
-                Some(control) => Err(Failure {
-                    code: 3,
-                    error: anyhow!(
-                        "validation failed: {}",
-                        if control {
-                            "outputs differ"
-                        } else {
-                            "the broken control was not rejected"
-                        }
-                    ),
-                }),
-                None => Ok(()),
+            receipt.seconds = t0.elapsed().as_secs_f64();
+            emit(&args, &receipt)?;
+            if !args.json {
+                print_summary(
+                    &r,
+                    receipt.output.is_some().then_some(out.as_path()),
+                    ceiling,
+                    step,
+                    &profile,
+                );
             }
+            validation_failed.map_or(Ok(()), Err)
         }
     }
 }
 
-fn print_summary(r: &optimize::Rewritten, out: &std::path::Path, ceiling: u64, step: u64) {
+/// Record the profile in an unchanged graph's metadata.
+fn record_profile(g: &mut ckpt_ir::Graph, profile: &ckpt_ir::Profile) -> Result<(), Failure> {
+    let patch = ckpt_ir::Patch {
+        label: "record the deployment profile".into(),
+        metadata: profile.metadata(),
+        ..Default::default()
+    };
+    patch
+        .apply(g)
+        .context("recording the deployment profile in the model's metadata")?;
+    Ok(())
+}
+
+fn print_summary(
+    r: &optimize::Rewritten,
+    out: Option<&std::path::Path>,
+    ceiling: u64,
+    step: u64,
+    profile: &ckpt_ir::Profile,
+) {
     let chosen = r.plan.recompute.iter().filter(|&&x| x).count();
     println!(
-        "predicted peak {} -> {} (ceiling {}); recomputing {} of {} candidate buffers ({} nodes cloned, {} moved), +{} FLOPs ({:.2}% of a step); solver {:?} {:?}, gap {:.4}, {:.2} s",
+        "predicted device total {} -> {} (ceiling {}, profile: {}); recomputing {} of {} candidate buffers ({} nodes cloned, {} moved), +{} FLOPs ({:.2}% of a step); solver {:?} {:?}, gap {:.4}, {:.2} s",
         human(r.before.ledger.total_bytes),
         human(r.after.ledger.total_bytes),
         human(ceiling),
+        profile.describe(),
         chosen,
         r.cands.list.len(),
         r.counts.cloned,
@@ -380,19 +579,28 @@ fn print_summary(r: &optimize::Rewritten, out: &std::path::Path, ceiling: u64, s
         r.plan.info.gap,
         r.plan.info.wall.as_secs_f64()
     );
-    println!("wrote {}", out.display());
-    println!(
-        "run it with the session config entry {}={} (recorded in the model's metadata_props), or ONNX Runtime's CSE merges the recompute back",
-        optimize::CSE_KEY,
-        optimize::CSE_VALUE
-    );
+    match out {
+        Some(out) => {
+            println!("wrote {}", out.display());
+            println!(
+                "run it under the profile recorded in its metadata_props (ckpt-opt.profile.*), with the session config entries ckpt-opt.session_config.* (CSE off: {}={}), or the ceiling does not hold",
+                ckpt_ir::profile::DISABLE_OPTIMIZERS_KEY,
+                ckpt_ir::profile::CSE_OPTIMIZER
+            );
+        }
+        None => println!("nothing written: validation failed"),
+    }
 }
 
-fn write_receipt(args: &OptimizeArgs, receipt: &serde_json::Value) -> Result<(), Failure> {
+/// Write the receipt (`--receipt`) and print it (`--json`).
+fn emit(args: &OptimizeArgs, receipt: &Receipt) -> Result<(), Failure> {
+    let text = serde_json::to_string_pretty(receipt).map_err(Failure::input)?;
     if let Some(path) = &args.receipt {
-        let text = serde_json::to_string_pretty(receipt).map_err(Failure::input)?;
         ckpt_ir::write_atomic(path, text.as_bytes(), args.model.as_deref())
             .with_context(|| format!("writing receipt {}", path.display()))?;
+    }
+    if args.json {
+        println!("{text}");
     }
     Ok(())
 }

@@ -9,20 +9,52 @@ use anyhow::{anyhow, Context, Result};
 use serde_json::json;
 
 use ckpt_ir::ops::{flops, infer};
+use ckpt_ir::Profile;
 use ckpt_ir::{export_bytes, write_atomic, Bindings, Graph};
+use ckpt_passes::device::{device_need, DeviceNeed};
 use ckpt_passes::ledger::{ledger, Ledger, Optimizer};
 use ckpt_passes::memory::{schedule, simulate, Simulation};
 use ckpt_passes::recompute::{candidates, problem, rewrite, Candidates};
 use ckpt_passes::{classify, Classification, TensorKind};
 use ckpt_solver::{solve_ilp_with, IlpOptions, Plan, SolveError, Status};
 
+use crate::receipt::{Diagnosis, DiagnosisKind};
 use crate::size::human;
 
-/// The session setting every consumer of a rewritten model must use.
-pub const CSE_KEY: &str = "optimization.disable_specified_optimizers";
-pub const CSE_VALUE: &str = "CommonSubexpressionElimination";
-/// The metadata key under which the rewritten model records it.
-pub const METADATA_KEY: &str = "ckpt-opt.session_config.optimization.disable_specified_optimizers";
+/// What an analysis needs besides the graph.
+#[derive(Clone, Debug)]
+pub struct AnalyseOptions {
+    pub bindings: Bindings,
+    /// The loss output (default: the first floating-point scalar output).
+    pub loss: Option<String>,
+    pub optimizer: Optimizer,
+    /// Bits per element of the optimizer state.
+    pub optimizer_bits: u64,
+    /// The deployment profile the device need is predicted under.
+    pub profile: Profile,
+}
+
+impl Default for AnalyseOptions {
+    fn default() -> AnalyseOptions {
+        AnalyseOptions {
+            bindings: Bindings::new(),
+            loss: None,
+            optimizer: Optimizer::None,
+            optimizer_bits: 32,
+            profile: Profile::default(),
+        }
+    }
+}
+
+impl AnalyseOptions {
+    /// The defaults with `bindings`.
+    pub fn with_bindings(bindings: Bindings) -> AnalyseOptions {
+        AnalyseOptions {
+            bindings,
+            ..AnalyseOptions::default()
+        }
+    }
+}
 
 /// Inputs of the main job.
 #[derive(Clone, Debug)]
@@ -36,6 +68,19 @@ pub struct Job {
     pub optimizer_bits: u64,
     pub reserve_pct: f64,
     pub time_limit: Duration,
+    pub profile: Profile,
+}
+
+impl Job {
+    pub fn analyse_options(&self) -> AnalyseOptions {
+        AnalyseOptions {
+            bindings: self.bindings.clone(),
+            loss: self.loss.clone(),
+            optimizer: self.optimizer,
+            optimizer_bits: self.optimizer_bits,
+            profile: self.profile.clone(),
+        }
+    }
 }
 
 /// Everything the analysis of one graph yields.
@@ -43,6 +88,8 @@ pub struct Analysis {
     pub graph: Graph,
     pub class: Classification,
     pub sim: Simulation,
+    /// The device need under the profile (the ledger's `device_arena_bytes`).
+    pub device: DeviceNeed,
     pub ledger: Ledger,
     pub types: ckpt_ir::ops::Types,
 }
@@ -75,23 +122,28 @@ pub fn with_inferred_types(mut graph: Graph) -> Result<(Graph, ckpt_ir::ops::Typ
     Ok((graph, types))
 }
 
-/// The analysis of a graph: types, phases, ORT's schedule, the simulation and the ledger.
-pub fn analyse(
-    graph: Graph,
-    b: &Bindings,
-    loss: Option<&str>,
-    optimizer: Optimizer,
-    bits: u64,
-) -> Result<Analysis> {
+/// The analysis of a graph: types, phases, ORT's schedule, the simulation, the device need
+/// under the profile, and the ledger.
+pub fn analyse(graph: Graph, o: &AnalyseOptions) -> Result<Analysis> {
     let (graph, types) = with_inferred_types(graph)?;
-    let class = classify(&graph, loss)?;
+    let class = classify(&graph, o.loss.as_deref())?;
     let sched = schedule(&graph)?;
-    let sim = simulate(&graph, &sched, b)?;
-    let ledger = ledger(&graph, &class, &sim, b, optimizer, bits);
+    let sim = simulate(&graph, &sched, &o.bindings)?;
+    let device = device_need(&sim, &o.profile);
+    let ledger = ledger(
+        &graph,
+        &class,
+        &sim,
+        device.arena_bytes,
+        &o.bindings,
+        o.optimizer,
+        o.optimizer_bits,
+    );
     Ok(Analysis {
         graph,
         class,
         sim,
+        device,
         ledger,
         types,
     })
@@ -104,8 +156,7 @@ pub enum Outcome {
     /// No plan can fit: the diagnosis.
     CannotFit {
         before: Analysis,
-        message: String,
-        lowest_total: u64,
+        diagnosis: Diagnosis,
     },
     /// Rewritten.
     Rewritten(Box<Rewritten>),
@@ -151,13 +202,7 @@ fn lowest_reachable(job: &Job, before: &Analysis, cands: &Candidates, best: Opti
 /// Run the job up to (not including) writing.
 pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
     let t0 = Instant::now();
-    let before = analyse(
-        graph,
-        &job.bindings,
-        job.loss.as_deref(),
-        job.optimizer,
-        job.optimizer_bits,
-    )?;
+    let before = analyse(graph, &job.analyse_options())?;
     let effective = (job.ceiling as f64 * (1.0 - job.reserve_pct / 100.0)).floor() as u64;
     if before.ledger.total_bytes <= effective {
         return Ok(Outcome::AlreadyFits { before });
@@ -174,17 +219,22 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
             human(effective),
             job.reserve_pct
         );
-        return Ok(Outcome::CannotFit {
-            before,
+        let diagnosis = Diagnosis {
+            kind: DiagnosisKind::FixedExceedsCeiling,
+            effective_ceiling_bytes: effective,
+            fixed_bytes: fixed,
+            lowest_reachable_total_bytes: fixed,
+            dominant_ledger_line: l.dominant().to_string(),
+            timed_out: false,
             message,
-            lowest_total: fixed,
-        });
+        };
+        return Ok(Outcome::CannotFit { before, diagnosis });
     }
     let cands = candidates(&before.graph, &before.sim, &before.types, &job.bindings);
     let cannot_fit = |before: Analysis, cands: &Candidates, best: Option<u64>, timed_out: bool| {
         let lowest = lowest_reachable(job, &before, cands, best);
         let message = format!(
-            "no recompute plan fits: the lowest peak found under ONNX Runtime's allocator (recomputing every candidate, or the search's best) is {} ({} fixed + {} arena), above the ceiling of {}; dominant ledger line: {}{}",
+            "no recompute plan fits: the lowest device total found under the deployment profile (recomputing every candidate, or the search's best) is {} ({} fixed + {} arena), above the ceiling of {}; dominant ledger line: {}{}",
             human(lowest),
             human(fixed),
             human(lowest.saturating_sub(fixed)),
@@ -196,14 +246,26 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
                 String::new()
             }
         );
-        Outcome::CannotFit {
-            before,
+        let diagnosis = Diagnosis {
+            kind: DiagnosisKind::NoPlanFound,
+            effective_ceiling_bytes: effective,
+            fixed_bytes: fixed,
+            lowest_reachable_total_bytes: lowest,
+            dominant_ledger_line: before.ledger.dominant().to_string(),
+            timed_out,
             message,
-            lowest_total: lowest,
-        }
+        };
+        Outcome::CannotFit { before, diagnosis }
     };
     let debug = std::env::var_os("CKPT_OPT_DEBUG").is_some();
-    let arena_ceiling = effective - fixed;
+    // The ILP's linear model counts live bytes; what the profile's arena needs beyond the live
+    // peak (fragmentation, held outputs, the memory pattern's block) is taken off its budget as
+    // the original graph measures it in the replay. The simulator still decides every fit.
+    let profile_overhead = before
+        .device
+        .arena_bytes
+        .saturating_sub(before.sim.peak_live);
+    let arena_ceiling = (effective - fixed).saturating_sub(profile_overhead).max(1);
     // 1. The ILP on the linear model, corrected by the simulator. Round 0 solves the plain
     //    model. Each later round learns from the previous round's rewrite, simulated (the
     //    simulator is byte-exact against ORT): (a) a recomputed activation whose buffer ORT's
@@ -272,8 +334,8 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
             Err(e) => return Err(anyhow!(e)),
         };
         attempts += 1;
-        let profile = simulated_profile(job, &before, &cands, &plan)?;
-        let total = profile.total;
+        let trace = simulated_trace(job, &before, &cands, &plan)?;
+        let total = trace.total;
         rounds.push(json!({
             "round": round, "status": format!("{:?}", plan.info.status), "objective": plan.info.objective,
             "seconds": plan.info.wall.as_secs_f64(), "recomputed": plan.recompute.iter().filter(|&&r| r).count(),
@@ -327,10 +389,10 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
             if debug {
                 eprintln!(
                     "  cand {i} {} {} B cost {} window {}..{} held until {:?}",
-                    c.label, c.bytes, c.cost, c.free_from, c.needed_at, profile.held_until[i]
+                    c.label, c.bytes, c.cost, c.free_from, c.needed_at, trace.held_until[i]
                 );
             }
-            let released = profile.held_until[i]
+            let released = trace.held_until[i]
                 .map_or(c.needed_at, |h| h.saturating_add(1))
                 .min(c.needed_at);
             if released > c.free_from {
@@ -339,7 +401,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
             }
         }
         let model = ckpt_solver::evaluate(&learnt_prob, &plan.recompute);
-        for ((corr, seen), modelled) in correction.iter_mut().zip(&profile.seen).zip(&model.live) {
+        for ((corr, seen), modelled) in correction.iter_mut().zip(&trace.seen).zip(&model.live) {
             let excess = seen.saturating_sub(*modelled);
             if excess > *corr {
                 *corr = excess;
@@ -720,7 +782,8 @@ fn simulated_run(
     plan: &Plan,
 ) -> Result<(u64, Simulation)> {
     let (_, sim) = rewritten_run(job, before, cands, plan)?;
-    Ok((before.ledger.fixed_bytes + sim.peak_live, sim))
+    let need = device_need(&sim, &job.profile).arena_bytes;
+    Ok((before.ledger.fixed_bytes + need, sim))
 }
 
 /// `plan`'s rewrite of the graph (unverified: a trial) and its simulated run.
@@ -779,7 +842,7 @@ fn debug_idle(job: &Job, before: &Analysis, cands: &Candidates, plan: &Plan) -> 
 }
 
 /// What one rewrite's simulated run says, in the original schedule's steps.
-struct Profile {
+struct RunTrace {
     /// Fixed bytes plus the simulated arena peak.
     total: u64,
     /// Live bytes at each original step: that node's step together with the recompute steps
@@ -791,12 +854,12 @@ struct Profile {
 }
 
 /// Simulate `plan`'s rewrite and express the run in the original schedule's steps.
-fn simulated_profile(
+fn simulated_trace(
     job: &Job,
     before: &Analysis,
     cands: &Candidates,
     plan: &Plan,
-) -> Result<Profile> {
+) -> Result<RunTrace> {
     let (total, sim) = simulated_run(job, before, cands, plan)?;
     let original = &before.sim.schedule;
     let mut seen = vec![0u64; original.len()];
@@ -835,7 +898,7 @@ fn simulated_profile(
             }
         })
         .collect();
-    Ok(Profile {
+    Ok(RunTrace {
         total,
         seen,
         held_until,
@@ -855,9 +918,8 @@ fn realise(
         plan,
         &format!("recompute for ceiling {}", job.ceiling),
     );
-    patch
-        .metadata
-        .push((METADATA_KEY.to_string(), CSE_VALUE.to_string()));
+    // The deployment profile the plan holds under, for runners to read.
+    patch.metadata.extend(job.profile.metadata());
     let text = patch.to_string();
     let counts = RewriteCounts {
         added_flops: patch
@@ -872,13 +934,7 @@ fn realise(
     patch
         .apply(&mut g2)
         .context("applying the recompute patch")?;
-    let after = analyse(
-        g2,
-        &job.bindings,
-        job.loss.as_deref(),
-        job.optimizer,
-        job.optimizer_bits,
-    )?;
+    let after = analyse(g2, &job.analyse_options())?;
     Ok((after, text, counts))
 }
 
@@ -911,6 +967,7 @@ pub fn ledger_json(l: &Ledger) -> serde_json::Value {
         "largest_saved_activations": l.largest_saved.iter().map(|(n, b)| json!({"name": n, "bytes": b})).collect::<Vec<_>>(),
         "transient_at_peak_bytes": l.transient_at_peak_bytes,
         "arena_peak_bytes": l.arena_peak_bytes,
+        "device_arena_bytes": l.device_arena_bytes,
         "fixed_bytes": l.fixed_bytes,
         "total_bytes": l.total_bytes,
         "dominant": l.dominant(),

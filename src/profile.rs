@@ -38,3 +38,12 @@ pub fn session_config(profile: &Profile) -> SessionConfig {
         ..SessionConfig::default()
     }
 }
+
+/// The profile as the receipt and `inspect --json` write it: the metadata keys' short names.
+pub fn profile_json(profile: &Profile) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    for (k, v) in profile.metadata() {
+        m.insert(k, serde_json::Value::String(v));
+    }
+    serde_json::Value::Object(m)
+}

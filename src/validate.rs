@@ -146,6 +146,176 @@ pub fn broken_control(model: &onnx::ModelProto) -> Result<(onnx::ModelProto, Str
     Ok((m, target))
 }
 
+/// Memory of one graph under the deployment profile: predicted and measured.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct DeviceMemory {
+    /// Predicted device total: fixed bytes (what the caller feeds) + the arena need.
+    pub predicted_total_bytes: u64,
+    /// Measured device total: the same fixed bytes + the measured arena need.
+    pub measured_total_bytes: u64,
+    /// The smallest arena cap the profile's steps run in, predicted by the replay.
+    pub predicted_arena_bytes: u64,
+    /// The same, measured on ONNX Runtime by bisection on `max_mem` (to 256 B).
+    pub measured_arena_bytes: u64,
+    /// `predicted / measured - 1` of the arena need.
+    pub relative_error: f64,
+    /// ORT's `MaxInUse` over the steps, above what loading left (uncapped).
+    pub measured_in_use_bytes: u64,
+    /// ORT's `TotalAllocated` after the steps (uncapped): the regions reserved.
+    pub measured_reserved_bytes: u64,
+    /// Whether every step ran with the arena capped at the ceiling's arena budget
+    /// (`None`: no ceiling given).
+    pub runs_under_ceiling: Option<bool>,
+    /// Sessions the bisection took.
+    pub sessions: usize,
+}
+
+/// The memory verdict of a validation.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct MemoryCheck {
+    /// The deployment profile the graphs ran under, in words.
+    pub profile: String,
+    pub steps: u32,
+    pub ceiling_bytes: Option<u64>,
+    /// Bytes the caller feeds and holds outside the arena (ledger: parameters, data, declared
+    /// optimizer state).
+    pub fixed_bytes: u64,
+    /// Largest allowed |relative error| of a prediction.
+    pub tolerance: f64,
+    pub original: DeviceMemory,
+    pub rewritten: DeviceMemory,
+    pub passed: bool,
+    /// Why it failed, one line each.
+    pub failures: Vec<String>,
+}
+
+/// The largest |relative error| of a predicted arena need a validation accepts.
+pub const MEMORY_TOLERANCE: f64 = 0.01;
+
+/// Measure one graph's device memory under `cfg` for `steps` steps and compare it with the
+/// prediction; with `arena_budget`, also run it with the arena capped there.
+pub fn measure_device(
+    label: &str,
+    model: &onnx::ModelProto,
+    inputs: &[HostTensor],
+    cfg: &SessionConfig,
+    profile: &ckpt_ir::Profile,
+    fixed_bytes: u64,
+    predicted_arena_bytes: u64,
+    arena_budget: Option<u64>,
+) -> Result<DeviceMemory> {
+    let bytes = model.encode_to_vec();
+    let steps = profile.steps as usize;
+    let hold = profile.caller_outputs == ckpt_ir::profile::CallerOutputs::Held;
+    let need = ckpt_runtime::measure_need(Model::new(label, &bytes), inputs, cfg, steps, hold)
+        .with_context(|| format!("measuring the {label} graph's device need"))?;
+    let runs_under_ceiling = match arena_budget {
+        Some(budget) => Some(ckpt_runtime::runs_under(
+            Model::new(label, &bytes),
+            inputs,
+            cfg,
+            steps,
+            hold,
+            budget,
+        )?),
+        None => None,
+    };
+    Ok(DeviceMemory {
+        predicted_total_bytes: fixed_bytes + predicted_arena_bytes,
+        measured_total_bytes: fixed_bytes + need.arena_bytes,
+        predicted_arena_bytes,
+        measured_arena_bytes: need.arena_bytes,
+        relative_error: predicted_arena_bytes as f64 / need.arena_bytes.max(1) as f64 - 1.0,
+        measured_in_use_bytes: need.uncapped.in_use_peak(),
+        measured_reserved_bytes: need.uncapped.reserved(),
+        runs_under_ceiling,
+        sessions: need.runs + usize::from(arena_budget.is_some()),
+    })
+}
+
+/// Predictions of both graphs' arena need under the profile, and the ceiling, for
+/// [`check_memory`].
+#[derive(Clone, Debug)]
+pub struct MemoryExpectation {
+    pub profile: ckpt_ir::Profile,
+    pub fixed_bytes: u64,
+    pub original_arena_bytes: u64,
+    pub rewritten_arena_bytes: u64,
+    pub ceiling_bytes: Option<u64>,
+}
+
+/// Measure both graphs under the profile and judge: the rewritten graph's measured total must
+/// stay under the ceiling and run in an arena capped at the ceiling's budget, and both
+/// predictions must be within [`MEMORY_TOLERANCE`] of the measurements.
+pub fn check_memory(
+    original: &onnx::ModelProto,
+    rewritten: &onnx::ModelProto,
+    inputs: &[HostTensor],
+    e: &MemoryExpectation,
+) -> Result<MemoryCheck> {
+    let cfg = crate::profile::session_config(&e.profile);
+    let budget = e.ceiling_bytes.map(|c| c.saturating_sub(e.fixed_bytes));
+    let o = measure_device(
+        "original",
+        original,
+        inputs,
+        &cfg,
+        &e.profile,
+        e.fixed_bytes,
+        e.original_arena_bytes,
+        budget,
+    )?;
+    let r = measure_device(
+        "rewritten",
+        rewritten,
+        inputs,
+        &cfg,
+        &e.profile,
+        e.fixed_bytes,
+        e.rewritten_arena_bytes,
+        budget,
+    )?;
+    let mut failures = Vec::new();
+    if let Some(c) = e.ceiling_bytes {
+        if r.measured_total_bytes > c {
+            failures.push(format!(
+                "the rewritten graph needs {} B on the device (measured), above the ceiling of {c} B",
+                r.measured_total_bytes
+            ));
+        }
+        if r.runs_under_ceiling == Some(false) {
+            failures.push(format!(
+                "the rewritten graph does not run {} steps in an arena capped at {} B (the ceiling less {} B fed by the caller)",
+                e.profile.steps,
+                budget.unwrap_or(0),
+                e.fixed_bytes
+            ));
+        }
+    }
+    for (name, m) in [("original", &o), ("rewritten", &r)] {
+        if m.relative_error.abs() > MEMORY_TOLERANCE {
+            failures.push(format!(
+                "the {name} graph's arena need was predicted at {} B but measured at {} B ({:+.2}%, tolerance {:.0}%)",
+                m.predicted_arena_bytes,
+                m.measured_arena_bytes,
+                100.0 * m.relative_error,
+                100.0 * MEMORY_TOLERANCE
+            ));
+        }
+    }
+    Ok(MemoryCheck {
+        profile: e.profile.describe(),
+        steps: e.profile.steps,
+        ceiling_bytes: e.ceiling_bytes,
+        fixed_bytes: e.fixed_bytes,
+        tolerance: MEMORY_TOLERANCE,
+        original: o,
+        rewritten: r,
+        passed: failures.is_empty(),
+        failures,
+    })
+}
+
 /// Measured numbers of one graph.
 #[derive(Clone, Debug, Serialize)]
 pub struct Measured {

@@ -13,7 +13,7 @@
 //! never shrink during a session. Two numbers come out: `max_in_use` (chunk bytes handed out,
 //! ORT's `MaxInUse`) and `reserved` (region bytes, ORT's `TotalAllocated`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ckpt_ir::profile::ExtendStrategy;
 
@@ -29,7 +29,6 @@ pub fn rounded(bytes: u64) -> u64 {
 pub const DEFAULT_MAX_DEAD: u64 = 128 << 20;
 /// ORT's default `max_power_of_two_extend_bytes`.
 const MAX_POW2: u64 = 1 << 30;
-const NUM_BINS: u32 = 21;
 
 /// The settings of one arena (`OrtArenaCfg`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +67,9 @@ pub struct BfcArena {
     next_base: u64,
     /// ptr -> chunk
     chunks: BTreeMap<u64, Chunk>,
+    /// Free chunks as (size, ptr): ORT's bins searched from the request's bin upwards, each
+    /// ordered by size then address, give the smallest fitting chunk, lowest address first.
+    free_set: BTreeSet<(u64, u64)>,
     ptr_of: BTreeMap<u64, u64>,
     pub in_use: u64,
     pub max_in_use: u64,
@@ -91,6 +93,7 @@ impl BfcArena {
             next_region: first,
             next_base: 1 << 40,
             chunks: BTreeMap::new(),
+            free_set: BTreeSet::new(),
             ptr_of: BTreeMap::new(),
             in_use: 0,
             max_in_use: 0,
@@ -98,24 +101,9 @@ impl BfcArena {
         }
     }
 
-    fn bin_of(size: u64) -> u32 {
-        let v = size.max(ALIGN) >> 8;
-        (63 - v.leading_zeros()).min(NUM_BINS - 1)
-    }
-
     fn find(&mut self, r: u64) -> Option<u64> {
-        let want = Self::bin_of(r);
-        let mut best: Option<(u32, u64, u64)> = None; // (bin, size, ptr)
-        for (&p, c) in &self.chunks {
-            if c.in_use || c.size < r {
-                continue;
-            }
-            let key = (Self::bin_of(c.size).max(want), c.size, p);
-            if best.is_none_or(|b| key < b) {
-                best = Some(key);
-            }
-        }
-        let (_, size, p) = best?;
+        let &(size, p) = self.free_set.range((r, 0)..).next()?;
+        self.free_set.remove(&(size, p));
         if size >= 2 * r || size - r >= self.cfg.max_dead_bytes_per_chunk {
             let q = p + r;
             let next = self.chunks.get(&p).and_then(|c| c.next);
@@ -128,6 +116,7 @@ impl BfcArena {
                     next,
                 },
             );
+            self.free_set.insert((size - r, q));
             if let Some(n) = next {
                 if let Some(c) = self.chunks.get_mut(&n) {
                     c.prev = Some(q);
@@ -186,6 +175,7 @@ impl BfcArena {
                 next: None,
             },
         );
+        self.free_set.insert((size, base));
         Ok(())
     }
 
@@ -206,9 +196,9 @@ impl BfcArena {
         Ok(())
     }
 
-    /// Free what `key` holds (nothing if it holds nothing).
+    /// Free what `key` holds (nothing if it holds nothing), coalescing with free neighbours.
     pub fn free(&mut self, key: u64) {
-        let Some(p) = self.ptr_of.remove(&key) else {
+        let Some(mut p) = self.ptr_of.remove(&key) else {
             return;
         };
         let Some(c) = self.chunks.get_mut(&p) else {
@@ -216,36 +206,41 @@ impl BfcArena {
         };
         c.in_use = false;
         self.in_use -= c.size;
-        let (next, prev) = (c.next, c.prev);
-        if let Some(n) = next {
+        // Merge the next chunk into this one, then this one into the previous.
+        if let Some(n) = c.next {
             if self.chunks.get(&n).is_some_and(|c| !c.in_use) {
-                if let Some(n2) = self.chunks.remove(&n) {
-                    if let Some(after) = n2.next {
-                        if let Some(c) = self.chunks.get_mut(&after) {
-                            c.prev = Some(p);
-                        }
-                    }
-                    if let Some(c) = self.chunks.get_mut(&p) {
-                        c.size += n2.size;
-                        c.next = n2.next;
-                    }
-                }
+                self.merge_into_prev(n);
             }
         }
-        if let Some(pv) = prev {
+        if let Some(pv) = self.chunks.get(&p).and_then(|c| c.prev) {
             if self.chunks.get(&pv).is_some_and(|c| !c.in_use) {
-                if let Some(c) = self.chunks.remove(&p) {
-                    if let Some(after) = c.next {
-                        if let Some(a) = self.chunks.get_mut(&after) {
-                            a.prev = Some(pv);
-                        }
-                    }
-                    if let Some(cp) = self.chunks.get_mut(&pv) {
-                        cp.size += c.size;
-                        cp.next = c.next;
-                    }
-                }
+                self.merge_into_prev(p);
+                p = pv;
             }
+        }
+        if let Some(c) = self.chunks.get(&p) {
+            self.free_set.insert((c.size, p));
+        }
+    }
+
+    /// Fold free chunk `n` into its previous chunk (whose free-set entry, if any, is dropped).
+    fn merge_into_prev(&mut self, n: u64) {
+        let Some(c) = self.chunks.remove(&n) else {
+            return;
+        };
+        self.free_set.remove(&(c.size, n));
+        let Some(pv) = c.prev else {
+            return;
+        };
+        if let Some(after) = c.next {
+            if let Some(a) = self.chunks.get_mut(&after) {
+                a.prev = Some(pv);
+            }
+        }
+        if let Some(cp) = self.chunks.get_mut(&pv) {
+            self.free_set.remove(&(cp.size, pv));
+            cp.size += c.size;
+            cp.next = c.next;
         }
     }
 

@@ -8,8 +8,9 @@ use crate::memory::{rounded, Simulation};
 use crate::phases::{Classification, TensorKind};
 
 /// An optimizer that runs outside the graph, declared by the user.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub enum Optimizer {
+    #[default]
     None,
     Sgd,
     /// Two moments per parameter.
@@ -29,13 +30,18 @@ pub struct Ledger {
     pub saved_activations_bytes: u64,
     /// The largest saved activations (name, bytes).
     pub largest_saved: Vec<(String, u64)>,
-    /// Predicted arena peak of one step (live tensors, 256-B rounded).
+    /// Predicted in-use peak of one step on an always-splitting arena (live tensors, 256-B
+    /// rounded): a diagnostic, not what the device holds.
     pub arena_peak_bytes: u64,
+    /// What the arena needs under the deployment profile: the smallest cap under which the
+    /// profile's steps run ([`crate::device::device_need`]).
+    pub device_arena_bytes: u64,
     /// Arena bytes at the peak that are neither saved activations nor gradients.
     pub transient_at_peak_bytes: u64,
     /// Held outside the arena for the whole step: parameters, optimizer state, data, gradient buffers.
     pub fixed_bytes: u64,
-    /// `fixed_bytes + arena_peak_bytes`.
+    /// `fixed_bytes + device_arena_bytes`: what the device must hold, the number a ceiling is
+    /// compared with.
     pub total_bytes: u64,
 }
 
@@ -68,12 +74,15 @@ fn bytes_of(graph: &Graph, t: TensorId, b: &Bindings) -> u64 {
     }
 }
 
-/// Build the ledger. `optimizer` adds state for an optimizer outside the graph, in
-/// `optimizer_bits` per element (Adam: two moments per parameter element).
+/// Build the ledger. `device_arena_bytes` is the arena's need under the deployment profile;
+/// `optimizer` adds state for an optimizer outside the graph, in `optimizer_bits` per element
+/// (Adam: two moments per parameter element).
+#[allow(clippy::too_many_arguments)]
 pub fn ledger(
     graph: &Graph,
     class: &Classification,
     sim: &Simulation,
+    device_arena_bytes: u64,
     b: &Bindings,
     optimizer: Optimizer,
     optimizer_bits: u64,
@@ -136,6 +145,7 @@ pub fn ledger(
         .saturating_sub(saved_at_peak)
         .saturating_sub(grad_in_arena);
     l.fixed_bytes = l.parameters_bytes + l.optimizer_state_bytes + l.data_bytes;
-    l.total_bytes = l.fixed_bytes + l.arena_peak_bytes;
+    l.device_arena_bytes = device_arena_bytes;
+    l.total_bytes = l.fixed_bytes + device_arena_bytes;
     l
 }

@@ -244,6 +244,13 @@ fn create_session(model: Model<'_>, cfg: &SessionConfig) -> Result<Session> {
             .with_disabled_optimizers(CSE_OPTIMIZER)
             .map_err(|e| fail(e.into()))?;
     }
+    // A capped arena is probed by bisection: its allocation failures are expected results,
+    // not errors to print.
+    if cfg.arena_limit.is_some() {
+        builder = builder
+            .with_log_level(ort::logging::LogLevel::Fatal)
+            .map_err(|e| fail(e.into()))?;
+    }
     if let Some(threads) = cfg.intra_threads {
         builder = builder
             .with_intra_threads(threads)

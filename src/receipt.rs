@@ -1,0 +1,161 @@
+//! The receipt of the main job: one typed value, written as JSON (`--receipt`, `--json`), whose
+//! JSON Schema is `docs/receipt.schema.json` (checked by `tests/receipt_schema.rs`).
+//!
+//! Every field is filled from one place ([`crate::optimize`]'s outcome and the validation);
+//! fields that do not apply to a status are absent (`null`), never made up.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use crate::validate::MemoryCheck;
+
+/// How the job ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// The graph already fits; nothing was recomputed.
+    AlreadyFits,
+    /// Rewritten (and, with `--validate`, validated).
+    Rewritten,
+    /// No plan fits: see `diagnosis`.
+    CeilingCannotBeMet,
+    /// Validation ran and failed: see `validation` and `memory`.
+    ValidationFailed,
+}
+
+/// Why no plan fits, as data.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct Diagnosis {
+    /// `fixed_exceeds_ceiling`: what the caller feeds alone is over the ceiling;
+    /// `no_plan_found`: the lowest total found under the profile is over it.
+    pub kind: DiagnosisKind,
+    /// The ceiling after `--reserve`.
+    pub effective_ceiling_bytes: u64,
+    pub fixed_bytes: u64,
+    /// The lowest device total found (recomputing every candidate, or the search's best).
+    pub lowest_reachable_total_bytes: u64,
+    /// The largest ledger line.
+    pub dominant_ledger_line: String,
+    /// The search stopped at `--time-limit` (a longer one may find a plan).
+    pub timed_out: bool,
+    /// The same in one sentence.
+    pub message: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DiagnosisKind {
+    FixedExceedsCeiling,
+    NoPlanFound,
+}
+
+/// A before/after pair.
+#[derive(Clone, Copy, Debug, Serialize, JsonSchema)]
+pub struct BeforeAfter<T> {
+    pub before: T,
+    pub after: T,
+}
+
+/// A file and its SHA-256.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct FileHash {
+    pub path: String,
+    pub sha256: String,
+}
+
+/// The tool that wrote the receipt.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct Tool {
+    pub name: String,
+    pub version: String,
+}
+
+/// The receipt.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct Receipt {
+    pub tool: Tool,
+    /// The command line, as given.
+    pub command_line: Vec<String>,
+    /// The seed of inputs and random ops.
+    pub seed: u64,
+    pub model: FileHash,
+    pub bindings: BTreeMap<String, u64>,
+    /// Graph input shapes under the bindings (`null` dims: not bound).
+    pub input_shapes: BTreeMap<String, Vec<Option<u64>>>,
+    pub ceiling_bytes: u64,
+    pub reserve_percent: f64,
+    /// The deployment profile: the `metadata_props` keys the output model records.
+    pub profile: BTreeMap<String, String>,
+    /// The profile in words.
+    pub profile_description: String,
+    /// Session config entries a run of the output needs.
+    pub session_config: BTreeMap<String, String>,
+    pub rng_policy: String,
+    pub status: Status,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<Diagnosis>,
+    /// `diagnosis.lowest_reachable_total_bytes`, for scripts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lowest_reachable_total_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<FileHash>,
+    /// What the device must hold under the profile (fixed + arena need): the ceiling's number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_peak_bytes: Option<BeforeAfter<u64>>,
+    /// The arena need alone (the smallest cap the profile's steps run in).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_device_arena_bytes: Option<BeforeAfter<u64>>,
+    /// In-use peak under the profile (uncapped replay, all steps).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_in_use_bytes: Option<BeforeAfter<u64>>,
+    /// Diagnostic: one step on an always-splitting arena (live tensors rounded to 256 B).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_arena_peak_bytes: Option<BeforeAfter<u64>>,
+    /// Diagnostic: one step on ORT's default session arena (in use).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_default_arena_peak_bytes: Option<BeforeAfter<u64>>,
+    /// The memory ledger (`ledger.before` / `ledger.after`).
+    pub ledger: BeforeAfter<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<BeforeAfter<serde_json::Value>>,
+    pub added_flops: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_added_flops: Option<u64>,
+    pub nodes_cloned: usize,
+    pub nodes_moved: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_flops: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub added_flops_percent: Option<f64>,
+    /// Why each recompute exists, what it costs.
+    pub segments: Vec<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub candidates: Option<usize>,
+    /// Activations never recomputed, with the reason.
+    pub excluded: Vec<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub solver: Option<serde_json::Value>,
+    /// The applied patch in the text form.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch: Option<String>,
+    /// Paired values, the control, timings (`--validate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub validation: Option<serde_json::Value>,
+    /// Device memory predicted against measured under the profile (`--validate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryCheck>,
+    /// The ONNX Runtime that validated (`--validate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ort: Option<serde_json::Value>,
+    pub seconds: f64,
+}
+
+/// The receipt's JSON Schema, as `docs/receipt.schema.json` holds it.
+pub fn schema_json() -> String {
+    let schema = schemars::schema_for!(Receipt);
+    let mut text = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    text.push('\n');
+    text
+}
