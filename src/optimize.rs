@@ -19,8 +19,8 @@ use ckpt_solver::{solve_ilp_with, IlpOptions, Plan, SolveError, Status};
 use crate::size::human;
 
 /// The session setting every consumer of a rewritten model must use.
-pub const CSE_KEY: &str = "optimization.disable_specified_optimizers";
-pub const CSE_VALUE: &str = "CommonSubexpressionElimination";
+pub const CSE_KEY: &str = ckpt_ir::ort::DISABLE_OPTIMIZERS_KEY;
+pub const CSE_VALUE: &str = ckpt_ir::ort::CSE_OPTIMIZER;
 /// The metadata key under which the rewritten model records it.
 pub const METADATA_KEY: &str = "ckpt-opt.session_config.optimization.disable_specified_optimizers";
 
