@@ -7,23 +7,12 @@ use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
 
 use ckpt_ir::onnx::{self, attribute_proto::AttributeType};
+use ckpt_ir::ops::{seed_attr, SeedAttr};
 use ckpt_ir::Message;
 use ckpt_runtime::{
     compare, locate_peak, measure_peak, run, time_steps, Arena, Comparison, HostTensor, Model,
     SessionConfig, Tolerances,
 };
-
-/// Random ops whose seed attribute is set identically in both graphs.
-const RANDOM_OPS: &[(&str, bool)] = &[
-    // (op, seed is an int attribute)
-    ("Dropout", true),
-    ("RandomUniformLike", false),
-    ("RandomNormalLike", false),
-    ("RandomUniform", false),
-    ("RandomNormal", false),
-    ("Bernoulli", false),
-    ("Multinomial", false),
-];
 
 /// The policy printed with every validation.
 pub const RNG_POLICY: &str = "random ops (Dropout, RandomUniform(Like), RandomNormal(Like), Bernoulli, Multinomial) get the same seed in both graphs, derived from the run seed and the node name, set in memory only; each graph is compared on the first run of a fresh session; random ops are never recomputed";
@@ -41,13 +30,13 @@ pub fn seed_random_ops(model: &mut onnx::ModelProto, seed: u64) -> usize {
     };
     let mut count = 0;
     for n in &mut g.node {
-        let op = n.op_type.as_deref().unwrap_or("");
-        let Some(&(_, int_seed)) = RANDOM_OPS.iter().find(|(o, _)| *o == op) else {
+        let domain = ckpt_ir::normalise_domain(n.domain.as_deref().unwrap_or(""));
+        let Some(seed_attr) = seed_attr(&domain, n.op_type.as_deref().unwrap_or("")) else {
             continue;
         };
         let s = (fnv(n.name.as_deref().unwrap_or("")) ^ seed) % 1_000_000_007;
         n.attribute.retain(|a| a.name.as_deref() != Some("seed"));
-        n.attribute.push(if int_seed {
+        n.attribute.push(if seed_attr == SeedAttr::Int {
             onnx::AttributeProto {
                 name: Some("seed".into()),
                 r#type: Some(AttributeType::Int as i32),

@@ -20,6 +20,7 @@ mod graph;
 mod ids;
 mod import;
 pub mod ops;
+pub mod ort;
 mod patch;
 pub mod profile;
 mod shape;

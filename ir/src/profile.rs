@@ -25,11 +25,7 @@ use std::fmt;
 pub const PROFILE_KEY_PREFIX: &str = "ckpt-opt.profile.";
 /// Prefix of the session config entries a run of the model needs.
 pub const SESSION_CONFIG_KEY_PREFIX: &str = "ckpt-opt.session_config.";
-/// ORT's session config key that disables named graph optimizers.
-pub const DISABLE_OPTIMIZERS_KEY: &str = "optimization.disable_specified_optimizers";
-/// ORT's name for common-subexpression elimination, which merges recompute clones back into
-/// their originals (a misspelled name is silently ignored by ORT).
-pub const CSE_OPTIMIZER: &str = "CommonSubexpressionElimination";
+pub use crate::ort::{CSE_OPTIMIZER, DISABLE_OPTIMIZERS_KEY};
 
 /// Why a profile could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -18,12 +18,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use ckpt_ir::profile::ExtendStrategy;
 
 /// Arena allocation granularity (bytes).
-pub const ALIGN: u64 = 256;
+pub use ckpt_ir::ort::ALLOC_ALIGN as ALIGN;
 
 /// Round a request as ORT's arena does.
-pub fn rounded(bytes: u64) -> u64 {
-    bytes.div_ceil(ALIGN) * ALIGN
-}
+pub use ckpt_ir::ort::alloc_rounded as rounded;
 
 /// ORT's default `max_dead_bytes_per_chunk`.
 pub const DEFAULT_MAX_DEAD: u64 = 128 << 20;

@@ -2,6 +2,7 @@
 //! `Gather` table (range = the table's first dim), labels index the class axis of a loss or
 //! a `GatherElements`. The runtime needs these to generate inputs a graph accepts.
 
+use ckpt_ir::ops::{index_use, pass_through, IndexUse};
 use ckpt_ir::{Bindings, Graph, TensorId};
 
 /// Where an integer input's range came from.
@@ -12,21 +13,6 @@ pub struct IntRange {
     /// The consumer that implies it, e.g. "indices of Gather `embed` (table dim 0 = 256)".
     pub why: String,
 }
-
-/// Ops that pass values through unchanged (for following an input to its real use).
-const PASS_THROUGH: &[&str] = &[
-    "Pad",
-    "Concat",
-    "Reshape",
-    "Unsqueeze",
-    "Squeeze",
-    "Flatten",
-    "Identity",
-    "Cast",
-    "Expand",
-    "Slice",
-    "Transpose",
-];
 
 /// The range of integer input `t` under `b`, or `None` when nothing implies one.
 pub fn int_range(graph: &Graph, t: TensorId, b: &Bindings) -> Option<IntRange> {
@@ -49,17 +35,8 @@ pub fn int_range(graph: &Graph, t: TensorId, b: &Bindings) -> Option<IntRange> {
                 shape.dims().get(usize::try_from(a).ok()?)?.eval(b).ok()
             };
             let data = node.inputs.first().copied().flatten();
-            let found = match node.op_type.as_str() {
-                "Gather" if slots.contains(&1) => {
-                    let axis = node.attr_i("axis").unwrap_or(0);
-                    dim_of(data, axis).map(|d| {
-                        (
-                            d,
-                            format!("indices of Gather `{}` (data dim {axis} = {d})", node.name),
-                        )
-                    })
-                }
-                "GatherElements" | "ScatterElements" if slots.contains(&1) => {
+            let found = match index_use(graph, c) {
+                Some(IndexUse::Indices) if slots.contains(&1) => {
                     let axis = node.attr_i("axis").unwrap_or(0);
                     dim_of(data, axis).map(|d| {
                         (
@@ -71,18 +48,12 @@ pub fn int_range(graph: &Graph, t: TensorId, b: &Bindings) -> Option<IntRange> {
                         )
                     })
                 }
-                "SoftmaxCrossEntropyLoss"
-                | "NegativeLogLikelihoodLoss"
-                | "SoftmaxCrossEntropyLossInternal"
-                    if slots.contains(&1) =>
-                {
-                    dim_of(data, 1).map(|d| {
-                        (
-                            d,
-                            format!("labels of {} `{}` ({d} classes)", node.op_type, node.name),
-                        )
-                    })
-                }
+                Some(IndexUse::Labels) if slots.contains(&1) => dim_of(data, 1).map(|d| {
+                    (
+                        d,
+                        format!("labels of {} `{}` ({d} classes)", node.op_type, node.name),
+                    )
+                }),
                 _ => None,
             };
             if let Some((hi, why)) = found {
@@ -92,8 +63,8 @@ pub fn int_range(graph: &Graph, t: TensorId, b: &Bindings) -> Option<IntRange> {
                     why,
                 });
             }
-            let passes = (PASS_THROUGH.contains(&node.op_type.as_str()) && slots.contains(&0))
-                || (node.op_type == "Where" && (slots.contains(&1) || slots.contains(&2)));
+            // Values that reach the outputs unchanged are followed to their real use.
+            let passes = pass_through(graph, c).iter().any(|s| slots.contains(s));
             if passes {
                 for o in node.output_tensors() {
                     if !seen.contains(&o) {

@@ -26,29 +26,7 @@ use ckpt_ir::{Bindings, Graph, NodeId, ShapeError, TensorId};
 use crate::arena::{ArenaConfig, BfcArena};
 use crate::phases::{Classification, Phase};
 use crate::schedule::{try_ort_default_order, OrderNode};
-
-/// Ops whose output 0 shares input 0's buffer (ORT CPU kernels registered with `Alias(0, 0)`).
-pub const ALIAS_OPS: &[&str] = &["Reshape", "Identity", "Squeeze", "Unsqueeze", "Flatten"];
-/// Ops whose output 0 may take input 0's buffer (`MayInplace(0, 0)`), measured on ORT 1.31 CPU.
-pub const INPLACE_OPS: &[&str] = &[
-    "Relu",
-    "LeakyRelu",
-    "Elu",
-    "Selu",
-    "Celu",
-    "ThresholdedRelu",
-    "Shrink",
-    "Sigmoid",
-    "HardSigmoid",
-    "Tanh",
-    "Softplus",
-    "Softmax",
-    "LogSoftmax",
-    "Clip",
-    "Cast",
-    "Trilu",
-    "ScatterElements",
-];
+use ckpt_ir::ops::kernel_scratch;
 
 pub use crate::arena::{rounded, ALIGN};
 
@@ -91,8 +69,7 @@ impl Schedule {
 
 /// True for nodes ORT folds into initializers at load.
 pub fn is_constant_node(graph: &Graph, n: NodeId) -> bool {
-    let node = graph.node(n);
-    node.domain == ckpt_ir::ONNX_DOMAIN && node.op_type == "Constant"
+    ckpt_ir::ops::folded_at_load(graph, n)
 }
 
 /// ORT's default execution order for `graph` as stored (no graph transformer applied).
@@ -356,19 +333,17 @@ pub fn simulate(
                 is_output_buf[out.index()] = true;
                 continue;
             }
-            let first_in = node.inputs.first().copied().flatten();
+            let input_for = |pair: Option<(usize, usize)>| {
+                pair.filter(|&(o, _)| o == slot)
+                    .and_then(|(_, i)| node.inputs.get(i).copied().flatten())
+            };
             let mut reuse: Option<TensorId> = None;
-            if slot == 0 && ALIAS_OPS.contains(&node.op_type.as_str()) {
-                reuse = first_in;
-            } else if slot == 0 && INPLACE_OPS.contains(&node.op_type.as_str()) {
-                if let Some(src) = first_in {
-                    let o = origin[src.index()];
-                    if computed[o.index()]
-                        && buf_count[o.index()] == 1
-                        && same_size(graph, src, out)
-                    {
-                        reuse = Some(src);
-                    }
+            if let Some(src) = input_for(ckpt_ir::ops::alias(graph, n)) {
+                reuse = Some(src);
+            } else if let Some(src) = input_for(ckpt_ir::ops::may_inplace(graph, n)) {
+                let o = origin[src.index()];
+                if computed[o.index()] && buf_count[o.index()] == 1 && same_size(graph, src, out) {
+                    reuse = Some(src);
                 }
             }
             let never_read = reads[out.index()] == 0;
@@ -543,94 +518,6 @@ pub fn simulate(
         arena_peak,
         arena_events,
     })
-}
-
-/// Temporaries a CPU kernel takes from the arena during its step (`docs/ort-internals.md`
-/// rule 10, measured on ORT 1.31): `before` its outputs are allocated, or `after`; all are
-/// freed before the step's inputs are released.
-#[derive(Debug, Default)]
-struct Scratch {
-    before: Vec<u64>,
-    after: Vec<u64>,
-}
-
-impl Scratch {
-    fn bytes(&self) -> u64 {
-        self.before
-            .iter()
-            .chain(&self.after)
-            .map(|&b| rounded(b))
-            .sum()
-    }
-}
-
-/// `Where` copies X and Y broadcast to the condition's shape (`X_selection`, `Y_selection`)
-/// before it allocates its output; `Softmax`/`LogSoftmax` over a non-last axis transpose the
-/// axis to the end through two input-sized temporaries, after the output. Nothing else
-/// showed scratch in the measurements.
-fn kernel_scratch(graph: &Graph, n: NodeId, b: &Bindings) -> Scratch {
-    let node = graph.node(n);
-    if node.domain != ckpt_ir::ONNX_DOMAIN {
-        return Scratch::default();
-    }
-    let input = |i: usize| {
-        node.inputs
-            .get(i)
-            .copied()
-            .flatten()
-            .map(|t| graph.tensor(t))
-    };
-    let concrete =
-        |i: usize| input(i).and_then(|t| Some((t.dtype?, t.shape.as_ref()?.eval(b).ok()?)));
-    match node.op_type.as_str() {
-        "Where" => {
-            let (Some((_, cond)), Some((dt, x)), Some((_, y))) =
-                (concrete(0), concrete(1), concrete(2))
-            else {
-                return Scratch::default();
-            };
-            let sel = |v: &[u64]| -> u64 {
-                let rank = cond.len().max(v.len());
-                let dim = |s: &[u64], i: usize| {
-                    if i + s.len() >= rank {
-                        s[i + s.len() - rank]
-                    } else {
-                        1
-                    }
-                };
-                let numel =
-                    (0..rank).fold(1u64, |n, i| n.saturating_mul(dim(&cond, i).max(dim(v, i))));
-                numel.saturating_mul(dt.bits()).div_ceil(8)
-            };
-            Scratch {
-                before: vec![sel(&x), sel(&y)],
-                after: Vec::new(),
-            }
-        }
-        "Softmax" | "LogSoftmax" => {
-            let Some((dt, x)) = concrete(0) else {
-                return Scratch::default();
-            };
-            let rank = x.len() as i64;
-            let opset13 = graph.opset(ckpt_ir::ONNX_DOMAIN).unwrap_or(13) >= 13;
-            let axis = node.attr_i("axis").unwrap_or(if opset13 { -1 } else { 1 });
-            let axis = if axis < 0 { axis + rank } else { axis };
-            // Before opset 13 the input is coerced to 2-D at `axis`: no transpose.
-            if !opset13 || axis == rank - 1 || rank == 0 {
-                return Scratch::default();
-            }
-            let bytes = x
-                .iter()
-                .fold(1u64, |n, &d| n.saturating_mul(d))
-                .saturating_mul(dt.bits())
-                .div_ceil(8);
-            Scratch {
-                before: Vec::new(),
-                after: vec![bytes, bytes],
-            }
-        }
-        _ => Scratch::default(),
-    }
 }
 
 /// Node whose step is the peak, for reports.

@@ -5,8 +5,9 @@
 //! - **forward**: the loss's producer and all its ancestors; within it, **loss** phase is
 //!   the tail after the model proper: forward nodes downstream of a parameter-consuming
 //!   node and upstream of none.
-//! - **optimizer**: accumulator/optimizer ops that write parameter or gradient buffers
-//!   (InPlaceAccumulator*, *Optimizer, ZeroGradient) and everything downstream of them.
+//! - **optimizer**: the ops the registry marks as optimizer steps (accumulators, optimizers,
+//!   ZeroGradient: they write parameter or gradient buffers) and everything downstream of
+//!   them.
 //! - **backward**: every other node.
 //!
 //! Tensor kinds: gradients are graph outputs computed in backward or values fed to an
@@ -19,6 +20,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 
+use ckpt_ir::ops::{optimizer_step, OptimizerStep};
 use ckpt_ir::{Graph, NodeId, NodeOrigin, TensorId, TensorSource};
 
 /// Which part of the training step a node belongs to.
@@ -128,22 +130,6 @@ pub enum ClassifyError {
     LossNotOutput(String),
 }
 
-const OPTIMIZER_OPS: &[&str] = &[
-    "InPlaceAccumulator",
-    "InPlaceAccumulatorV2",
-    "ZeroGradient",
-    "AdamOptimizer",
-    "AdamWOptimizer",
-    "SGDOptimizer",
-    "SGDOptimizerV2",
-    "LambOptimizer",
-];
-
-fn is_optimizer_op(graph: &Graph, n: NodeId) -> bool {
-    let node = graph.node(n);
-    node.domain != ckpt_ir::ONNX_DOMAIN && OPTIMIZER_OPS.contains(&node.op_type.as_str())
-}
-
 /// Find the loss: the named output, or the first floating-point scalar output.
 pub fn find_loss(graph: &Graph, name: Option<&str>) -> Result<TensorId, ClassifyError> {
     if let Some(name) = name {
@@ -211,7 +197,7 @@ pub fn classify(graph: &Graph, loss: Option<&str>) -> Result<Classification, Cla
         .nodes()
         .iter()
         .copied()
-        .filter(|&n| is_optimizer_op(graph, n))
+        .filter(|&n| optimizer_step(graph, n).is_some())
         .collect();
     let optimizer = walk(graph, opt_roots.iter().copied(), false);
 
@@ -244,7 +230,7 @@ pub fn classify(graph: &Graph, loss: Option<&str>) -> Result<Classification, Cla
     let mut buffers: Vec<TensorId> = Vec::new();
     for &n in &opt_roots {
         let node = graph.node(n);
-        if node.op_type.starts_with("InPlaceAccumulator") {
+        if optimizer_step(graph, n) == Some(OptimizerStep::Accumulate) {
             if let Some(Some(buf)) = node.inputs.first() {
                 buffers.push(*buf);
             }

@@ -435,16 +435,6 @@ pub fn problem(graph: &Graph, sim: &Simulation, cands: &Candidates, arena_ceilin
     }
 }
 
-/// Ops whose outputs after the first are optional: a clone omits the ones nobody reads
-/// (an unread output would stay allocated to the end of the run).
-const OPTIONAL_OUTPUTS: &[&str] = &[
-    "LayerNormalization",
-    "SimplifiedLayerNormalization",
-    "Dropout",
-    "BatchNormalization",
-    "MaxPool",
-];
-
 /// Free tensor/node names: `base.recompute`, then `base.recompute2`, …
 fn fresh_name(graph: &Graph, taken: &BTreeSet<String>, base: &str) -> String {
     let mut name = format!("{base}.recompute");
@@ -641,7 +631,9 @@ impl Builder<'_> {
             });
             return;
         }
-        let optional_tail = OPTIONAL_OUTPUTS.contains(&node.op_type.as_str());
+        // Outputs after the first that are optional are omitted when nobody reads them (an
+        // unread output would stay allocated to the end of the run).
+        let optional_tail = ckpt_ir::ops::optional_tail(graph, m);
         let mut outputs: Vec<Option<TensorRef>> = Vec::with_capacity(node.outputs.len());
         for (slot, o) in node.outputs.iter().enumerate() {
             let kept = o.filter(|t| slot == 0 || !optional_tail || self.needed.contains(t));

@@ -9,7 +9,7 @@
 //! 1. **Node index** = position of the node in the `GraphProto.node` list *after removing
 //!    `Constant` nodes* (ORT's `Graph` constructor turns every `Constant` node into an
 //!    initializer before numbering nodes; their outputs are then initializers, i.e. they
-//!    are not edges). [`ort_node_indices`] computes this mapping.
+//!    are not edges). `memory::schedule` numbers a graph this way.
 //! 2. **Edges**: a node's input nodes are the producers of its input tensors, one entry per
 //!    consumed input slot (explicit inputs, plus implicit inputs of subgraph-holding nodes
 //!    such as `If`/`Loop`/`Scan`). Graph inputs, initializers and missing optional inputs
@@ -43,7 +43,7 @@
 use std::fmt;
 
 /// One node as ORT sees it; its index is its position in the slice, which must be its ORT
-/// node index (file position with `Constant` nodes removed, see [`ort_node_indices`]).
+/// node index (file position with `Constant` nodes removed).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OrderNode {
     /// Producer node index of each input slot, in slot order: explicit inputs, then
@@ -87,19 +87,8 @@ impl fmt::Display for ScheduleError {
 impl std::error::Error for ScheduleError {}
 
 /// ORT 1.31's default execution order: the node indices in the order the sequential
-/// executor runs them. Every node appears exactly once.
-///
-/// # Panics
-/// If a producer index is out of range or the graph has a cycle; use
-/// [`try_ort_default_order`] to get an error instead.
-pub fn ort_default_order(nodes: &[OrderNode]) -> Vec<usize> {
-    match try_ort_default_order(nodes) {
-        Ok(order) => order,
-        Err(e) => panic!("ort_default_order: {e}"),
-    }
-}
-
-/// [`ort_default_order`], reporting bad producer indices and cycles as errors.
+/// executor runs them. Every node appears exactly once; a producer index out of range or
+/// a cycle is an error.
 pub fn try_ort_default_order(nodes: &[OrderNode]) -> Result<Vec<usize>, ScheduleError> {
     let n = nodes.len();
     let mut has_consumer = vec![false; n];
@@ -171,32 +160,6 @@ pub fn try_ort_default_order(nodes: &[OrderNode]) -> Result<Vec<usize>, Schedule
     Ok(order)
 }
 
-/// ORT node index of each node of a `GraphProto.node` list: `Constant` nodes get none
-/// (ORT turns them into initializers), the others are numbered 0, 1, … in file order.
-pub fn ort_node_indices(is_constant: &[bool]) -> Vec<Option<usize>> {
-    let mut next = 0;
-    is_constant
-        .iter()
-        .map(|&c| {
-            if c {
-                None
-            } else {
-                next += 1;
-                Some(next - 1)
-            }
-        })
-        .collect()
-}
-
-/// Inverse of an order: `positions(order)[node] = step at which node runs`.
-pub fn positions(order: &[usize]) -> Vec<usize> {
-    let mut pos = vec![usize::MAX; order.len()];
-    for (step, &v) in order.iter().enumerate() {
-        pos[v] = step;
-    }
-    pos
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,6 +170,10 @@ mod tests {
             .collect()
     }
     const X: Option<usize> = None; // graph input / initializer
+
+    fn ort_default_order(nodes: &[OrderNode]) -> Vec<usize> {
+        try_ort_default_order(nodes).expect("an acyclic table with producers in range")
+    }
 
     // Every expected order below is what ORT 1.31.1 (CPU EP, levels disable and basic)
     // executed, read from its profile: scripts/ort_probe/hand_cases.py.
@@ -304,19 +271,6 @@ mod tests {
             try_ort_default_order(&g(&[&[Some(1)], &[Some(2)], &[Some(1)]])),
             Err(ScheduleError::Cycle { .. })
         ));
-    }
-
-    #[test]
-    fn constant_nodes_get_no_index() {
-        assert_eq!(
-            ort_node_indices(&[false, true, false, true, false]),
-            vec![Some(0), None, Some(1), None, Some(2)]
-        );
-    }
-
-    #[test]
-    fn positions_invert_the_order() {
-        assert_eq!(positions(&[2, 0, 1]), vec![1, 2, 0]);
     }
 
     /// Replays ORT profiles of random DAGs recorded by scripts/ort_probe/random_dags.py.

@@ -12,7 +12,7 @@ use ort::AsPointer;
 
 use crate::error::{Result, RuntimeError};
 use crate::locate::environment;
-use crate::session::Model;
+use crate::model::Model;
 
 static EXACT_ARENA: Mutex<()> = Mutex::new(());
 

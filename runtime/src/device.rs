@@ -7,7 +7,8 @@
 
 use crate::error::{Result, RuntimeError};
 use crate::measure::{allocator_stats, arena_allocator, stat};
-use crate::session::{feeds, with_session, Arena, Model, SessionConfig};
+use crate::model::Model;
+use crate::session::{feeds, with_session, Arena, SessionConfig};
 use crate::tensor::HostTensor;
 
 /// Arena statistics of several steps of one session.

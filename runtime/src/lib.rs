@@ -11,11 +11,11 @@ mod error;
 mod generate;
 mod locate;
 mod measure;
+mod model;
 mod model_ops;
 mod npy;
 mod session;
 mod tensor;
-mod validate;
 
 pub use compare::{compare, Comparison, OutputComparison, Tol, Tolerances};
 pub use device::{
@@ -30,10 +30,10 @@ pub use measure::{
 };
 
 /// ORT's arena granularity: every allocation is rounded up to this many bytes.
-pub const ALIGN_BYTES: u64 = 256;
+pub use ckpt_ir::ort::ALLOC_ALIGN as ALIGN_BYTES;
+/// ORT's name for the optimizer that would merge recompute clones back into their originals.
+pub use ckpt_ir::ort::CSE_OPTIMIZER;
+pub use model::Model;
 pub use npy::{encode_npy, read_npy, write_npy};
-pub use session::{
-    input_specs, run, Arena, InputSpec, Model, OptLevel, Provider, SessionConfig, CSE_OPTIMIZER,
-};
+pub use session::{input_specs, run, Arena, InputSpec, OptLevel, Provider, SessionConfig};
 pub use tensor::{DType, Element, HostTensor};
-pub use validate::{validate_pair, PairReport};

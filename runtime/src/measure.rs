@@ -15,7 +15,8 @@ use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, Memory
 use ort::session::Session;
 
 use crate::error::{Result, RuntimeError};
-use crate::session::{run_session, with_session, Model, Provider, SessionConfig};
+use crate::model::Model;
+use crate::session::{run_session, with_session, Provider, SessionConfig};
 use crate::tensor::HostTensor;
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

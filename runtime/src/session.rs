@@ -4,44 +4,18 @@
 
 use std::path::PathBuf;
 
+use ckpt_ir::normalise_domain;
+use ckpt_ir::ops::training_only;
+use ckpt_ir::ort::CSE_OPTIMIZER;
+
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 use ort::session::Session;
 
 use crate::error::{Result, RuntimeError};
 use crate::locate::environment;
+use crate::model::Model;
 use crate::model_ops::node_ops;
 use crate::tensor::{DType, HostTensor};
-
-/// ORT's name for the optimizer that would merge recompute clones back into their originals.
-pub const CSE_OPTIMIZER: &str = "CommonSubexpressionElimination";
-
-/// A serialized ONNX model and the label errors call it by (usually its file name).
-#[derive(Debug, Clone, Copy)]
-pub struct Model<'a> {
-    pub label: &'a str,
-    pub bytes: &'a [u8],
-}
-
-impl<'a> Model<'a> {
-    pub fn new(label: &'a str, bytes: &'a [u8]) -> Model<'a> {
-        Model { label, bytes }
-    }
-}
-
-impl<'a> From<&'a [u8]> for Model<'a> {
-    fn from(bytes: &'a [u8]) -> Model<'a> {
-        Model {
-            label: "<in-memory model>",
-            bytes,
-        }
-    }
-}
-
-impl<'a> From<&'a Vec<u8>> for Model<'a> {
-    fn from(bytes: &'a Vec<u8>) -> Model<'a> {
-        Model::from(bytes.as_slice())
-    }
-}
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -308,7 +282,7 @@ fn classify_create_error(model: Model<'_>, provider: Provider, e: ort::Error) ->
             .filter(|(domain, op)| {
                 !domain.is_empty()
                     && domain != "ai.onnx"
-                    && (is_training_op(domain, op) || mentions_op(&message, op))
+                    && (training_only(&normalise_domain(domain), op) || mentions_op(&message, op))
             })
             .map(|(domain, op)| {
                 if domain.is_empty() {
@@ -335,37 +309,6 @@ fn classify_create_error(model: Model<'_>, provider: Provider, e: ort::Error) ->
         model: model.label.to_string(),
         message,
     }
-}
-
-/// Ops that exist only in ORT builds with training enabled (gradient kernels, in-place optimizer updates).
-fn is_training_op(domain: &str, op: &str) -> bool {
-    const TRAINING_ONLY: &[&str] = &[
-        "InPlaceAccumulator",
-        "InPlaceAccumulatorV2",
-        "ZeroGradient",
-        "AdamOptimizer",
-        "AdamWOptimizer",
-        "SGDOptimizer",
-        "SGDOptimizerV2",
-        "LambOptimizer",
-        "SoftmaxCrossEntropyLossInternal",
-        "SoftmaxCrossEntropyLossInternalGrad",
-        "PassThrough",
-        "YieldOp",
-        "ConcatTraining",
-        "SplitTraining",
-        "BatchNormalizationInternal",
-        "DropoutGrad",
-        "BitmaskDropoutGrad",
-        "ReduceAllL2",
-        "MixedPrecisionScale",
-        "GatherElementsGrad",
-        "SliceGrad",
-        "ExpandGrad",
-        "FakeQuantGrad",
-    ];
-    (domain == "com.microsoft" || domain.starts_with("com.microsoft."))
-        && (op.ends_with("Grad") || TRAINING_ONLY.contains(&op))
 }
 
 fn mentions_op(message: &str, op: &str) -> bool {

@@ -5,10 +5,10 @@
 
 use crate::graph::Graph;
 use crate::ids::NodeId;
-use crate::shape::{Bindings, ShapeError};
+use crate::shape::Bindings;
 
-use super::ctx::FlopCtx;
-use super::infer::Types;
+use super::ctx::{FlopCtx, FlopError};
+use super::types::Types;
 use super::{op_def, FlopRule};
 
 /// Unary and binary elementwise ops (Add, Mul, Relu, Exp, Erf, Cast, Where, compare…),
@@ -68,21 +68,6 @@ pub const POOL: u64 = 1;
 pub const DATA_MOVEMENT: u64 = 1;
 /// Random generators, per output element.
 pub const RANDOM: u64 = 1;
-
-/// Why FLOPs could not be counted.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FlopError {
-    #[error("node {node} ({op}) is not in the op registry: no FLOP rule")]
-    NotInRegistry { node: String, op: String },
-    #[error("node {node}: tensor `{tensor}` has no inferred type")]
-    Untyped { node: String, tensor: String },
-    #[error("node {node}: {what} is absent")]
-    Missing { node: String, what: String },
-    #[error("node {node}: {source}")]
-    Shape { node: String, source: ShapeError },
-    #[error("node {node}: FLOP count overflows 64 bits")]
-    Overflow { node: String },
-}
 
 /// FLOPs of one execution of `node` under `b` (symbolic dims must be bound).
 pub fn flops(graph: &Graph, node: NodeId, types: &Types, b: &Bindings) -> Result<u64, FlopError> {

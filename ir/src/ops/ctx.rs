@@ -6,10 +6,9 @@ use std::cell::RefCell;
 use crate::dtype::DType;
 use crate::graph::{Graph, Node};
 use crate::ids::NodeId;
-use crate::shape::{Bindings, Dim, Shape};
+use crate::shape::{Bindings, Dim, Shape, ShapeError};
 
-use super::cost::FlopError;
-use super::infer::{TensorType, Types};
+use super::types::{TensorType, Types};
 use super::value::int_of;
 
 /// The node a shape rule is inferring, with its inputs' inferred types.
@@ -192,6 +191,21 @@ pub(crate) fn declared(ctx: &InferCtx<'_>) -> Result<Vec<Option<TensorType>>, St
         .collect()
 }
 
+/// Why FLOPs could not be counted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FlopError {
+    #[error("node {node} ({op}) is not in the op registry: no FLOP rule")]
+    NotInRegistry { node: String, op: String },
+    #[error("node {node}: tensor `{tensor}` has no inferred type")]
+    Untyped { node: String, tensor: String },
+    #[error("node {node}: {what} is absent")]
+    Missing { node: String, what: String },
+    #[error("node {node}: {source}")]
+    Shape { node: String, source: ShapeError },
+    #[error("node {node}: FLOP count overflows 64 bits")]
+    Overflow { node: String },
+}
+
 /// What a FLOP rule sees: the node and the inferred types under bindings.
 pub struct FlopCtx<'a> {
     pub graph: &'a Graph,
@@ -250,6 +264,14 @@ impl<'a> FlopCtx<'a> {
             node: self.label(),
             source: e,
         })
+    }
+
+    /// Checked sum of FLOP terms.
+    pub fn sum(&self, terms: &[u64]) -> Result<u64, FlopError> {
+        terms
+            .iter()
+            .try_fold(0u64, |acc, &t| acc.checked_add(t))
+            .ok_or_else(|| FlopError::Overflow { node: self.label() })
     }
 
     /// Checked product of FLOP factors.

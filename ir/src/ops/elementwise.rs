@@ -8,7 +8,8 @@ use crate::shape::{Dim, Shape};
 
 use super::cost;
 use super::ctx::{out_v, InferCtx};
-use super::infer::TensorType;
+use super::scratch::{bytes_of, Scratch, ScratchCtx};
+use super::types::TensorType;
 use super::value::{dim_of, int_of, MAX_VALUE_ELEMS};
 use super::{FlopRule, OpDef};
 
@@ -242,6 +243,32 @@ fn where_op(ctx: &InferCtx<'_>) -> Out {
     Ok(vec![out_v(ctx.dtype(1)?, shape, value)])
 }
 
+/// Where's kernel copies X and Y broadcast to the condition's shape (`X_selection`,
+/// `Y_selection`) before it allocates its output.
+fn where_scratch(ctx: &ScratchCtx<'_>) -> Scratch {
+    let (Some((_, cond)), Some((dt, x)), Some((_, y))) =
+        (ctx.concrete(0), ctx.concrete(1), ctx.concrete(2))
+    else {
+        return Scratch::default();
+    };
+    let sel = |v: &[u64]| -> u64 {
+        let rank = cond.len().max(v.len());
+        let dim = |s: &[u64], i: usize| {
+            if i + s.len() >= rank {
+                s[i + s.len() - rank]
+            } else {
+                1
+            }
+        };
+        let numel = (0..rank).fold(1u64, |n, i| n.saturating_mul(dim(&cond, i).max(dim(v, i))));
+        bytes_of(dt, numel)
+    };
+    Scratch {
+        before: vec![sel(&x), sel(&y)],
+        after: Vec::new(),
+    }
+}
+
 fn cast_value(v: Option<&Vec<Dim>>, to: DType) -> Option<Vec<Dim>> {
     let v = v?;
     match to {
@@ -307,6 +334,10 @@ pub(super) fn ops() -> Vec<OpDef> {
         "LeakyRelu",
         "Elu",
         "HardSigmoid",
+        "Selu",
+        "Celu",
+        "ThresholdedRelu",
+        "Shrink",
     ] {
         v.push(OpDef::onnx(op, 1, same_as_input, per).inplace(0, 0));
     }
@@ -329,13 +360,9 @@ pub(super) fn ops() -> Vec<OpDef> {
         "Atanh",
         "Sign",
         "Softsign",
-        "Selu",
-        "Celu",
         "HardSwish",
         "Mish",
-        "ThresholdedRelu",
         "BitwiseNot",
-        "Shrink",
     ] {
         v.push(OpDef::onnx(op, 1, same_as_input, per));
     }
@@ -379,8 +406,16 @@ pub(super) fn ops() -> Vec<OpDef> {
     for op in ["And", "Or", "Xor"] {
         v.push(OpDef::onnx(op, 1, logical, per));
     }
-    v.push(OpDef::onnx("Where", 9, where_op, per));
-    v.push(OpDef::onnx("Cast", 6, cast, per).inplace(0, 0));
+    v.push(
+        OpDef::onnx("Where", 9, where_op, per)
+            .scratch(where_scratch)
+            .pass_through(&[1, 2]),
+    );
+    v.push(
+        OpDef::onnx("Cast", 6, cast, per)
+            .inplace(0, 0)
+            .pass_through(&[0]),
+    );
     v.push(OpDef::onnx("CastLike", 15, cast_like, per));
     // Contrib activations (com.microsoft, version 1).
     v.push(OpDef::ms(

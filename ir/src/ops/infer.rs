@@ -8,68 +8,12 @@
 
 use crate::dtype::DType;
 use crate::graph::{Graph, TensorSource};
-use crate::ids::{NodeId, TensorId};
-use crate::shape::{Dim, Shape};
+use crate::ids::TensorId;
 
 use super::ctx::InferCtx;
 use super::op_def;
+use super::types::{TensorType, Types};
 use super::value::{constant_i64, dim_of, MAX_VALUE_ELEMS};
-
-/// The inferred type of one tensor.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TensorType {
-    pub dtype: DType,
-    pub shape: Shape,
-    /// The elements, row-major, for small integer and bool tensors whose contents are
-    /// known or computable from shapes (e.g. the output of `Shape`).
-    pub value: Option<Vec<Dim>>,
-}
-
-/// Inferred types, indexed by tensor.
-#[derive(Clone, Debug, Default)]
-pub struct Types {
-    types: Vec<Option<TensorType>>,
-    warnings: Vec<String>,
-    from_value_info: Vec<NodeId>,
-}
-
-impl Types {
-    pub fn get(&self, t: TensorId) -> Option<&TensorType> {
-        self.types.get(t.index()).and_then(|x| x.as_ref())
-    }
-
-    pub fn dtype(&self, t: TensorId) -> Option<DType> {
-        self.get(t).map(|x| x.dtype)
-    }
-
-    pub fn shape(&self, t: TensorId) -> Option<&Shape> {
-        self.get(t).map(|x| &x.shape)
-    }
-
-    /// Tracked elements of a small integer tensor.
-    pub fn value(&self, t: TensorId) -> Option<&[Dim]> {
-        self.get(t).and_then(|x| x.value.as_deref())
-    }
-
-    /// Every typed tensor with its type, in tensor order.
-    pub fn iter(&self) -> impl Iterator<Item = (TensorId, &TensorType)> + '_ {
-        self.types
-            .iter()
-            .enumerate()
-            .filter_map(|(i, t)| t.as_ref().map(|t| (TensorId(i as u32), t)))
-    }
-
-    /// Assumptions inference had to make (undecidable broadcasts, slices assumed in range,
-    /// dims it could not determine), each naming its node.
-    pub fn warnings(&self) -> &[String] {
-        &self.warnings
-    }
-
-    /// Nodes not in the registry, whose outputs were typed from value_info.
-    pub fn from_value_info(&self) -> &[NodeId] {
-        &self.from_value_info
-    }
-}
 
 /// Why inference stopped. Each names the node and op at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

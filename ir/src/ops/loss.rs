@@ -5,8 +5,8 @@ use crate::shape::Shape;
 
 use super::cost;
 use super::ctx::{out, InferCtx};
-use super::infer::TensorType;
-use super::{FlopRule, OpDef};
+use super::types::TensorType;
+use super::{FlopRule, IndexUse, OpDef};
 
 type Out = Result<Vec<Option<TensorType>>, String>;
 
@@ -45,27 +45,33 @@ pub(super) fn ops() -> Vec<OpDef> {
             12,
             softmax_cross_entropy,
             FlopRule::PerInput(0, cost::SOFTMAX_CROSS_ENTROPY),
-        ),
+        )
+        .index_use(IndexUse::Labels),
         OpDef::onnx(
             "NegativeLogLikelihoodLoss",
             12,
             nll,
             FlopRule::PerInput(1, cost::ELEMENTWISE),
-        ),
+        )
+        .index_use(IndexUse::Labels),
         OpDef::ms(
             "SoftmaxCrossEntropyLossInternal",
             softmax_cross_entropy,
             FlopRule::PerInput(0, cost::SOFTMAX_CROSS_ENTROPY),
-        ),
+        )
+        .index_use(IndexUse::Labels)
+        .training(),
         OpDef::ms(
             "SoftmaxCrossEntropyLossGrad",
             logits_grad,
             FlopRule::PerOutput(cost::SOFTMAX_CROSS_ENTROPY_GRAD),
-        ),
+        )
+        .training(),
         OpDef::ms(
             "SoftmaxCrossEntropyLossInternalGrad",
             logits_grad,
             FlopRule::PerOutput(cost::SOFTMAX_CROSS_ENTROPY_GRAD),
-        ),
+        )
+        .training(),
     ]
 }

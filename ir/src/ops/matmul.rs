@@ -4,9 +4,9 @@
 
 use crate::shape::{Dim, Shape};
 
-use super::cost::{self, FlopError};
-use super::ctx::{out, FlopCtx, InferCtx};
-use super::infer::TensorType;
+use super::cost;
+use super::ctx::{out, FlopCtx, FlopError, InferCtx};
+use super::types::TensorType;
 use super::value::int_of;
 use super::{FlopRule, OpDef};
 
@@ -437,7 +437,7 @@ pub(super) fn ops() -> Vec<OpDef> {
         OpDef::onnx("MatMul", 1, matmul, FlopRule::Custom(matmul_flops)),
         OpDef::onnx("Gemm", 1, gemm, FlopRule::Custom(gemm_flops)),
         OpDef::onnx("Conv", 1, conv, FlopRule::Custom(conv_flops)),
-        OpDef::onnx("MaxPool", 1, pool, FlopRule::Custom(pool_flops)),
+        OpDef::onnx("MaxPool", 1, pool, FlopRule::Custom(pool_flops)).optional_tail(),
         OpDef::onnx("AveragePool", 1, pool, FlopRule::Custom(pool_flops)),
         OpDef::onnx("LpPool", 1, pool, FlopRule::Custom(pool_flops)),
         OpDef::onnx(

@@ -2,8 +2,14 @@
 //!
 //! Each [`OpDef`] gives output dtypes and shapes (symbolic, see [`infer`]), a FLOP cost
 //! (constants in [`cost`]), the output that shares an input's buffer in ONNX Runtime's
-//! CPU execution provider ([`alias`]), and a recompute policy with its reason
-//! ([`policy`]). The table is an allowlist: an op that is not in it is
+//! CPU execution provider ([`alias`], [`may_inplace`]), the kernel's scratch
+//! ([`kernel_scratch`]), and a recompute policy with its reason ([`policy`]); and the
+//! facts other crates ask about an op: whether it exists only in ORT's training build
+//! ([`training_only`]), is an optimizer step ([`optimizer_step`]), has optional trailing
+//! outputs ([`optional_tail`]), passes an input's values through ([`pass_through`]),
+//! indexes another input with an integer one ([`index_use`]), draws random numbers from a
+//! `seed` attribute ([`seed_attr`]), or is folded into an initializer when ORT loads the
+//! model ([`folded_at_load`]). The table is an allowlist: an op that is not in it is
 //! [`Policy::Unknown`], never recomputed, and takes its shapes from value_info.
 //!
 //! One file per op family; [`registry`] concatenates them. Invariants: no two entries
@@ -14,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use crate::graph::{Graph, ONNX_DOMAIN};
-use crate::ids::NodeId;
+use crate::ids::{NodeId, TensorId};
 
 pub mod cost;
 mod ctx;
@@ -25,13 +31,17 @@ mod matmul;
 mod normalization;
 mod random;
 mod reduction;
+mod scratch;
 mod shape_ops;
 mod training;
+mod types;
 mod value;
 
-pub use cost::{flops, FlopError};
-pub use ctx::{FlopCtx, InferCtx};
-pub use infer::{infer, infer_into, InferError, TensorType, Types};
+pub use cost::flops;
+pub use ctx::{FlopCtx, FlopError, InferCtx};
+pub use infer::{infer, infer_into, InferError};
+pub use scratch::{kernel_scratch, Scratch, ScratchCtx, ScratchFn};
+pub use types::{TensorType, Types};
 pub use value::{constant_f64, constant_i64};
 
 /// The Microsoft contrib/training domain.
@@ -92,6 +102,34 @@ pub enum FlopRule {
     Custom(FlopFn),
 }
 
+/// The type of a random op's `seed` attribute (ONNX's Random* ops take a float, Dropout
+/// and ORT's dropouts an int).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeedAttr {
+    Int,
+    Float,
+}
+
+/// What an optimizer-step op updates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OptimizerStep {
+    /// Adds input 1 (a gradient) into input 0 (the accumulation buffer).
+    Accumulate,
+    /// Updates parameters or state read from its other operands.
+    Update,
+}
+
+/// How an op reads an integer input as positions into another input: what bounds the
+/// values an integer graph input may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IndexUse {
+    /// Input 1 indexes input 0 along the `axis` attribute (default 0): Gather,
+    /// GatherElements, ScatterElements.
+    Indices,
+    /// Input 1 holds class labels: positions on axis 1 of input 0 (the losses).
+    Labels,
+}
+
 /// One registry entry.
 #[derive(Clone, Debug)]
 pub struct OpDef {
@@ -111,7 +149,25 @@ pub struct OpDef {
     /// ONNX Runtime's planner gives the output the input's buffer when this node is the
     /// buffer's last reader and the sizes match (docs/ort-internals.md, rule 3.3).
     pub may_inplace: Option<(usize, usize)>,
+    /// Temporaries the kernel takes from the arena during its step; `None`: none measured.
+    pub scratch: Option<ScratchFn>,
     pub policy: PolicyRule,
+    /// The kernel exists only in ONNX Runtime builds with training enabled
+    /// (`orttraining/.../training_op_defs.cc`).
+    pub training_only: bool,
+    /// An optimizer step: updates parameters, optimizer state or gradient accumulators.
+    pub optimizer_step: Option<OptimizerStep>,
+    /// The outputs after the first are optional (the schema lets a node omit them).
+    pub optional_tail: bool,
+    /// Input slots whose values reach the outputs unchanged (reshaped, reordered, cast or
+    /// padded, but not computed on).
+    pub pass_through: &'static [usize],
+    pub index_use: Option<IndexUse>,
+    /// Draws random numbers seeded by a `seed` attribute of this type.
+    pub seed: Option<SeedAttr>,
+    /// ONNX Runtime turns the node into an initializer when it loads the model (it is
+    /// never an execution step).
+    pub folded_at_load: bool,
 }
 
 impl OpDef {
@@ -132,7 +188,15 @@ impl OpDef {
             flops,
             alias: None,
             may_inplace: None,
+            scratch: None,
             policy: PolicyRule::Fixed(Policy::Recomputable),
+            training_only: false,
+            optimizer_step: None,
+            optional_tail: false,
+            pass_through: &[],
+            index_use: None,
+            seed: None,
+            folded_at_load: false,
         }
     }
 
@@ -161,6 +225,46 @@ impl OpDef {
 
     pub(crate) fn inplace(mut self, out: usize, input: usize) -> OpDef {
         self.may_inplace = Some((out, input));
+        self
+    }
+
+    pub(crate) fn scratch(mut self, rule: ScratchFn) -> OpDef {
+        self.scratch = Some(rule);
+        self
+    }
+
+    pub(crate) fn training(mut self) -> OpDef {
+        self.training_only = true;
+        self
+    }
+
+    pub(crate) fn optimizer_step(mut self, s: OptimizerStep) -> OpDef {
+        self.optimizer_step = Some(s);
+        self
+    }
+
+    pub(crate) fn optional_tail(mut self) -> OpDef {
+        self.optional_tail = true;
+        self
+    }
+
+    pub(crate) fn pass_through(mut self, slots: &'static [usize]) -> OpDef {
+        self.pass_through = slots;
+        self
+    }
+
+    pub(crate) fn index_use(mut self, u: IndexUse) -> OpDef {
+        self.index_use = Some(u);
+        self
+    }
+
+    pub(crate) fn seed(mut self, s: SeedAttr) -> OpDef {
+        self.seed = Some(s);
+        self
+    }
+
+    pub(crate) fn folded_at_load(mut self) -> OpDef {
+        self.folded_at_load = true;
         self
     }
 
@@ -243,8 +347,7 @@ fn present_pair(
 ) -> Option<(usize, usize)> {
     let (o, i) = pair?;
     let n = graph.node(node);
-    let present =
-        |v: &Vec<Option<crate::ids::TensorId>>, k: usize| v.get(k).is_some_and(|t| t.is_some());
+    let present = |v: &Vec<Option<TensorId>>, k: usize| v.get(k).is_some_and(|t| t.is_some());
     (present(&n.outputs, o) && present(&n.inputs, i)).then_some((o, i))
 }
 
@@ -259,6 +362,49 @@ pub fn alias(graph: &Graph, node: NodeId) -> Option<(usize, usize)> {
 /// match (the caller's memory model decides that).
 pub fn may_inplace(graph: &Graph, node: NodeId) -> Option<(usize, usize)> {
     present_pair(graph, node, op_def(graph, node)?.may_inplace)
+}
+
+/// Whether `domain::op_type` exists only in ONNX Runtime's training build. Ops not in the
+/// registry follow ORT's naming: every com.microsoft `*Grad` kernel is a training kernel.
+pub fn training_only(domain: &str, op_type: &str) -> bool {
+    match lookup(domain, op_type, None) {
+        Some(d) => d.training_only,
+        None => domain == MS_DOMAIN && op_type.ends_with("Grad"),
+    }
+}
+
+/// What kind of optimizer step the node is, if it is one.
+pub fn optimizer_step(graph: &Graph, node: NodeId) -> Option<OptimizerStep> {
+    op_def(graph, node)?.optimizer_step
+}
+
+/// Whether the node's outputs after the first are optional: a copy of it may omit the
+/// ones nobody reads.
+pub fn optional_tail(graph: &Graph, node: NodeId) -> bool {
+    op_def(graph, node).is_some_and(|d| d.optional_tail)
+}
+
+/// Input slots of the node whose values reach its outputs unchanged (empty for ops not in
+/// the registry).
+pub fn pass_through(graph: &Graph, node: NodeId) -> &'static [usize] {
+    op_def(graph, node).map_or(&[], |d| d.pass_through)
+}
+
+/// How the node reads an integer input as positions into another input, if it does.
+pub fn index_use(graph: &Graph, node: NodeId) -> Option<IndexUse> {
+    op_def(graph, node)?.index_use
+}
+
+/// The type of `domain::op_type`'s `seed` attribute when it is a random op (the newest
+/// entry: seeds do not change type across opsets).
+pub fn seed_attr(domain: &str, op_type: &str) -> Option<SeedAttr> {
+    lookup(domain, op_type, None)?.seed
+}
+
+/// Whether ONNX Runtime folds the node into an initializer at load (`Constant`): it is
+/// never an execution step.
+pub fn folded_at_load(graph: &Graph, node: NodeId) -> bool {
+    op_def(graph, node).is_some_and(|d| d.folded_at_load)
 }
 
 #[cfg(test)]

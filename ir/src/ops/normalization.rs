@@ -4,12 +4,14 @@
 //! SkipSimplifiedLayerNormalization and BiasSoftmax.
 
 use crate::dtype::DType;
+use crate::graph::ONNX_DOMAIN;
 use crate::shape::{Dim, Shape};
 
 use super::cost;
 use super::ctx::{norm_axis, out, InferCtx};
 use super::elementwise::same_as_input;
-use super::infer::TensorType;
+use super::scratch::{bytes_of, Scratch, ScratchCtx};
+use super::types::TensorType;
 use super::{FlopRule, OpDef};
 
 type Out = Result<Vec<Option<TensorType>>, String>;
@@ -83,6 +85,28 @@ fn like_input(ctx: &InferCtx<'_>) -> Out {
     same_as_input(ctx)
 }
 
+/// Softmax / LogSoftmax over a non-last axis (opset 13 on) transpose the axis to the end
+/// through two input-sized temporaries, allocated after the output. Before opset 13 the
+/// input is coerced to 2-D at `axis`: no transpose.
+fn softmax_scratch(ctx: &ScratchCtx<'_>) -> Scratch {
+    let Some((dt, x)) = ctx.concrete(0) else {
+        return Scratch::default();
+    };
+    let rank = x.len() as i64;
+    let opset13 = ctx.graph.opset(ONNX_DOMAIN).unwrap_or(13) >= 13;
+    let node = ctx.graph.node(ctx.id);
+    let axis = node.attr_i("axis").unwrap_or(if opset13 { -1 } else { 1 });
+    let axis = if axis < 0 { axis + rank } else { axis };
+    if !opset13 || axis == rank - 1 || rank == 0 {
+        return Scratch::default();
+    }
+    let bytes = bytes_of(dt, x.iter().fold(1u64, |n, &d| n.saturating_mul(d)));
+    Scratch {
+        before: Vec::new(),
+        after: vec![bytes, bytes],
+    }
+}
+
 pub(super) fn ops() -> Vec<OpDef> {
     vec![
         OpDef::onnx(
@@ -91,32 +115,37 @@ pub(super) fn ops() -> Vec<OpDef> {
             same_as_input,
             FlopRule::PerOutput(cost::SOFTMAX),
         )
-        .inplace(0, 0),
+        .inplace(0, 0)
+        .scratch(softmax_scratch),
         OpDef::onnx(
             "LogSoftmax",
             1,
             same_as_input,
             FlopRule::PerOutput(cost::SOFTMAX),
         )
-        .inplace(0, 0),
+        .inplace(0, 0)
+        .scratch(softmax_scratch),
         OpDef::onnx(
             "LayerNormalization",
             1,
             layer_norm,
             FlopRule::PerOutput(cost::LAYER_NORM),
-        ),
+        )
+        .optional_tail(),
         OpDef::onnx(
             "SimplifiedLayerNormalization",
             1,
             simplified_layer_norm,
             FlopRule::PerOutput(cost::RMS_NORM),
-        ),
+        )
+        .optional_tail(),
         OpDef::onnx(
             "BatchNormalization",
             15,
             batch_norm,
             FlopRule::PerOutput(cost::LAYER_NORM),
-        ),
+        )
+        .optional_tail(),
         OpDef::onnx(
             "InstanceNormalization",
             6,

@@ -16,9 +16,9 @@ use crate::shape::{Dim, Shape};
 
 use super::cost;
 use super::ctx::{out, InferCtx};
-use super::infer::TensorType;
+use super::types::TensorType;
 use super::value::{constant_f64, constant_i64};
-use super::{FlopRule, OpDef, Policy};
+use super::{FlopRule, OpDef, Policy, SeedAttr};
 
 type Out = Result<Vec<Option<TensorType>>, String>;
 
@@ -134,30 +134,47 @@ pub(super) fn ops() -> Vec<OpDef> {
     let stochastic = Policy::Stochastic(RANDOM);
     vec![
         OpDef::onnx("Dropout", 1, dropout, FlopRule::PerOutput(cost::DROPOUT))
-            .dynamic(dropout_policy),
+            .dynamic(dropout_policy)
+            .optional_tail()
+            .seed(SeedAttr::Int),
         OpDef::ms(
             "BitmaskDropout",
             dropout,
             FlopRule::PerOutput(cost::DROPOUT),
         )
-        .dynamic(ms_dropout_policy),
+        .dynamic(ms_dropout_policy)
+        .seed(SeedAttr::Int),
         OpDef::ms(
             "BiasDropout",
             dropout,
             FlopRule::PerOutput(cost::BIAS_DROPOUT),
         )
-        .dynamic(bias_dropout_policy),
+        .dynamic(bias_dropout_policy)
+        .seed(SeedAttr::Int),
         OpDef::ms(
             "BitmaskBiasDropout",
             dropout,
             FlopRule::PerOutput(cost::BIAS_DROPOUT),
         )
-        .dynamic(bias_dropout_policy),
-        OpDef::onnx("RandomUniformLike", 1, random_like, per).policy(stochastic),
-        OpDef::onnx("RandomNormalLike", 1, random_like, per).policy(stochastic),
-        OpDef::onnx("RandomUniform", 1, random_shaped, per).policy(stochastic),
-        OpDef::onnx("RandomNormal", 1, random_shaped, per).policy(stochastic),
-        OpDef::onnx("Bernoulli", 15, random_like, per).policy(stochastic),
-        OpDef::onnx("Multinomial", 7, multinomial, per).policy(stochastic),
+        .dynamic(bias_dropout_policy)
+        .seed(SeedAttr::Int),
+        OpDef::onnx("RandomUniformLike", 1, random_like, per)
+            .policy(stochastic)
+            .seed(SeedAttr::Float),
+        OpDef::onnx("RandomNormalLike", 1, random_like, per)
+            .policy(stochastic)
+            .seed(SeedAttr::Float),
+        OpDef::onnx("RandomUniform", 1, random_shaped, per)
+            .policy(stochastic)
+            .seed(SeedAttr::Float),
+        OpDef::onnx("RandomNormal", 1, random_shaped, per)
+            .policy(stochastic)
+            .seed(SeedAttr::Float),
+        OpDef::onnx("Bernoulli", 15, random_like, per)
+            .policy(stochastic)
+            .seed(SeedAttr::Float),
+        OpDef::onnx("Multinomial", 7, multinomial, per)
+            .policy(stochastic)
+            .seed(SeedAttr::Float),
     ]
 }

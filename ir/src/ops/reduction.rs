@@ -6,7 +6,7 @@ use crate::shape::{Dim, Shape};
 
 use super::cost;
 use super::ctx::{norm_axis, out_v, InferCtx};
-use super::infer::TensorType;
+use super::types::TensorType;
 use super::value::int_of;
 use super::{FlopRule, OpDef};
 

@@ -14,9 +14,9 @@ use crate::shape::{Dim, Shape};
 
 use super::cost;
 use super::ctx::{declared, norm_axis, out, out_v, InferCtx};
-use super::infer::TensorType;
+use super::types::TensorType;
 use super::value::{constant_node_value, dim_of, int_of, ConstData};
-use super::{FlopRule, OpDef};
+use super::{FlopRule, IndexUse, OpDef};
 
 type Out = Result<Vec<Option<TensorType>>, String>;
 
@@ -676,42 +676,56 @@ pub(super) fn ops() -> Vec<OpDef> {
     vec![
         OpDef::onnx("Shape", 1, shape_op, z),
         OpDef::onnx("Size", 1, size_op, z),
-        OpDef::onnx("Identity", 1, identity, z).alias(0, 0),
-        OpDef::onnx("Reshape", 1, reshape, z).alias(0, 0),
-        OpDef::onnx("Flatten", 1, flatten, z).alias(0, 0),
-        OpDef::onnx("Squeeze", 1, squeeze, z).alias(0, 0),
-        OpDef::onnx("Unsqueeze", 1, unsqueeze, z).alias(0, 0),
+        OpDef::onnx("Identity", 1, identity, z)
+            .alias(0, 0)
+            .pass_through(&[0]),
+        OpDef::onnx("Reshape", 1, reshape, z)
+            .alias(0, 0)
+            .pass_through(&[0]),
+        OpDef::onnx("Flatten", 1, flatten, z)
+            .alias(0, 0)
+            .pass_through(&[0]),
+        OpDef::onnx("Squeeze", 1, squeeze, z)
+            .alias(0, 0)
+            .pass_through(&[0]),
+        OpDef::onnx("Unsqueeze", 1, unsqueeze, z)
+            .alias(0, 0)
+            .pass_through(&[0]),
         OpDef::onnx(
             "Transpose",
             1,
             transpose,
             FlopRule::PerOutput(cost::DATA_MOVEMENT),
-        ),
+        )
+        .pass_through(&[0]),
         OpDef::onnx(
             "Concat",
             4,
             concat,
             FlopRule::PerOutput(cost::DATA_MOVEMENT),
-        ),
+        )
+        .pass_through(&[0]),
         OpDef::onnx(
             "Split",
             2,
             split,
             FlopRule::PerInput(0, cost::DATA_MOVEMENT),
         ),
-        OpDef::onnx("Slice", 1, slice, FlopRule::PerOutput(cost::DATA_MOVEMENT)),
+        OpDef::onnx("Slice", 1, slice, FlopRule::PerOutput(cost::DATA_MOVEMENT)).pass_through(&[0]),
         OpDef::onnx(
             "Gather",
             1,
             gather,
             FlopRule::PerOutput(cost::DATA_MOVEMENT),
-        ),
+        )
+        .index_use(IndexUse::Indices),
         OpDef::onnx(
             "GatherElements",
             11,
             gather_elements,
             FlopRule::PerOutput(cost::DATA_MOVEMENT),
-        ),
+        )
+        .index_use(IndexUse::Indices),
         OpDef::onnx(
             "GatherND",
             11,
@@ -723,7 +737,9 @@ pub(super) fn ops() -> Vec<OpDef> {
             11,
             like_data,
             FlopRule::PerOutput(cost::DATA_MOVEMENT),
-        ),
+        )
+        .inplace(0, 0)
+        .index_use(IndexUse::Indices),
         OpDef::onnx(
             "ScatterND",
             11,
@@ -742,22 +758,24 @@ pub(super) fn ops() -> Vec<OpDef> {
             8,
             expand,
             FlopRule::PerOutput(cost::DATA_MOVEMENT),
-        ),
+        )
+        .pass_through(&[0]),
         OpDef::onnx("Tile", 6, tile, FlopRule::PerOutput(cost::DATA_MOVEMENT)),
-        OpDef::onnx("Pad", 2, pad, FlopRule::PerOutput(cost::DATA_MOVEMENT)),
+        OpDef::onnx("Pad", 2, pad, FlopRule::PerOutput(cost::DATA_MOVEMENT)).pass_through(&[0]),
         OpDef::onnx(
             "Trilu",
             14,
             like_data,
             FlopRule::PerOutput(cost::ELEMENTWISE),
-        ),
+        )
+        .inplace(0, 0),
         OpDef::onnx(
             "ConstantOfShape",
             9,
             constant_of_shape,
             FlopRule::PerOutput(cost::DATA_MOVEMENT),
         ),
-        OpDef::onnx("Constant", 1, constant, z),
+        OpDef::onnx("Constant", 1, constant, z).folded_at_load(),
         OpDef::onnx("Range", 11, range, FlopRule::PerOutput(cost::ELEMENTWISE)),
         OpDef::onnx(
             "EyeLike",

@@ -3,7 +3,7 @@
 //! gradients, gather/slice gradients, ConcatTraining, accumulators, YieldOp, optimizers
 //! and collectives.
 //!
-//! Accumulators, optimizers, collectives and control ops are `Stateful`: they write a
+//! Every entry here exists only in ORT's training build. Accumulators, optimizers, collectives and control ops are `Stateful`: they write a
 //! buffer the caller owns or synchronise with the outside. InPlaceAccumulator(V2) and
 //! ZeroGradient alias their buffer (`.Alias(0, 0)` / `.Alias(0, 1)` in
 //! `orttraining/training_ops/cpu/optimizer/gradient_control.cc`).
@@ -12,9 +12,9 @@ use crate::dtype::DType;
 use crate::shape::{Dim, Shape};
 
 use super::cost;
-use super::ctx::{declared, out, InferCtx};
-use super::infer::TensorType;
-use super::{FlopRule, OpDef, Policy};
+use super::ctx::{declared, out, FlopCtx, FlopError, InferCtx};
+use super::types::TensorType;
+use super::{FlopRule, OpDef, OptimizerStep, Policy};
 
 type Out = Result<Vec<Option<TensorType>>, String>;
 
@@ -104,6 +104,77 @@ fn yield_op(ctx: &InferCtx<'_>) -> Out {
             Ok(out(x.dtype, shape))
         })
         .collect()
+}
+
+/// ExpandGrad (dY, X_shape): dX shaped by the value of X_shape, in dY's dtype.
+fn expand_grad(ctx: &InferCtx<'_>) -> Out {
+    shaped_by_value(ctx, 1, 0)
+}
+
+/// BatchNormalizationInternal (X, scale, B, input_mean, input_var): Y like X, then the
+/// running mean and variance and the saved mean and inverse std, shaped like the scale,
+/// in the dtype of input_mean.
+fn batch_norm_internal(ctx: &InferCtx<'_>) -> Out {
+    let x = ctx.input(0)?;
+    let c = ctx.shape(1)?.clone();
+    let mut v = vec![out(x.dtype, x.shape.clone())];
+    for _ in 1..ctx.n_outputs() {
+        v.push(out(ctx.dtype(3)?, c.clone()));
+    }
+    Ok(v)
+}
+
+/// ReduceAllL2 (X…): one scalar, the L2 norm over every input. Its dtype (`TOut`) is not
+/// fixed by the inputs: value_info's when declared, else input 0's.
+fn reduce_all_l2(ctx: &InferCtx<'_>) -> Out {
+    let declared = ctx.node.outputs[0].and_then(|t| ctx.graph.tensor(t).dtype);
+    let dtype = match declared {
+        Some(d) => d,
+        None => {
+            ctx.warn("output dtype not declared: assumed like input 0".to_string());
+            ctx.dtype(0)?
+        }
+    };
+    Ok(vec![out(dtype, Shape(Vec::new()))])
+}
+
+/// MixedPrecisionScale (S, X…): each X scaled by S and cast to `to`; with
+/// `fuse_outputs`, one 1-D output holding every element.
+fn mixed_precision_scale(ctx: &InferCtx<'_>) -> Out {
+    let code = ctx
+        .attr_i("to")
+        .ok_or("MixedPrecisionScale has no `to` attribute")?;
+    let to = DType::from_code(code as i32).ok_or_else(|| format!("unknown dtype code {code}"))?;
+    if ctx.attr_i("fuse_outputs").unwrap_or(0) != 0 {
+        let mut total = Dim::Known(0);
+        for i in 1..ctx.n_inputs() {
+            total = total.add(&ctx.shape(i)?.numel());
+        }
+        return Ok(vec![out(to, Shape(vec![total]))]);
+    }
+    (1..ctx.n_inputs())
+        .map(|i| Ok(out(to, ctx.shape(i)?.clone())))
+        .collect()
+}
+
+/// FLOPs of the variadic ops: `k` per element of every input from `first` on.
+fn per_variadic_input(ctx: &FlopCtx<'_>, first: usize, k: u64) -> Result<u64, FlopError> {
+    let mut terms = Vec::new();
+    for i in (first..ctx.node.inputs.len()).filter(|&i| ctx.has_input(i)) {
+        let n = ctx.numel(ctx.in_shape(i)?)?;
+        terms.push(ctx.product(&[n, k])?);
+    }
+    ctx.sum(&terms)
+}
+
+/// ReduceAllL2: a square and an add per element of every input.
+fn reduce_all_l2_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
+    per_variadic_input(ctx, 0, 2 * cost::REDUCTION)
+}
+
+/// MixedPrecisionScale: a multiply (and the cast) per element of every scaled input.
+fn mixed_precision_scale_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
+    per_variadic_input(ctx, 1, cost::ELEMENTWISE)
 }
 
 fn split_training(ctx: &InferCtx<'_>) -> Out {
@@ -225,17 +296,46 @@ pub(super) fn ops() -> Vec<OpDef> {
             FlopRule::PerInput(1, cost::ELEMENTWISE),
         )
         .alias(1, 0)
-        .policy(accumulate),
+        .policy(accumulate)
+        .optimizer_step(OptimizerStep::Accumulate),
         OpDef::ms(
             "InPlaceAccumulator",
             like_dy,
             FlopRule::PerInput(1, cost::ELEMENTWISE),
         )
         .alias(0, 0)
-        .policy(accumulate),
+        .policy(accumulate)
+        .optimizer_step(OptimizerStep::Accumulate),
         OpDef::ms("ZeroGradient", like_dy, FlopRule::Zero)
             .alias(0, 0)
-            .policy(accumulate),
+            .policy(accumulate)
+            .optimizer_step(OptimizerStep::Update),
+        OpDef::ms(
+            "ExpandGrad",
+            expand_grad,
+            FlopRule::PerInput(0, cost::REDUCTION),
+        ),
+        OpDef::ms(
+            "FakeQuantGrad",
+            like_dy,
+            FlopRule::PerOutput(cost::ELEMENTWISE),
+        ),
+        OpDef::ms(
+            "BatchNormalizationInternal",
+            batch_norm_internal,
+            FlopRule::PerOutput(cost::LAYER_NORM),
+        )
+        .optional_tail(),
+        OpDef::ms(
+            "ReduceAllL2",
+            reduce_all_l2,
+            FlopRule::Custom(reduce_all_l2_flops),
+        ),
+        OpDef::ms(
+            "MixedPrecisionScale",
+            mixed_precision_scale,
+            FlopRule::Custom(mixed_precision_scale_flops),
+        ),
         OpDef::ms("YieldOp", yield_op, FlopRule::Zero).policy(control),
     ];
     for op in [
@@ -246,7 +346,13 @@ pub(super) fn ops() -> Vec<OpDef> {
         "LambOptimizer",
         "ClipGradNorm",
     ] {
-        v.push(OpDef::ms(op, declared, FlopRule::Zero).policy(optimizer));
+        let def = OpDef::ms(op, declared, FlopRule::Zero).policy(optimizer);
+        // ClipGradNorm rescales gradients before the step; it updates no state.
+        v.push(if op == "ClipGradNorm" {
+            def
+        } else {
+            def.optimizer_step(OptimizerStep::Update)
+        });
     }
     for op in [
         "NcclAllReduce",
@@ -276,5 +382,5 @@ pub(super) fn ops() -> Vec<OpDef> {
     for op in ["PythonOp", "PythonOpGrad"] {
         v.push(OpDef::ms(op, declared, FlopRule::Zero).policy(python));
     }
-    v
+    v.into_iter().map(OpDef::training).collect()
 }

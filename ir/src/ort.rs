@@ -1,0 +1,18 @@
+//! Facts about ONNX Runtime itself (not about one kernel), said once for every crate:
+//! the arena's allocation granularity and the optimizer a recompute rewrite must switch off.
+
+/// ORT's arena rounds every allocation up to this many bytes (`kAllocAlignment` in
+/// `core/framework/allocator.h`); a liveness simulation rounds the same way.
+pub const ALLOC_ALIGN: u64 = 256;
+
+/// ORT's name for the graph optimizer that would merge recompute clones back into their
+/// originals (common-subexpression elimination).
+pub const CSE_OPTIMIZER: &str = "CommonSubexpressionElimination";
+
+/// The session config key that lists optimizers ORT must not run (comma-separated names).
+pub const DISABLE_OPTIMIZERS_KEY: &str = "optimization.disable_specified_optimizers";
+
+/// `bytes` rounded up as ORT's arena rounds a request.
+pub fn alloc_rounded(bytes: u64) -> u64 {
+    bytes.div_ceil(ALLOC_ALIGN) * ALLOC_ALIGN
+}
