@@ -1,5 +1,6 @@
 //! Snapshots of rewritten graphs: each std fixture at two ceilings (95% and 90% of its
 //! predicted total), printed in schedule order with phases; a refusal prints its diagnosis.
+//! One case per test, one snapshot per case: `rewrite__<fixture>__ceiling_<pct>pct.snap`.
 
 mod common;
 
@@ -12,19 +13,65 @@ fn job(path: &std::path::Path, ceiling: u64) -> Job {
     plan_job(path, ceiling, 120)
 }
 
+/// The std fixture `name` planned at `pct`% of its predicted total, snapshotted.
+fn case(name: &str, pct: u64) {
+    let f = std_fixtures()
+        .into_iter()
+        .find(|f| f.name == name)
+        .unwrap_or_else(|| panic!("no std fixture {name}"));
+    let g = import_file(&f.path).unwrap();
+    let total = ckpt_opt::optimize::analyse(g.clone(), &Bindings::new(), None, Optimizer::None, 32)
+        .unwrap()
+        .ledger
+        .total_bytes;
+    let ceiling = total * pct / 100;
+    let text = outcome_text(&plan(&job(&f.path, ceiling), g).unwrap(), ceiling);
+    insta::with_settings!({ prepend_module_to_snapshot => false }, {
+        insta::assert_snapshot!(format!("rewrite__{name}__ceiling_{pct}pct"), text);
+    });
+}
+
+macro_rules! cases {
+    ($($fixture:ident),* $(,)?) => {
+        /// The fixtures the cases cover.
+        const FIXTURES: &[&str] = &[$(stringify!($fixture)),*];
+        $(
+            mod $fixture {
+                #[test]
+                fn ceiling_95pct() {
+                    super::case(stringify!($fixture), 95);
+                }
+                #[test]
+                fn ceiling_90pct() {
+                    super::case(stringify!($fixture), 90);
+                }
+            }
+        )*
+    };
+}
+
+cases!(
+    gpt2_d01_aot,
+    gpt2_d01_makefx,
+    gpt2_d0_aot,
+    gpt2_d0_makefx,
+    hfgpt2_d01_aot,
+    hfgpt2_d01_makefx,
+    hfgpt2_d0_aot,
+    hfgpt2_d0_makefx,
+    mlp_d01_aot,
+    mlp_d01_makefx,
+    mlp_d0_aot,
+    mlp_d0_makefx,
+    gpt2_4l_train,
+);
+
+/// Every std fixture of the manifest has its two cases.
 #[test]
-fn rewritten_graphs_of_every_std_fixture_at_two_ceilings() {
-    for f in std_fixtures() {
-        let g = import_file(&f.path).unwrap();
-        let total =
-            ckpt_opt::optimize::analyse(g.clone(), &Bindings::new(), None, Optimizer::None, 32)
-                .unwrap()
-                .ledger
-                .total_bytes;
-        for pct in [95u64, 90] {
-            let ceiling = total * pct / 100;
-            let text = outcome_text(&plan(&job(&f.path, ceiling), g.clone()).unwrap(), ceiling);
-            insta::assert_snapshot!(format!("rewrite_{}_{pct}", f.name), text);
-        }
-    }
+fn every_std_fixture_has_cases() {
+    let mut names: Vec<String> = std_fixtures().into_iter().map(|f| f.name).collect();
+    names.sort();
+    let mut covered: Vec<String> = FIXTURES.iter().map(|s| s.to_string()).collect();
+    covered.sort();
+    assert_eq!(names, covered);
 }

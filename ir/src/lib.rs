@@ -4,7 +4,7 @@
 //! dtypes and symbolic shapes); `export` writes it back, losslessly for everything no
 //! patch changed; [`Patch`] is the only way to change a graph's structure, and
 //! [`verify`] checks the invariants after each one; [`print_graph`] is the stable text
-//! form snapshot tests compare.
+//! form snapshot tests compare, and [`parse_graph`] reads it back (test graphs are text).
 
 /// The ONNX protobuf messages, generated from `proto/onnx.proto`.
 #[allow(clippy::all, missing_docs)]
@@ -21,6 +21,7 @@ mod ids;
 mod import;
 pub mod ops;
 pub mod ort;
+mod parse;
 mod patch;
 pub mod profile;
 mod shape;
@@ -35,10 +36,11 @@ pub use graph::{
 };
 pub use ids::{NodeId, TensorId};
 pub use import::{import_bytes, import_file, import_model, MAX_IR_VERSION};
+pub use parse::{parse_graph, ParseError};
 pub use patch::{Applied, Move, NewNode, NewTensor, Patch, PatchError, Rewire, TensorRef};
 pub use profile::Profile;
 pub use shape::{Bindings, Dim, Poly, Shape, ShapeError};
-pub use text::{print_graph, print_graph_with, type_str};
+pub use text::{print_graph, print_graph_with, print_patch, type_str, Numbering};
 pub use verify::verify;
 
 pub use bytes::Bytes;

@@ -315,54 +315,15 @@ fn value_info_like(graph: &Graph, like: TensorId, name: &str) -> Option<onnx::Va
     Some(vi)
 }
 
+/// The patch against no graph: existing tensors by [`TensorId`] (`%154`), new ones `new0`…
+/// (the text form's module doc says when these are the printer's numbers);
+/// [`crate::print_patch`] prints against a graph's numbering.
 impl fmt::Display for Patch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "patch {:?}", self.label)?;
-        let r = |t: &Option<TensorRef>| match t {
-            Some(TensorRef::Existing(t)) => t.to_string(),
-            Some(TensorRef::New(i)) => format!("new{i}"),
-            None => "_".to_string(),
+        let name = |t: TensorRef| match t {
+            TensorRef::Existing(t) => t.to_string(),
+            TensorRef::New(i) => format!("new{i}"),
         };
-        for (i, t) in self.tensors.iter().enumerate() {
-            writeln!(f, "  tensor new{i} {:?} like {}", t.name, t.like)?;
-        }
-        for n in &self.nodes {
-            let ins: Vec<String> = n.inputs.iter().map(r).collect();
-            let outs: Vec<String> = n.outputs.iter().map(r).collect();
-            writeln!(
-                f,
-                "  node {:?} = copy of {}({}) -> {} before {}",
-                n.name,
-                n.copy_of,
-                ins.join(", "),
-                outs.join(", "),
-                n.before
-            )?;
-        }
-        for m in &self.moves {
-            let ins: Vec<String> = m.inputs.iter().map(r).collect();
-            writeln!(
-                f,
-                "  move {}({}) before {} after new node #{}",
-                m.node,
-                ins.join(", "),
-                m.before,
-                m.after_new
-            )?;
-        }
-        for w in &self.rewires {
-            writeln!(
-                f,
-                "  rewire {}[{}]: {} -> {}",
-                w.node,
-                w.slot,
-                w.from,
-                r(&Some(w.to))
-            )?;
-        }
-        for (k, v) in &self.metadata {
-            writeln!(f, "  metadata {k:?} = {v:?}")?;
-        }
-        Ok(())
+        crate::text::write_patch(f, self, &name)
     }
 }

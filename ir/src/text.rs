@@ -1,26 +1,90 @@
-//! The stable text form of a [`Graph`].
+//! The stable text form of a [`Graph`], which [`crate::parse_graph`] reads back.
 //!
 //! One line per fact, deterministic: tensors are renumbered in print order (graph inputs,
 //! initializers, then node outputs in node order), attributes are sorted by name, every
-//! tensor shows its dtype and shape. Nodes print in file order, or in any order the caller
-//! gives (a schedule), with an optional note per node (a phase).
+//! tensor shows its dtype and shape (`?` for an unknown dtype, `[?]` for an unknown rank,
+//! symbols and symbolic expressions for symbolic dims). Nodes print in file order, or in any
+//! order the caller gives (a schedule), with an optional note per node (a phase) after their
+//! id and name. Up to 8 values of a constant (an initializer, a tensor attribute) print
+//! after it; larger constants print their type only.
 //!
 //! ```text
 //! ir_version 10
 //! opset ai.onnx 20
 //! input %0 "x": f32[8,32]
-//! init %1 "w": f32[64,32]
-//! %2 "h": f32[8,64] = MatMul(%0, %1)  # n0 "mm"
-//! output %2
+//! input+init %1 "scale": f32[] = [0.5]
+//! init %2 "w": f32[64,32]
+//! %3 "h": f32[8,64] = MatMul(%0, %2)  # n0 "mm"
+//! output %3 "h"
 //! ```
+//!
+//! One numbering: a [`Numbering`] is the `%N` of every tensor in one print of one graph in
+//! one order. The printer uses it, and a patch prints against it with [`print_patch`], so a
+//! snapshot that shows a patch and the graph it produced names each tensor once: print the
+//! patch against the rewritten graph in the order the graph is printed, and the patch's new
+//! tensors show with the numbers the graph gives them. A patch's own `Display`, which knows
+//! no graph, names existing tensors by [`TensorId`] and new ones `new0`, `new1`…: for a graph
+//! that was imported or parsed and is printed in file order, a tensor's id is its print
+//! number, so this is the numbering of the graph the patch applies to.
+//!
+//! Node ids (`n7`) are a graph's own and are printed as they are, not renumbered: they are
+//! what patches and diagnostics name. The parser gives each node the id it was printed with.
 
 use std::collections::HashMap;
-use std::fmt::Write;
+use std::fmt::{self, Write};
 
 use crate::dtype::DType;
 use crate::graph::{Graph, InitData, TensorSource};
 use crate::ids::{NodeId, TensorId};
 use crate::onnx;
+use crate::patch::{Patch, TensorRef};
+
+/// At most this many values of a constant are printed.
+pub(crate) const MAX_VALUES: usize = 8;
+
+/// The `%N` of each tensor in the text form of a graph printed in a given node order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Numbering {
+    num: HashMap<TensorId, usize>,
+}
+
+impl Numbering {
+    /// The numbering [`print_graph_with`] uses for `graph` in `order`: graph inputs,
+    /// initializers, node outputs in `order`, then graph outputs not yet numbered.
+    pub fn new(graph: &Graph, order: &[NodeId]) -> Numbering {
+        let mut n = Numbering::default();
+        for &t in graph.inputs() {
+            n.number(t);
+        }
+        for t in graph.initializers() {
+            n.number(t);
+        }
+        for &id in order {
+            for t in graph.node(id).output_tensors() {
+                n.number(t);
+            }
+        }
+        for &t in graph.outputs() {
+            n.number(t);
+        }
+        n
+    }
+
+    /// The numbering of `graph` printed in file order.
+    pub fn file_order(graph: &Graph) -> Numbering {
+        Numbering::new(graph, graph.nodes())
+    }
+
+    fn number(&mut self, t: TensorId) -> usize {
+        let next = self.num.len();
+        *self.num.entry(t).or_insert(next)
+    }
+
+    /// The print number of `t`, if it is printed.
+    pub fn get(&self, t: TensorId) -> Option<usize> {
+        self.num.get(&t).copied()
+    }
+}
 
 /// The text form in file order.
 pub fn print_graph(graph: &Graph) -> String {
@@ -34,13 +98,24 @@ pub fn print_graph_with(
     note: &dyn Fn(NodeId) -> Option<String>,
 ) -> String {
     let mut out = String::new();
-    let mut num: HashMap<TensorId, usize> = HashMap::new();
-    let mut next = 0usize;
-    let mut number = |t: TensorId, num: &mut HashMap<TensorId, usize>| -> usize {
-        *num.entry(t).or_insert_with(|| {
-            next += 1;
-            next - 1
+    let num = Numbering::new(graph, order);
+    let n = |t: TensorId| num.get(t).unwrap_or(usize::MAX);
+    let protos: HashMap<&str, &onnx::TensorProto> = graph
+        .model()
+        .graph
+        .as_ref()
+        .map(|g| {
+            g.initializer
+                .iter()
+                .filter_map(|i| i.name.as_deref().map(|name| (name, i)))
+                .collect()
         })
+        .unwrap_or_default();
+    let init_values = |t: TensorId| {
+        protos
+            .get(graph.tensor(t).name.as_str())
+            .and_then(|p| small_values(p, p.data_type.and_then(DType::from_code)))
+            .map_or(String::new(), |v| format!(" = {v}"))
     };
 
     let _ = writeln!(out, "ir_version {}", graph.ir_version());
@@ -50,20 +125,24 @@ pub fn print_graph_with(
         let _ = writeln!(out, "opset {d} {v}");
     }
     for &t in graph.inputs() {
-        let n = number(t, &mut num);
         let tensor = graph.tensor(t);
-        let kw = if tensor.is_initializer() {
-            "input+init"
+        let (kw, values) = if tensor.is_initializer() {
+            ("input+init", init_values(t))
         } else {
-            "input"
+            ("input", String::new())
         };
-        let _ = writeln!(out, "{kw} %{n} {:?}: {}", tensor.name, type_str(graph, t));
+        let _ = writeln!(
+            out,
+            "{kw} %{} {:?}: {}{values}",
+            n(t),
+            tensor.name,
+            type_str(graph, t)
+        );
     }
     for t in graph.initializers() {
-        if num.contains_key(&t) {
+        if graph.inputs().contains(&t) {
             continue;
         }
-        let n = number(t, &mut num);
         let tensor = graph.tensor(t);
         let ext = match &tensor.source {
             TensorSource::Initializer {
@@ -80,42 +159,47 @@ pub fn print_graph_with(
                     length.map_or("?".to_string(), |l| l.to_string())
                 )
             }
-            _ => String::new(),
+            _ => init_values(t),
         };
         let _ = writeln!(
             out,
-            "init %{n} {:?}: {}{ext}",
+            "init %{} {:?}: {}{ext}",
+            n(t),
             tensor.name,
             type_str(graph, t)
         );
     }
+    let mut defined: std::collections::HashSet<TensorId> = graph
+        .inputs()
+        .iter()
+        .copied()
+        .chain(graph.initializers())
+        .collect();
     for &id in order {
         let node = graph.node(id);
-        let mut outs = Vec::new();
-        for o in &node.outputs {
-            match o {
-                Some(t) => {
-                    let n = number(*t, &mut num);
-                    outs.push(format!(
-                        "%{n} {:?}: {}",
-                        graph.tensor(*t).name,
-                        type_str(graph, *t)
-                    ));
-                }
-                None => outs.push("_".to_string()),
-            }
-        }
+        let outs: Vec<String> = node
+            .outputs
+            .iter()
+            .map(|o| match o {
+                Some(t) => format!(
+                    "%{} {:?}: {}",
+                    n(*t),
+                    graph.tensor(*t).name,
+                    type_str(graph, *t)
+                ),
+                None => "_".to_string(),
+            })
+            .collect();
         let ins: Vec<String> = node
             .inputs
             .iter()
             .map(|i| match i {
-                Some(t) => match num.get(t) {
-                    Some(n) => format!("%{n}"),
-                    None => format!("%?{:?}", graph.tensor(*t).name),
-                },
+                Some(t) if defined.contains(t) => format!("%{}", n(*t)),
+                Some(t) => format!("%?{:?}", graph.tensor(*t).name),
                 None => "_".to_string(),
             })
             .collect();
+        defined.extend(node.output_tensors());
         let mut attrs: Vec<&onnx::AttributeProto> = node.attributes().iter().collect();
         attrs.sort_by(|a, b| a.name.cmp(&b.name));
         let attr_text = if attrs.is_empty() {
@@ -144,10 +228,90 @@ pub fn print_graph_with(
         out.push('\n');
     }
     for &t in graph.outputs() {
-        let n = number(t, &mut num);
-        let _ = writeln!(out, "output %{n} {:?}", graph.tensor(t).name);
+        let _ = writeln!(out, "output %{} {:?}", n(t), graph.tensor(t).name);
     }
     out
+}
+
+/// `patch` printed against the numbering of `graph` in `order`: existing tensors by their
+/// `%N` there, each new tensor by the `%N` of the tensor of its name in `graph` (print against
+/// the rewritten graph) or as `new<i>` when `graph` has none (the graph it applies to).
+pub fn print_patch(patch: &Patch, graph: &Graph, order: &[NodeId]) -> String {
+    let num = Numbering::new(graph, order);
+    let name = |t: TensorRef| -> String {
+        let id = match t {
+            TensorRef::Existing(t) => Some(t),
+            TensorRef::New(i) => patch
+                .tensors
+                .get(i)
+                .and_then(|nt| graph.tensor_id(&nt.name)),
+        };
+        match (id.and_then(|t| num.get(t)), t) {
+            (Some(n), _) => format!("%{n}"),
+            (None, TensorRef::New(i)) => format!("new{i}"),
+            (None, TensorRef::Existing(t)) => format!("%?{t}"),
+        }
+    };
+    let mut out = String::new();
+    let _ = write_patch(&mut out, patch, &name);
+    out
+}
+
+/// The lines of a patch, tensors named by `name` (shared by `Display` and [`print_patch`]).
+pub(crate) fn write_patch(
+    f: &mut dyn fmt::Write,
+    patch: &Patch,
+    name: &dyn Fn(TensorRef) -> String,
+) -> fmt::Result {
+    writeln!(f, "patch {:?}", patch.label)?;
+    let r = |t: &Option<TensorRef>| t.map_or("_".to_string(), name);
+    for (i, t) in patch.tensors.iter().enumerate() {
+        writeln!(
+            f,
+            "  tensor {} {:?} like {}",
+            name(TensorRef::New(i)),
+            t.name,
+            name(TensorRef::Existing(t.like))
+        )?;
+    }
+    for n in &patch.nodes {
+        let ins: Vec<String> = n.inputs.iter().map(r).collect();
+        let outs: Vec<String> = n.outputs.iter().map(r).collect();
+        writeln!(
+            f,
+            "  node {:?} = copy of {}({}) -> {} before {}",
+            n.name,
+            n.copy_of,
+            ins.join(", "),
+            outs.join(", "),
+            n.before
+        )?;
+    }
+    for m in &patch.moves {
+        let ins: Vec<String> = m.inputs.iter().map(r).collect();
+        writeln!(
+            f,
+            "  move {}({}) before {} after new node #{}",
+            m.node,
+            ins.join(", "),
+            m.before,
+            m.after_new
+        )?;
+    }
+    for w in &patch.rewires {
+        writeln!(
+            f,
+            "  rewire {}[{}]: {} -> {}",
+            w.node,
+            w.slot,
+            name(TensorRef::Existing(w.from)),
+            name(w.to)
+        )?;
+    }
+    for (k, v) in &patch.metadata {
+        writeln!(f, "  metadata {k:?} = {v:?}")?;
+    }
+    Ok(())
 }
 
 /// `f32[8,seq]`, with `?` for what is unknown.
@@ -170,6 +334,13 @@ fn attr_str(a: &onnx::AttributeProto) -> String {
         .r#type
         .and_then(|t| T::try_from(t).ok())
         .unwrap_or(T::Undefined);
+    let list = |kind: &str, items: Vec<String>| {
+        if items.is_empty() {
+            format!("{kind}[]")
+        } else {
+            format!("[{}]", items.join(", "))
+        }
+    };
     let value = match ty {
         T::Float => format!("{:?}", a.f.unwrap_or(0.0)),
         T::Int => format!("{}", a.i.unwrap_or(0)),
@@ -179,14 +350,17 @@ fn attr_str(a: &onnx::AttributeProto) -> String {
         ),
         T::Tensor => a.t.as_ref().map_or("tensor(?)".to_string(), tensor_str),
         T::Graph => format!("graph({} nodes)", a.g.as_ref().map_or(0, |g| g.node.len())),
-        T::Floats => format!("{:?}", a.floats),
-        T::Ints => format!("{:?}", a.ints),
-        T::Strings => format!(
-            "{:?}",
+        T::Floats => list(
+            "floats",
+            a.floats.iter().map(|f| format!("{f:?}")).collect(),
+        ),
+        T::Ints => list("ints", a.ints.iter().map(|i| i.to_string()).collect()),
+        T::Strings => list(
+            "strings",
             a.strings
                 .iter()
-                .map(|s| String::from_utf8_lossy(s).into_owned())
-                .collect::<Vec<_>>()
+                .map(|s| format!("{:?}", String::from_utf8_lossy(s)))
+                .collect(),
         ),
         T::Tensors => format!("tensors({})", a.tensors.len()),
         T::Graphs => format!("graphs({})", a.graphs.len()),
@@ -200,7 +374,7 @@ fn attr_str(a: &onnx::AttributeProto) -> String {
     format!("{name}={value}")
 }
 
-/// A constant tensor attribute: type, shape and up to 8 values.
+/// A constant tensor attribute: type, shape and up to [`MAX_VALUES`] values.
 fn tensor_str(t: &onnx::TensorProto) -> String {
     let dtype = t.data_type.and_then(DType::from_code);
     let dname = dtype.map_or("?", |d| d.name());
@@ -212,11 +386,11 @@ fn tensor_str(t: &onnx::TensorProto) -> String {
     )
 }
 
+/// `[v, …]` for 1 to [`MAX_VALUES`] values of an f32, i64, i32 or bool tensor.
 fn small_values(t: &onnx::TensorProto, dtype: Option<DType>) -> Option<String> {
-    const MAX: usize = 8;
     let raw = t.raw_data.as_deref();
     let show = |v: Vec<String>| {
-        if v.len() <= MAX {
+        if (1..=MAX_VALUES).contains(&v.len()) {
             Some(format!("[{}]", v.join(", ")))
         } else {
             None
@@ -249,6 +423,10 @@ fn small_values(t: &onnx::TensorProto, dtype: Option<DType>) -> Option<String> {
                     .collect(),
             ),
             None => show(t.int32_data.iter().map(|v| v.to_string()).collect()),
+        },
+        DType::Bool => match raw {
+            Some(r) => show(r.iter().map(|&b| (b != 0).to_string()).collect()),
+            None => show(t.int32_data.iter().map(|&v| (v != 0).to_string()).collect()),
         },
         _ => None,
     }

@@ -84,19 +84,35 @@ pub fn assert_validated_rewrite(r: &serde_json::Value, label: &str) -> (u64, u64
 }
 
 /// A plan's outcome as snapshot text: the patch and the rewritten graph in schedule order
-/// with phases, or the refusal.
+/// with phases, or the refusal. The patch prints against the numbering of the rewritten graph
+/// as printed ([`ckpt_ir::print_patch`]), so each tensor has one `%N` in the snapshot.
 pub fn outcome_text(outcome: &ckpt_opt::optimize::Outcome, ceiling: u64) -> String {
-    use ckpt_opt::optimize::Outcome;
+    use ckpt_opt::optimize::{Outcome, CSE_VALUE, METADATA_KEY};
     match outcome {
         Outcome::Rewritten(r) => {
             let a = &r.after;
             let order = a.sim.schedule.order.clone();
             let note = |n| Some(format!("[{}]", a.class.phase(n)));
+            // The patch the plan wrote, rebuilt from the plan as the job built it.
+            let mut patch = ckpt_passes::recompute::rewrite(
+                &r.before.graph,
+                &r.cands,
+                &r.plan,
+                &format!("recompute for ceiling {ceiling}"),
+            );
+            patch
+                .metadata
+                .push((METADATA_KEY.to_string(), CSE_VALUE.to_string()));
+            assert_eq!(
+                patch.to_string(),
+                r.patch_text,
+                "the rebuilt patch is the job's"
+            );
             format!(
                 "ceiling {ceiling}: predicted {} -> {}\n{}\n{}",
                 r.before.ledger.total_bytes,
                 a.ledger.total_bytes,
-                r.patch_text,
+                ckpt_ir::print_patch(&patch, &a.graph, &order),
                 ckpt_ir::print_graph_with(&a.graph, &order, &note)
             )
         }
