@@ -142,15 +142,33 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
     let sched = sched?;
     let (sim, t_sim) = timed(|| simulate(&g, &sched, &bind));
     let sim = sim?;
-    let (led, t_ledger) = timed(|| ledger(&g, &class, &sim, &bind, Optimizer::None, 32));
+    let profile = ckpt_ir::Profile::default();
+    let (need, t_device) = timed(|| ckpt_passes::device::device_need(&sim, &profile));
+    let (led, t_ledger) = timed(|| {
+        ledger(
+            &g,
+            &class,
+            &sim,
+            need.arena_bytes,
+            &bind,
+            Optimizer::None,
+            32,
+        )
+    });
     println!("    shape inference       {}", secs(t_infer));
     println!("    phases (classify)     {}", secs(t_class));
     println!("    ORT schedule          {}", secs(t_sched));
     println!("    simulation            {}", secs(t_sim));
+    println!("    device need (profile) {}", secs(t_device));
     println!("    ledger                {}", secs(t_ledger));
     drop((sim, sched, class, led, types, g));
 
-    let (a, t_analyse) = timed(|| analyse(graph.clone(), &bind, None, Optimizer::None, 32));
+    let (a, t_analyse) = timed(|| {
+        analyse(
+            graph.clone(),
+            &ckpt_opt::optimize::AnalyseOptions::with_bindings(bind.clone()),
+        )
+    });
     let a = a?;
     println!("  analyse (whole)         {}", secs(t_analyse));
     let total = a.ledger.total_bytes;
@@ -317,14 +335,15 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
             optimizer_bits: 32,
             reserve_pct: 0.0,
             time_limit: Duration::from_secs_f64(time_limit),
+            profile: ckpt_ir::Profile::default(),
         };
         let (outcome, t_plan) = timed(|| plan(&job, graph.clone()));
         let whole = t_import + t_plan;
         let met = if whole < b.target { "MET" } else { "NOT met" };
         let desc = match outcome? {
             Outcome::AlreadyFits { before } => format!("already fits ({})", human(before.ledger.total_bytes)),
-            Outcome::CannotFit { before, lowest_total, .. } => {
-                format!("cannot fit: before {}, lowest reachable {}", human(before.ledger.total_bytes), human(lowest_total))
+            Outcome::CannotFit { before, diagnosis } => {
+                format!("cannot fit: before {}, lowest reachable {}", human(before.ledger.total_bytes), human(diagnosis.lowest_reachable_total_bytes))
             }
             Outcome::Rewritten(r) => format!(
                 "rewritten: {:?} {:?} gap {:.4} solver {:.3} s, {} attempts, {} of {} recomputed, +{} FLOPs; predicted {} -> {}",

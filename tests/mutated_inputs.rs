@@ -7,7 +7,6 @@
 mod common;
 
 use ckpt_ir::Bindings;
-use ckpt_passes::ledger::Optimizer;
 use common::*;
 
 /// How far a mutated model got: 0 not imported, 1 imported, 2 analysed.
@@ -20,7 +19,10 @@ fn analyse_bytes(bytes: Vec<u8>) -> usize {
     let b: Bindings = [("batch".to_string(), 2), ("seq".to_string(), 8)]
         .into_iter()
         .collect();
-    let Ok(a) = ckpt_opt::optimize::analyse(g, &b, None, Optimizer::None, 32) else {
+    let Ok(a) = ckpt_opt::optimize::analyse(
+        g,
+        &ckpt_opt::optimize::AnalyseOptions::with_bindings(b.clone()),
+    ) else {
         return 1;
     };
     let cands = ckpt_passes::recompute::candidates(&a.graph, &a.sim, &a.types, &b);

@@ -6,7 +6,6 @@ mod common;
 
 use ckpt_ir::{import_file, Bindings};
 use ckpt_opt::optimize::analyse;
-use ckpt_passes::ledger::Optimizer;
 use ckpt_passes::memory::{schedule, simulate};
 use ckpt_passes::recompute::{candidates, problem, rewrite};
 use common::*;
@@ -20,7 +19,11 @@ fn nodes_read_only_after_the_gap_are_moved_not_cloned() {
     let b = Bindings::new();
     let mut fixtures_with_moves = 0;
     for f in std_fixtures() {
-        let a = analyse(import_file(&f.path).unwrap(), &b, None, Optimizer::None, 32).unwrap();
+        let a = analyse(
+            import_file(&f.path).unwrap(),
+            &ckpt_opt::optimize::AnalyseOptions::with_bindings(b.clone()),
+        )
+        .unwrap();
         let cands = candidates(&a.graph, &a.sim, &a.types, &b);
         let prob = problem(&a.graph, &a.sim, &cands, 0);
         for (i, c) in cands.list.iter().enumerate() {
@@ -98,7 +101,11 @@ fn nodes_read_only_after_the_gap_are_moved_not_cloned() {
 fn idle_buffers_hold_no_value_in_use() {
     let b = Bindings::new();
     let path = root().join("examples/gpt2_4l_train.onnx");
-    let a = analyse(import_file(&path).unwrap(), &b, None, Optimizer::None, 32).unwrap();
+    let a = analyse(
+        import_file(&path).unwrap(),
+        &ckpt_opt::optimize::AnalyseOptions::with_bindings(b.clone()),
+    )
+    .unwrap();
     let sim = &a.sim;
     let idle = sim.idle_at(&a.graph, sim.peak_step);
     let idle_bytes: u64 = idle.iter().map(|x| x.1).sum();

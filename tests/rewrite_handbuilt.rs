@@ -9,7 +9,6 @@ use std::path::Path;
 
 use ckpt_ir::{parse_graph, Bindings, Graph};
 use ckpt_opt::optimize::{analyse, plan, Job, Outcome};
-use ckpt_passes::ledger::Optimizer;
 use common::*;
 
 /// loss = sum(tanh(tanh(tanh(x·w1)·w2)·w3) ⊙ c), with its backward.
@@ -116,7 +115,7 @@ fn job(path: &std::path::Path, ceiling: u64) -> Job {
 fn case(name: &str, dropout: bool, pct: u64) {
     let g = mlp(dropout);
     let path = Path::new("mlp.onnx");
-    let total = analyse(g.clone(), &Bindings::new(), None, Optimizer::None, 32)
+    let total = analyse(g.clone(), &ckpt_opt::optimize::AnalyseOptions::default())
         .unwrap()
         .ledger
         .total_bytes;
@@ -166,7 +165,7 @@ fn hand_built_mlp_validates_on_ort() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("mlp3.onnx");
     std::fs::write(&model, ckpt_ir::export_bytes(&mlp(false))).unwrap();
-    let total = analyse(mlp(false), &Bindings::new(), None, Optimizer::None, 32)
+    let total = analyse(mlp(false), &ckpt_opt::optimize::AnalyseOptions::default())
         .unwrap()
         .ledger
         .total_bytes;

@@ -4,9 +4,8 @@
 
 mod common;
 
-use ckpt_ir::{import_file, Bindings};
+use ckpt_ir::import_file;
 use ckpt_opt::optimize::{plan, Job};
-use ckpt_passes::ledger::Optimizer;
 use common::*;
 
 fn job(path: &std::path::Path, ceiling: u64) -> Job {
@@ -20,10 +19,11 @@ fn case(name: &str, pct: u64) {
         .find(|f| f.name == name)
         .unwrap_or_else(|| panic!("no std fixture {name}"));
     let g = import_file(&f.path).unwrap();
-    let total = ckpt_opt::optimize::analyse(g.clone(), &Bindings::new(), None, Optimizer::None, 32)
-        .unwrap()
-        .ledger
-        .total_bytes;
+    let total =
+        ckpt_opt::optimize::analyse(g.clone(), &ckpt_opt::optimize::AnalyseOptions::default())
+            .unwrap()
+            .ledger
+            .total_bytes;
     let ceiling = total * pct / 100;
     let text = outcome_text(&plan(&job(&f.path, ceiling), g).unwrap(), ceiling);
     insta::with_settings!({ prepend_module_to_snapshot => false }, {

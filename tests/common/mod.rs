@@ -87,7 +87,7 @@ pub fn assert_validated_rewrite(r: &serde_json::Value, label: &str) -> (u64, u64
 /// with phases, or the refusal. The patch prints against the numbering of the rewritten graph
 /// as printed ([`ckpt_ir::print_patch`]), so each tensor has one `%N` in the snapshot.
 pub fn outcome_text(outcome: &ckpt_opt::optimize::Outcome, ceiling: u64) -> String {
-    use ckpt_opt::optimize::{Outcome, CSE_VALUE, METADATA_KEY};
+    use ckpt_opt::optimize::Outcome;
     match outcome {
         Outcome::Rewritten(r) => {
             let a = &r.after;
@@ -102,7 +102,7 @@ pub fn outcome_text(outcome: &ckpt_opt::optimize::Outcome, ceiling: u64) -> Stri
             );
             patch
                 .metadata
-                .push((METADATA_KEY.to_string(), CSE_VALUE.to_string()));
+                .extend(ckpt_ir::Profile::default().metadata());
             assert_eq!(
                 patch.to_string(),
                 r.patch_text,
@@ -116,12 +116,11 @@ pub fn outcome_text(outcome: &ckpt_opt::optimize::Outcome, ceiling: u64) -> Stri
                 ckpt_ir::print_graph_with(&a.graph, &order, &note)
             )
         }
-        Outcome::CannotFit {
-            message,
-            lowest_total,
-            ..
-        } => {
-            format!("ceiling {ceiling}: refused, lowest {lowest_total}\n{message}\n")
+        Outcome::CannotFit { diagnosis, .. } => {
+            format!(
+                "ceiling {ceiling}: refused, lowest {}\n{}\n",
+                diagnosis.lowest_reachable_total_bytes, diagnosis.message
+            )
         }
         Outcome::AlreadyFits { .. } => format!("ceiling {ceiling}: already fits\n"),
     }
@@ -139,5 +138,6 @@ pub fn plan_job(path: &Path, ceiling: u64, time_limit_secs: u64) -> ckpt_opt::op
         optimizer_bits: 32,
         reserve_pct: 0.0,
         time_limit: std::time::Duration::from_secs(time_limit_secs),
+        profile: ckpt_ir::Profile::default(),
     }
 }
