@@ -112,7 +112,7 @@ fn impossible_ceiling_exits_2_with_diagnosis() {
     let o = run(&[&example(), "--ceiling", "20MiB", "--json"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        stderr(&o).contains("lowest peak found under ONNX Runtime"),
+        stderr(&o).contains("lowest device total found under the deployment profile"),
         "{}",
         stderr(&o)
     );

@@ -185,7 +185,7 @@ fn hand_built_mlp_validates_on_ort() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let (_, ma, predicted) = assert_validated_rewrite(&r, "mlp3");
-    assert_eq!(predicted, ma, "predicted == measured");
+    assert_eq!(predicted, ma, "predicted device total == measured");
     // Added FLOPs are those of the clones in the written model (moves add none), and no
     // more than the model's per-candidate sum.
     let out_graph = ckpt_ir::import_file(&out).unwrap();

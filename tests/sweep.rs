@@ -1,8 +1,9 @@
 //! End to end on every standard fixture at ceilings of 95%, 90%, 75% and 60% of the
-//! original predicted peak: a plan is either rewritten and proven on ONNX Runtime (same
-//! losses and gradients bit for bit, control rejected, measured peak lower, prediction
-//! within the memory-model tolerance) or refused with exit 2 and a lowest reachable peak
-//! above the ceiling.
+//! original predicted device total under the default deployment profile: a plan is either
+//! rewritten and proven on ONNX Runtime (same losses and gradients bit for bit, control
+//! rejected, three steps run in an arena capped at the ceiling, measured device total under
+//! the ceiling and lower than the original's, predictions within 1%) or refused with exit 2
+//! and a lowest reachable total above the ceiling.
 
 mod common;
 
@@ -12,6 +13,7 @@ use common::*;
 fn every_std_fixture_at_four_ceilings() {
     let mut rewritten = 0;
     let mut refused = 0;
+    let mut exact = 0;
     for f in std_fixtures() {
         let o = run(&["inspect", path_str(&f.path), "--json"]);
         let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
@@ -45,20 +47,19 @@ fn every_std_fixture_at_four_ceilings() {
                     let after = r["predicted_peak_bytes"]["after"].as_u64().unwrap();
                     assert!(after <= ceiling, "{label}: predicted {after}");
                     let (mb, ma, predicted) = assert_validated_rewrite(&r, &label);
-                    let ratio = predicted as f64 / ma as f64;
-                    eprintln!("{label}: rewritten, predicted arena {predicted}, measured {ma} (was {mb}), +{:.2}% FLOPs", r["added_flops_percent"].as_f64().unwrap());
-                    assert!(
-                        (ratio - 1.0).abs() <= 0.10,
-                        "{label}: predicted {predicted} vs measured {ma}"
-                    );
+                    if predicted == ma {
+                        exact += 1;
+                    }
+                    eprintln!("{label}: rewritten, predicted device total {predicted}, measured {ma} (was {mb}), original under the ceiling's arena: {}, +{:.2}% FLOPs", r["memory"]["original"]["runs_under_ceiling"], r["added_flops_percent"].as_f64().unwrap());
                 }
                 Some(2) => {
                     refused += 1;
                     let lowest = r["lowest_reachable_total_bytes"].as_u64().unwrap();
                     eprintln!("{label}: refused, lowest reachable {lowest}");
                     assert!(lowest > ceiling, "{label}: refused although {lowest} fits");
+                    assert_receipt_valid(&r, &label);
                     assert!(
-                        stderr(&o).contains("lowest peak"),
+                        stderr(&o).contains("lowest device total found"),
                         "{label}: {}",
                         stderr(&o)
                     );
@@ -67,7 +68,7 @@ fn every_std_fixture_at_four_ceilings() {
             }
         }
     }
-    eprintln!("rewritten {rewritten}, refused {refused}");
+    eprintln!("rewritten {rewritten} ({exact} predicted to the byte), refused {refused}");
     assert!(
         rewritten >= 2,
         "no fixture could be rewritten at any ceiling"

@@ -64,22 +64,60 @@ pub fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
-/// A main-job receipt (`--validate --json`) of a rewrite: validation passed bitwise with the
-/// control rejected, and the measured peak dropped. Returns (measured before, measured after,
-/// predicted arena peak after).
+/// The receipt's JSON Schema, as checked in.
+pub fn receipt_schema() -> serde_json::Value {
+    let text = std::fs::read_to_string(root().join("docs/receipt.schema.json"))
+        .expect("docs/receipt.schema.json");
+    serde_json::from_str(&text).expect("schema json")
+}
+
+/// A receipt validates against `docs/receipt.schema.json`.
+pub fn assert_receipt_valid(r: &serde_json::Value, label: &str) {
+    let schema = receipt_schema();
+    let validator = jsonschema::validator_for(&schema).expect("a valid JSON Schema");
+    let errors: Vec<String> = validator
+        .iter_errors(r)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{label}: receipt does not match docs/receipt.schema.json: {errors:?}"
+    );
+}
+
+/// A main-job receipt (`--validate --json`) of a rewrite: it matches the schema; validation
+/// passed bitwise with the control rejected; under the deployment profile the rewrite runs
+/// in an arena capped at the ceiling, its measured device total is under the ceiling and
+/// below the original's, and both predictions are within the validation's 1%. Returns
+/// (measured device total before, measured after, predicted after).
 pub fn assert_validated_rewrite(r: &serde_json::Value, label: &str) -> (u64, u64, u64) {
+    assert_receipt_valid(r, label);
     let v = &r["validation"];
     assert_eq!(v["passed"], true, "{label}");
     assert_eq!(v["control_rejected"], true, "{label}");
     for out in v["outputs"].as_array().unwrap() {
         assert_eq!(out["bitwise_equal"], true, "{label}: {}", out["name"]);
     }
+    let m = &r["memory"];
+    assert_eq!(m["passed"], true, "{label}: {m}");
+    assert_eq!(m["rewritten"]["runs_under_ceiling"], true, "{label}: {m}");
+    let ceiling = r["ceiling_bytes"].as_u64().unwrap();
     let (mb, ma) = (
-        v["original"]["peak_bytes"].as_u64().unwrap(),
-        v["rewritten"]["peak_bytes"].as_u64().unwrap(),
+        m["original"]["measured_total_bytes"].as_u64().unwrap(),
+        m["rewritten"]["measured_total_bytes"].as_u64().unwrap(),
     );
+    assert!(ma <= ceiling, "{label}: measured {ma} over the ceiling {ceiling}");
     assert!(ma < mb, "{label}: measured {mb} -> {ma}");
-    let predicted = r["predicted_arena_peak_bytes"]["after"].as_u64().unwrap();
+    for g in ["original", "rewritten"] {
+        let e = m[g]["relative_error"].as_f64().unwrap();
+        assert!(e.abs() <= 0.01, "{label}: {g} predicted off by {e}");
+    }
+    let predicted = r["predicted_peak_bytes"]["after"].as_u64().unwrap();
+    assert_eq!(
+        predicted,
+        m["rewritten"]["predicted_total_bytes"].as_u64().unwrap(),
+        "{label}: the receipt's prediction is the one validation checked"
+    );
     (mb, ma, predicted)
 }
 
