@@ -7,12 +7,13 @@ use serde_json::json;
 
 use ckpt_opt::inputs::{make_inputs, InputOverrides};
 use ckpt_opt::optimize::{self, Job, Outcome};
-use ckpt_opt::size::{human, parse_size};
+use ckpt_opt::size::human;
 use ckpt_opt::validate::{validate, ValidateOptions, Validation};
 use ckpt_passes::TensorKind;
 use ckpt_runtime::{OptLevel, Provider, SessionConfig, Tol, Tolerances};
 
-use crate::cli::{load, parse_bindings, OptimizeArgs, RunArgs, ValidateArgs};
+use crate::cli::{OptimizeArgs, RunArgs, ValidateArgs};
+use crate::model_io::{bindings as parse_bindings, load};
 use crate::Failure;
 
 fn session_config(r: &RunArgs) -> SessionConfig {
@@ -139,7 +140,7 @@ fn print_validation(v: &Validation) {
 pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
     let original = load(&a.original)?;
     let rewritten = load(&a.rewritten)?;
-    let b = parse_bindings(&a.model_args.dims)?;
+    let b = parse_bindings(&a.model_args.dims, &original)?;
     let params: Vec<_> = ckpt_passes::classify(&original, a.model_args.loss.as_deref())
         .map(|c| c.of_kind(TensorKind::Parameter).collect())
         .unwrap_or_default();
@@ -176,27 +177,24 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             "no model given: ckpt-opt MODEL --ceiling SIZE (see --help)"
         ))
     })?;
-    let ceiling_s = args
+    let ceiling_spec = args
         .ceiling
-        .clone()
         .ok_or_else(|| Failure::input(anyhow!("--ceiling is required, e.g. --ceiling 69GiB")))?;
-    let ceiling = parse_size(&ceiling_s).map_err(|e| Failure::input(anyhow!("--ceiling {e}")))?;
-    if !(0.0..100.0).contains(&args.reserve) {
-        return Err(Failure::input(anyhow!(
-            "--reserve {} must be a percentage in [0, 100)",
-            args.reserve
-        )));
-    }
-    if !(args.time_limit > 0.0 && args.time_limit.is_finite()) {
-        return Err(Failure::input(anyhow!(
-            "--time-limit must be a positive number of seconds"
-        )));
-    }
-    let bindings = parse_bindings(&args.model_args.dims)?;
     let input_bytes =
         std::fs::read(&model).with_context(|| format!("reading {}", model.display()))?;
     let graph = load(&model)?;
+    let bindings = parse_bindings(&args.model_args.dims, &graph)?;
     let (optimizer, bits) = args.model_args.optimizer();
+    // A percentage ceiling is of the unmodified graph's predicted footprint: analyse first.
+    let t_plan = Instant::now();
+    let before = optimize::analyse(
+        graph,
+        &bindings,
+        args.model_args.loss.as_deref(),
+        optimizer,
+        bits,
+    )?;
+    let ceiling = ceiling_spec.resolve(before.ledger.total_bytes);
     let job = Job {
         model: model.clone(),
         ceiling,
@@ -208,11 +206,12 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         reserve_pct: args.reserve,
         time_limit: Duration::from_secs_f64(args.time_limit),
     };
-    let outcome = optimize::plan(&job, graph)?;
+    let outcome = optimize::plan_analysed(&job, before, t_plan)?;
     let mut receipt = json!({
         "tool": {"name": "ckpt-opt", "version": env!("CARGO_PKG_VERSION")},
         "model": {"path": model.display().to_string(), "sha256": optimize::sha256_hex(&input_bytes)},
         "bindings": bindings,
+        "ceiling": ceiling_spec.to_string(),
         "ceiling_bytes": ceiling,
         "reserve_percent": args.reserve,
         "session_config": {optimize::CSE_KEY: optimize::CSE_VALUE},
