@@ -1,13 +1,18 @@
 //! The in-tree fuzzer: a seeded mutation campaign over every model in `tests/fixtures/` and
 //! `examples/` through import → analyse → candidates (and, with `--depth plan`, the whole main
 //! job), catching panics. Crashing inputs and their minimized forms go to
-//! `target/fuzz-crashes/`. Exit status 1 if anything panicked. See `docs/fuzzing.md`.
+//! `target/fuzz-crashes/`; an input that aborts the process (a failed allocation, a stack
+//! overflow) is saved by a SIGABRT handler as `target/fuzz-crashes/abort.onnx`. Exit status 1
+//! if anything panicked. See `docs/fuzzing.md`.
 //!
 //!     cargo run --release --example fuzz -- --execs 1000000 --seed 1
 //!     cargo run --release --example fuzz -- --seconds 600 --depth plan
 
-use std::path::PathBuf;
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use clap::Parser;
@@ -37,6 +42,61 @@ struct Args {
     crash_dir: Option<PathBuf>,
 }
 
+/// The input running now (its bytes live until `exercise` returns) and where an abort saves it.
+static CURRENT_PTR: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
+static CURRENT_LEN: AtomicUsize = AtomicUsize::new(0);
+static ABORT_PATH: OnceLock<CString> = OnceLock::new();
+
+fn keep_current(input: &[u8]) {
+    CURRENT_PTR.store(input.as_ptr().cast_mut(), Ordering::SeqCst);
+    CURRENT_LEN.store(input.len(), Ordering::SeqCst);
+}
+
+/// SIGABRT: write the running input with async-signal-safe calls only, then die as before.
+extern "C" fn on_abort(_: libc::c_int) {
+    let (p, n) = (
+        CURRENT_PTR.load(Ordering::SeqCst),
+        CURRENT_LEN.load(Ordering::SeqCst),
+    );
+    if let (Some(path), false) = (ABORT_PATH.get(), p.is_null()) {
+        // SAFETY: `p..p+n` is the input `fuzz` is running (alive until the exec returns);
+        // open/write/close/signal/raise are async-signal-safe.
+        unsafe {
+            let fd = libc::open(
+                path.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+                0o644,
+            );
+            if fd >= 0 {
+                libc::write(fd, p.cast(), n);
+                libc::close(fd);
+            }
+        }
+    }
+    // SAFETY: restores the default action and re-raises, so the process still aborts.
+    unsafe {
+        libc::signal(libc::SIGABRT, libc::SIG_DFL);
+        libc::raise(libc::SIGABRT);
+    }
+}
+
+fn save_aborts_to(dir: &Path) {
+    if std::fs::create_dir_all(dir).is_err() {
+        return;
+    }
+    let Ok(path) = CString::new(dir.join("abort.onnx").display().to_string()) else {
+        return;
+    };
+    let _ = ABORT_PATH.set(path);
+    // SAFETY: installs a handler that only uses async-signal-safe calls (see `on_abort`).
+    unsafe {
+        libc::signal(
+            libc::SIGABRT,
+            on_abort as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+    }
+}
+
 fn main() -> ExitCode {
     let a = Args::parse();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -55,16 +115,18 @@ fn main() -> ExitCode {
         eprintln!("error: --seconds and --plan-time-limit are positive numbers of seconds");
         return ExitCode::from(1);
     };
+    let crash_dir = a
+        .crash_dir
+        .unwrap_or_else(|| root.join("target/fuzz-crashes"));
+    save_aborts_to(&crash_dir);
     let opts = FuzzOptions {
         seed: a.seed,
         execs: a.execs,
         time: Some(time),
         depth: a.depth,
         plan_time_limit,
-        crash_dir: Some(
-            a.crash_dir
-                .unwrap_or_else(|| root.join("target/fuzz-crashes")),
-        ),
+        crash_dir: Some(crash_dir),
+        before_exec: Some(keep_current),
         ..FuzzOptions::default()
     };
     eprintln!(

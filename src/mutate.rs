@@ -348,6 +348,9 @@ pub struct FuzzOptions {
     pub crash_dir: Option<PathBuf>,
     /// Trial runs allowed to minimize each crash.
     pub minimize_budget: usize,
+    /// Called with each input just before it runs (the fuzzer binary keeps it, to save it if
+    /// the process aborts: an allocation failure or a stack overflow is not a panic).
+    pub before_exec: Option<fn(&[u8])>,
 }
 
 impl Default for FuzzOptions {
@@ -360,6 +363,7 @@ impl Default for FuzzOptions {
             plan_time_limit: Duration::from_millis(50),
             crash_dir: None,
             minimize_budget: 2_000,
+            before_exec: None,
         }
     }
 }
@@ -447,6 +451,9 @@ pub fn fuzz(seeds: &[(String, Vec<u8>)], opts: &FuzzOptions) -> FuzzReport {
         };
         let exec = report.execs;
         report.execs += 1;
+        if let Some(f) = opts.before_exec {
+            f(&input);
+        }
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             exercise(&input, opts.depth, opts.plan_time_limit)
         }));

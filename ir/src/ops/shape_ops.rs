@@ -15,7 +15,7 @@ use crate::shape::{Dim, Shape};
 use super::cost;
 use super::ctx::{declared, norm_axis, out, out_v, InferCtx};
 use super::infer::TensorType;
-use super::value::{constant_node_value, dim_of, int_of, ConstData};
+use super::value::{constant_node_value, dim_of, int_of, ConstData, MAX_VALUE_ELEMS};
 use super::{FlopRule, OpDef};
 
 type Out = Result<Vec<Option<TensorType>>, String>;
@@ -331,25 +331,26 @@ fn slice_axis(
         return Err("slice step 0".into());
     }
     if let (Some(dk), Some(s), Some(e)) = (d.known(), int_of(start), int_of(end)) {
-        let dk = dk as i64;
+        // In i128: the bounds and the step may be anywhere in i64, the dim anywhere in u64.
+        let (dk, s, e, step) = (dk as i128, s as i128, e as i128, step as i128);
         let (s, e) = (
             if s < 0 { s + dk } else { s },
             if e < 0 { e + dk } else { e },
         );
-        let idx: Vec<usize> = if step > 0 {
+        // First index, and how many: forward over [s, e), backward over (e, s].
+        let (first, len) = if step > 0 {
             let (s, e) = (s.clamp(0, dk), e.clamp(0, dk));
-            (s..e).step_by(step as usize).map(|i| i as usize).collect()
+            (s, if e > s { (e - s + step - 1) / step } else { 0 })
+        } else if dk == 0 {
+            (0, 0)
         } else {
             let (s, e) = (s.clamp(0, dk - 1), e.clamp(-1, dk - 1));
-            let mut v = Vec::new();
-            let mut i = s;
-            while i > e {
-                v.push(i as usize);
-                i += step;
-            }
-            v
+            (s, if s > e { (s - e - step - 1) / -step } else { 0 })
         };
-        return Ok((Dim::Known(idx.len() as u64), Some(idx)));
+        // Indices only for axes small enough to carry values (a dim may be 2^40).
+        let idx = (dk <= MAX_VALUE_ELEMS as i128)
+            .then(|| (0..len).map(|k| (first + k * step) as usize).collect());
+        return Ok((Dim::Known(len as u64), idx));
     }
     if step != 1 {
         return Ok((
