@@ -39,6 +39,10 @@ fn shape_input(ctx: &InferCtx<'_>, i: usize, what: &str) -> Result<Vec<Dim>, Str
     }
     let s = ctx.shape(i)?;
     match s.dims() {
+        // A rank beyond the value-tracking bound is no real shape (a mutated file had 2^40).
+        [Dim::Known(n)] if *n > MAX_VALUE_ELEMS => Err(format!(
+            "{what} (input {i}) has {n} elements: a rank above {MAX_VALUE_ELEMS} is refused"
+        )),
         [Dim::Known(n)] => Ok((0..*n as usize)
             .map(|a| fresh(ctx, a, &format!("{what} is not computable")))
             .collect()),
