@@ -1,21 +1,63 @@
 //! Command-line surface: the main job (`ckpt-opt MODEL --ceiling SIZE`) and subcommands.
+//!
+//! Every value is checked here, by clap value parsers, so that a bad flag exits 1 with a
+//! message naming it (numeric flags take hyphen values, so `--ceiling -5GiB` reaches its
+//! parser and is refused there); what needs the model (`--dim` names, `--ceiling 90%`) is checked after
+//! import, in `model_io` and the main job.
 
 use std::path::PathBuf;
 
-use anyhow::{anyhow, Context};
-
 use clap::{Args, Parser, Subcommand};
 
-use ckpt_ir::Bindings;
+use ckpt_opt::size::CeilingSpec;
 
-use crate::Failure;
+/// The exit codes, as every `--help` lists them.
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  bad input or usage (a flag, a model file, a --dim binding)
+  2  the ceiling cannot be met (the diagnosis is printed and written to the receipt)
+  3  validation failed (outputs differ, or the broken control was not rejected)
+  4  could not validate (no ONNX Runtime, or one without the model's training ops)";
+
+const MAIN_HELP: &str = "\
+Examples:
+  ckpt-opt model.onnx --ceiling 69GiB -o model.ckpt.onnx
+  ckpt-opt model.onnx --ceiling 90% --validate --receipt receipt.json
+  ckpt-opt training_model.onnx --dim batch=8 --dim seq=1024 --ceiling 20GiB
+  ckpt-opt inspect training_model.onnx          (lists the dims to bind)
+
+Sizes: 69GiB, 70GB, 512MiB, 1.5GiB or a byte count; 90% is 90% of the predicted
+footprint of the unmodified graph (the ledger total that `inspect` prints).";
+
+const INSPECT_HELP: &str = "\
+Examples:
+  ckpt-opt inspect model.onnx
+  ckpt-opt inspect training_model.onnx --dim batch=8 --dim seq=1024 --optimizer adam
+  ckpt-opt inspect model.onnx --json | jq .ledger";
+
+const PRINT_HELP: &str = "\
+Examples:
+  ckpt-opt print model.onnx | less
+  diff <(ckpt-opt print model.onnx) <(ckpt-opt print model.ckpt.onnx)";
+
+const EXPORT_HELP: &str = "\
+Examples:
+  ckpt-opt export model.onnx -o roundtrip.onnx";
+
+const VALIDATE_HELP: &str = "\
+Examples:
+  ckpt-opt validate model.onnx model.ckpt.onnx
+  ckpt-opt validate model.onnx model.ckpt.onnx --seed 7 --rtol 1e-5 --atol 1e-7 --json
+  ckpt-opt validate model.onnx model.ckpt.onnx --provider cuda --locate-peak";
 
 #[derive(Parser, Debug)]
 #[command(
     name = "ckpt-opt",
     version,
     about = "Fit an ONNX training graph under a memory ceiling by recomputing activations",
-    args_conflicts_with_subcommands = true
+    args_conflicts_with_subcommands = true,
+    after_help = format!("{MAIN_HELP}\n\n{EXIT_CODES}")
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -27,12 +69,16 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Print the model's summary: versions, inputs, outputs, parameters, symbolic dims.
+    #[command(after_help = format!("{INSPECT_HELP}\n\n{EXIT_CODES}"))]
     Inspect(InspectArgs),
     /// Print the graph in the stable text form.
+    #[command(after_help = format!("{PRINT_HELP}\n\n{EXIT_CODES}"))]
     Print(PrintArgs),
     /// Import and export a model unchanged (a lossless round trip; for checks).
+    #[command(after_help = format!("{EXPORT_HELP}\n\n{EXIT_CODES}"))]
     Export(ExportArgs),
     /// Compare a rewritten graph with its original on ONNX Runtime (exit 3 on mismatch).
+    #[command(after_help = format!("{VALIDATE_HELP}\n\n{EXIT_CODES}"))]
     Validate(ValidateArgs),
 }
 
@@ -40,7 +86,7 @@ pub enum Command {
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// Seed for inputs and random ops.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_hyphen_values = true)]
     pub seed: u64,
     /// Feed an input from a .npy file: `--input NAME=file.npy` (repeatable).
     #[arg(long = "input", value_name = "NAME=FILE")]
@@ -49,16 +95,16 @@ pub struct RunArgs {
     #[arg(long = "int-range", value_name = "NAME=LO:HI")]
     pub int_ranges: Vec<String>,
     /// Relative tolerance for float outputs (default by dtype: f32 1e-4, f16 1e-2, bf16 5e-2).
-    #[arg(long)]
+    #[arg(long, value_parser = tolerance, allow_hyphen_values = true)]
     pub rtol: Option<f64>,
     /// Absolute tolerance for float outputs (default by dtype: f32 1e-6, f16 1e-3, bf16 1e-2).
-    #[arg(long)]
+    #[arg(long, value_parser = tolerance, allow_hyphen_values = true)]
     pub atol: Option<f64>,
     /// The ONNX Runtime library to use (default: ORT_DYLIB_PATH, .venv, python3's onnxruntime).
     #[arg(long = "ort-lib")]
     pub ort_lib: Option<PathBuf>,
     /// Timed runs for p50/p95 (after 2 discarded warm-ups).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = runs, allow_hyphen_values = true)]
     pub runs: usize,
     /// Also name the node at which ONNX Runtime's arena reaches its largest extent (CPU: the run
     /// is repeated under shrinking arena limits until an allocation fails; about log2(peak/256)
@@ -101,8 +147,8 @@ pub struct ProfileArgs {
     #[arg(long = "arena-extend", default_value = "kSameAsRequested", value_parser = ["kSameAsRequested", "kNextPowerOfTwo"])]
     pub arena_extend: String,
     /// The arena's first region (`initial_chunk_size_bytes`, ORT's default 1 MiB), e.g. `4MiB`.
-    #[arg(long = "initial-chunk", value_name = "SIZE")]
-    pub initial_chunk: Option<String>,
+    #[arg(long = "initial-chunk", value_name = "SIZE", value_parser = parse_initial_chunk)]
+    pub initial_chunk: Option<u64>,
     /// What the caller holds between steps: `released` (outputs dropped or copied out before
     /// the next step) or `held` (`outs = sess.run(...)` in a loop keeps the previous outputs in
     /// the arena during the next step).
@@ -113,42 +159,13 @@ pub struct ProfileArgs {
     pub steps: u32,
 }
 
-impl ProfileArgs {
-    /// The profile these flags select.
-    pub fn profile(&self) -> Result<ckpt_ir::Profile, Failure> {
-        let mut p = ckpt_ir::Profile::default();
-        let set = |p: &mut ckpt_ir::Profile, k: &str, v: &str| {
-            p.set(k, v).map_err(|e| Failure::input(anyhow!(e)))
-        };
-        set(&mut p, "execution_provider", &self.provider)?;
-        set(&mut p, "graph_optimization_level", &self.ort_opt_level)?;
-        set(
-            &mut p,
-            "enable_mem_pattern",
-            if self.mem_pattern == "on" {
-                "true"
-            } else {
-                "false"
-            },
-        )?;
-        set(&mut p, "arena_extend_strategy", &self.arena_extend)?;
-        set(&mut p, "caller_outputs", &self.caller_outputs)?;
-        set(&mut p, "steps", &self.steps.to_string())?;
-        if let Some(c) = &self.initial_chunk {
-            let bytes = ckpt_opt::size::parse_size(c)
-                .map_err(|e| Failure::input(anyhow!("--initial-chunk {e}")))?;
-            set(&mut p, "initial_chunk_size_bytes", &bytes.to_string())?;
-        }
-        Ok(p)
-    }
-}
-
 /// Options shared by every command that analyses a model.
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// Bind a symbolic dim, e.g. `--dim seq=4096` (repeatable).
-    #[arg(long = "dim", value_name = "NAME=VALUE")]
-    pub dims: Vec<String>,
+    /// Bind a symbolic dim, e.g. `--dim seq=4096` (repeatable; `inspect` lists the dims a
+    /// model needs).
+    #[arg(long = "dim", value_name = "NAME=VALUE", value_parser = dim_binding, allow_hyphen_values = true)]
+    pub dims: Vec<DimBinding>,
     /// The loss output (default: the first floating-point scalar output).
     #[arg(long)]
     pub loss: Option<String>,
@@ -163,21 +180,6 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
-    /// The analysis these flags ask for, with `bindings` already parsed.
-    pub fn analyse_options(
-        &self,
-        bindings: &Bindings,
-    ) -> Result<ckpt_opt::optimize::AnalyseOptions, Failure> {
-        let (optimizer, optimizer_bits) = self.optimizer();
-        Ok(ckpt_opt::optimize::AnalyseOptions {
-            bindings: bindings.clone(),
-            loss: self.loss.clone(),
-            optimizer,
-            optimizer_bits,
-            profile: self.profile.profile()?,
-        })
-    }
-
     pub fn optimizer(&self) -> (ckpt_passes::ledger::Optimizer, u64) {
         use ckpt_passes::ledger::Optimizer;
         let o = match self.optimizer.as_str() {
@@ -200,19 +202,26 @@ impl ModelArgs {
 pub struct OptimizeArgs {
     /// The ONNX training graph (forward + loss + backward).
     pub model: Option<PathBuf>,
-    /// The memory ceiling, e.g. `69GiB`, `70GB`, `512MiB`, `1234`.
-    #[arg(long)]
-    pub ceiling: Option<String>,
+    /// The memory ceiling: `69GiB`, `70GB`, `512MiB`, `1.5GiB`, a byte count, or `90%` of the
+    /// predicted footprint of the unmodified graph.
+    #[arg(long, value_parser = CeilingSpec::parse, allow_hyphen_values = true)]
+    pub ceiling: Option<CeilingSpec>,
     /// Output path (default: `<model>.ckpt.onnx` beside the input).
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
     #[command(flatten)]
     pub model_args: ModelArgs,
     /// Keep this percentage of the ceiling free (allocator slack, other buffers).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = reserve, allow_hyphen_values = true)]
     pub reserve: f64,
-    /// Solver time limit in seconds (the best plan found so far is returned, labelled).
-    #[arg(long = "time-limit", default_value_t = 30.0)]
+    /// Solver time limit in seconds, in (0, 1e6] (the best plan found so far is returned,
+    /// labelled).
+    #[arg(
+        long = "time-limit",
+        default_value_t = 30.0,
+        value_parser = time_limit,
+        allow_hyphen_values = true
+    )]
     pub time_limit: f64,
     /// Validate the rewritten graph against the original on ONNX Runtime.
     #[arg(long)]
@@ -249,46 +258,146 @@ pub struct ExportArgs {
     pub output: PathBuf,
 }
 
-/// `--dim NAME=VALUE` flags as bindings.
-pub fn parse_bindings(dims: &[String]) -> Result<Bindings, Failure> {
-    let mut b = Bindings::new();
-    for d in dims {
-        let (name, value) = d.split_once('=').ok_or_else(|| {
-            Failure::input(anyhow!(
-                "--dim `{d}`: expected NAME=VALUE, e.g. --dim seq=4096"
-            ))
-        })?;
-        let v: u64 = value.trim().parse().map_err(|_| {
-            Failure::input(anyhow!(
-                "--dim `{d}`: `{value}` is not a non-negative integer"
-            ))
-        })?;
-        b.insert(name.trim().to_string(), v);
+/// One `--dim NAME=VALUE`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DimBinding {
+    pub name: String,
+    pub value: u64,
+}
+
+fn dim_binding(s: &str) -> Result<DimBinding, String> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected NAME=VALUE, e.g. --dim seq=4096"))?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(format!("`{s}`: no dim name before `=`"));
     }
-    Ok(b)
+    let value = value.trim();
+    if !value.chars().all(|c| c.is_ascii_digit()) || value.is_empty() {
+        return Err(format!("`{s}`: `{value}` is not a positive integer"));
+    }
+    let v: u64 = value
+        .parse()
+        .map_err(|_| format!("`{s}`: `{value}` does not fit in 64 bits"))?;
+    if v == 0 {
+        return Err(format!("`{s}`: a dim must be at least 1"));
+    }
+    Ok(DimBinding {
+        name: name.to_string(),
+        value: v,
+    })
 }
 
-/// Import a model, naming the file in any error.
-pub fn load(path: &std::path::Path) -> Result<ckpt_ir::Graph, Failure> {
-    ckpt_ir::import_file(path)
-        .with_context(|| format!("importing {}", path.display()))
-        .map_err(Failure::input)
+/// A finite, non-NaN float (what `f64::from_str` accepts, `inf` and `NaN` refused).
+fn finite(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number"))?;
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err(format!("`{s}` is not a finite number"))
+    }
 }
 
-pub fn run(cli: Cli) -> Result<(), Failure> {
-    match cli.command {
-        Some(Command::Inspect(a)) => crate::inspect::run(&a),
-        Some(Command::Print(a)) => {
-            let g = load(&a.model)?;
-            print!("{}", ckpt_ir::print_graph(&g));
-            Ok(())
+fn tolerance(s: &str) -> Result<f64, String> {
+    let v = finite(s)?;
+    if v < 0.0 {
+        return Err(format!("`{s}`: a tolerance is at least 0"));
+    }
+    Ok(v)
+}
+
+fn reserve(s: &str) -> Result<f64, String> {
+    let v = finite(s)?;
+    if !(0.0..100.0).contains(&v) {
+        return Err(format!("`{s}`: the reserve is a percentage in [0, 100)"));
+    }
+    Ok(v)
+}
+
+/// The largest `--time-limit`, in seconds (11.6 days; `Duration` holds far more).
+const MAX_TIME_LIMIT_S: f64 = 1e6;
+
+fn time_limit(s: &str) -> Result<f64, String> {
+    let v = finite(s)?;
+    if !(v > 0.0 && v <= MAX_TIME_LIMIT_S) {
+        return Err(format!(
+            "`{s}`: the time limit is a number of seconds in (0, 1e6]"
+        ));
+    }
+    Ok(v)
+}
+
+fn runs(s: &str) -> Result<usize, String> {
+    let v: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a whole number"))?;
+    if v == 0 {
+        return Err(format!("`{s}`: at least 1 timed run"));
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numeric_flags_are_range_checked() {
+        assert_eq!(time_limit("0.05"), Ok(0.05));
+        assert_eq!(time_limit("1e6"), Ok(1e6));
+        for s in ["0", "-1", "1e19", "1e308", "inf", "NaN", "x", "1000001"] {
+            assert!(time_limit(s).is_err(), "{s}");
         }
-        Some(Command::Export(a)) => {
-            let g = load(&a.model)?;
-            ckpt_ir::write_atomic(&a.output, &ckpt_ir::export_bytes(&g), Some(&a.model))?;
-            Ok(())
+        assert_eq!(tolerance("0"), Ok(0.0));
+        assert_eq!(tolerance("1e-5"), Ok(1e-5));
+        for s in ["-1e-5", "nan", "inf", "-inf", ""] {
+            assert!(tolerance(s).is_err(), "{s}");
         }
-        Some(Command::Validate(a)) => crate::main_job::run_validate(&a),
-        None => crate::main_job::run(cli.optimize),
+        assert_eq!(reserve("0"), Ok(0.0));
+        assert_eq!(reserve("99.5"), Ok(99.5));
+        for s in ["100", "-1", "nan", "1e3"] {
+            assert!(reserve(s).is_err(), "{s}");
+        }
+        assert_eq!(runs("1"), Ok(1));
+        for s in ["0", "-1", "1.5"] {
+            assert!(runs(s).is_err(), "{s}");
+        }
+    }
+
+    #[test]
+    fn dim_bindings_parse_strictly() {
+        assert_eq!(
+            dim_binding(" seq = 4096 "),
+            Ok(DimBinding {
+                name: "seq".into(),
+                value: 4096
+            })
+        );
+        for (s, why) in [
+            ("seq", "NAME=VALUE"),
+            ("=4", "no dim name"),
+            ("seq=0", "at least 1"),
+            ("seq=-1", "not a positive integer"),
+            ("seq=+1", "not a positive integer"),
+            ("seq=1e3", "not a positive integer"),
+            ("seq=", "not a positive integer"),
+            ("seq=99999999999999999999", "64 bits"),
+        ] {
+            let e = dim_binding(s).expect_err(s);
+            assert!(e.contains(why), "{s}: {e}");
+        }
+    }
+}
+
+/// `--initial-chunk`: a size (`4MiB`, bytes), not zero.
+fn parse_initial_chunk(s: &str) -> Result<u64, String> {
+    match ckpt_opt::size::parse_size(s)? {
+        0 => Err("the arena's first region must be at least 1 byte".into()),
+        v => Ok(v),
     }
 }

@@ -5,13 +5,14 @@ use serde_json::json;
 use ckpt_ir::{type_str, Graph};
 use ckpt_passes::{classify, TensorKind};
 
-use crate::cli::{load, parse_bindings, InspectArgs};
+use crate::cli::InspectArgs;
+use crate::model_io::{bindings, load, required_dims};
 use crate::Failure;
 use ckpt_opt::size::human;
 
 pub fn run(a: &InspectArgs) -> Result<(), Failure> {
     let graph = load(&a.model)?;
-    let bindings = parse_bindings(&a.model_args.dims)?;
+    let bindings = bindings(&a.model_args.dims, &graph)?;
     let class = classify(&graph, a.model_args.loss.as_deref());
 
     let kind_of = |t| class.as_ref().ok().map(|c| c.kind(t).name()).unwrap_or("?");
@@ -57,7 +58,7 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
         .into_iter()
         .map(|(d, v)| (d, json!(v)))
         .collect();
-    let options = a.model_args.analyse_options(&bindings)?;
+    let options = crate::model_io::analyse_options(&a.model_args, &bindings)?;
     let analysis = ckpt_opt::optimize::analyse(graph.clone(), &options);
     if a.json {
         let v = json!({
@@ -75,6 +76,7 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
                 "bytes": param_bytes.as_ref().ok(),
             },
             "symbolic_dims": graph.symbols(),
+            "required_dims": required_dims(&graph),
             "bindings": bindings,
         });
         let mut v = v;
@@ -98,7 +100,15 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
         );
         return Ok(());
     }
-    print_human(&graph, a, &class, params, param_elems, &param_bytes);
+    print_human(
+        &graph,
+        a,
+        &bindings,
+        &class,
+        params,
+        param_elems,
+        &param_bytes,
+    );
     match &analysis {
         Ok(an) => print_memory(an, &options.profile),
         Err(e) => println!("memory model: unavailable ({e:#})"),
@@ -109,6 +119,7 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
 fn print_human(
     graph: &Graph,
     a: &InspectArgs,
+    bindings: &ckpt_ir::Bindings,
     class: &Result<ckpt_passes::Classification, ckpt_passes::ClassifyError>,
     params: u64,
     param_elems: u64,
@@ -139,12 +150,35 @@ fn print_human(
         Err(e) => format!("? ({e})"),
     };
     println!("parameters   {params} tensors, {param_elems} elements, {bytes}");
-    let syms = graph.symbols();
-    if !syms.is_empty() {
+    let required = required_dims(graph);
+    if !required.is_empty() {
+        let shown: Vec<String> = required
+            .iter()
+            .map(|d| match bindings.get(d) {
+                Some(v) => format!("{d}={v}"),
+                None => d.clone(),
+            })
+            .collect();
         println!(
-            "symbolic     {} (bind with --dim NAME=VALUE)",
-            syms.join(", ")
+            "required dims: {} (bind with --dim NAME=VALUE)",
+            shown.join(", ")
         );
+    }
+    let derived: Vec<String> = graph
+        .symbols()
+        .into_iter()
+        .filter(|s| !required.contains(s))
+        .collect();
+    match derived.len() {
+        0 => {}
+        n if n <= 8 => println!(
+            "derived dims: {} (declared in the file; shape inference relates them to the inputs)",
+            derived.join(", ")
+        ),
+        n => println!(
+            "derived dims: {n} ({}, {}, …; declared in the file; shape inference relates them to the inputs)",
+            derived[0], derived[1]
+        ),
     }
     let kind = |t| class.as_ref().map(|c| c.kind(t).name()).unwrap_or("?");
     println!("inputs ({}):", graph.inputs().len());

@@ -1,6 +1,7 @@
 //! The `ckpt-opt` pipeline pieces shared by the CLI, its tests and examples.
 
 pub mod inputs;
+pub mod mutate;
 pub mod optimize;
 pub mod profile;
 pub mod receipt;

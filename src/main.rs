@@ -2,11 +2,14 @@
 //! activations, and prove on ONNX Runtime that it still trains the same.
 //!
 //! Exit codes: 0 success, 1 bad input or usage, 2 the ceiling cannot be met,
-//! 3 validation failed.
+//! 3 validation failed, 4 could not validate.
+//!
+//! Modules import one way: `main` → `inspect`, `main_job` → `model_io` → `cli` (flag types).
 
 mod cli;
 mod inspect;
 mod main_job;
+mod model_io;
 
 use std::process::ExitCode;
 
@@ -53,11 +56,30 @@ fn main() -> ExitCode {
             };
         }
     };
-    match cli::run(args) {
+    match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
             eprintln!("error: {:#}", f.error);
             ExitCode::from(f.code)
         }
+    }
+}
+
+fn run(cli: cli::Cli) -> Result<(), Failure> {
+    use cli::Command;
+    match cli.command {
+        Some(Command::Inspect(a)) => inspect::run(&a),
+        Some(Command::Print(a)) => {
+            let g = model_io::load(&a.model)?;
+            print!("{}", ckpt_ir::print_graph(&g));
+            Ok(())
+        }
+        Some(Command::Export(a)) => {
+            let g = model_io::load(&a.model)?;
+            ckpt_ir::write_atomic(&a.output, &ckpt_ir::export_bytes(&g), Some(&a.model))?;
+            Ok(())
+        }
+        Some(Command::Validate(a)) => main_job::run_validate(&a),
+        None => main_job::run(cli.optimize),
     }
 }

@@ -18,7 +18,8 @@ use ckpt_opt::validate::{
 use ckpt_passes::TensorKind;
 use ckpt_runtime::{Tol, Tolerances};
 
-use crate::cli::{load, parse_bindings, OptimizeArgs, RunArgs, ValidateArgs};
+use crate::cli::{OptimizeArgs, RunArgs, ValidateArgs};
+use crate::model_io::{bindings as parse_bindings, load};
 use crate::Failure;
 
 fn tolerances(r: &RunArgs) -> Tolerances {
@@ -190,8 +191,8 @@ fn print_validation(v: &Validation) {
 pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
     let original = load(&a.original)?;
     let rewritten = load(&a.rewritten)?;
-    let b = parse_bindings(&a.model_args.dims)?;
-    let mut options = a.model_args.analyse_options(&b)?;
+    let b = parse_bindings(&a.model_args.dims, &original)?;
+    let mut options = crate::model_io::analyse_options(&a.model_args, &b)?;
     // The profile the rewritten model records is the one it promises to hold under.
     let recorded = ckpt_ir::Profile::from_metadata(
         rewritten
@@ -276,24 +277,14 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             "no model given: ckpt-opt MODEL --ceiling SIZE (see --help)"
         ))
     })?;
-    let ceiling_s = args
+    let ceiling_spec = args
         .ceiling
-        .clone()
         .ok_or_else(|| Failure::input(anyhow!("--ceiling is required, e.g. --ceiling 69GiB")))?;
-    let ceiling = parse_size(&ceiling_s).map_err(|e| Failure::input(anyhow!("--ceiling {e}")))?;
-    if !(0.0..100.0).contains(&args.reserve) {
-        return Err(Failure::input(anyhow!(
-            "--reserve {} must be a percentage in [0, 100)",
-            args.reserve
-        )));
-    }
-    if !(args.time_limit > 0.0 && args.time_limit.is_finite()) {
-        return Err(Failure::input(anyhow!(
-            "--time-limit must be a positive number of seconds"
-        )));
-    }
-    let bindings = parse_bindings(&args.model_args.dims)?;
-    let options = args.model_args.analyse_options(&bindings)?;
+    let input_bytes =
+        std::fs::read(&model).with_context(|| format!("reading {}", model.display()))?;
+    let graph = load(&model)?;
+    let bindings = parse_bindings(&args.model_args.dims, &graph)?;
+    let options = crate::model_io::analyse_options(&args.model_args, &bindings)?;
     let profile = options.profile.clone();
     if profile.graph_optimization_level != ckpt_ir::profile::OptLevel::Disable {
         return Err(Failure::input(anyhow!(
@@ -302,9 +293,10 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             profile.graph_optimization_level
         )));
     }
-    let input_bytes =
-        std::fs::read(&model).with_context(|| format!("reading {}", model.display()))?;
-    let graph = load(&model)?;
+    // A percentage ceiling is of the unmodified graph's predicted device total: analyse first.
+    let t_plan = Instant::now();
+    let before = optimize::analyse(graph, &options)?;
+    let ceiling = ceiling_spec.resolve(before.ledger.total_bytes);
     let job = Job {
         model: model.clone(),
         ceiling,
@@ -317,7 +309,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         time_limit: Duration::from_secs_f64(args.time_limit),
         profile: profile.clone(),
     };
-    let outcome = optimize::plan(&job, graph)?;
+    let outcome = optimize::plan_analysed(&job, before, t_plan)?;
     let before = match &outcome {
         Outcome::AlreadyFits { before } | Outcome::CannotFit { before, .. } => before,
         Outcome::Rewritten(r) => &r.before,
@@ -335,6 +327,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         },
         bindings: bindings.iter().map(|(k, v)| (k.clone(), *v)).collect(),
         input_shapes: input_shapes(&before.graph, &bindings),
+        ceiling: ceiling_spec.to_string(),
         ceiling_bytes: ceiling,
         reserve_percent: args.reserve,
         profile: profile.metadata().into_iter().collect(),

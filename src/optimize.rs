@@ -203,6 +203,12 @@ fn lowest_reachable(job: &Job, before: &Analysis, cands: &Candidates, best: Opti
 pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
     let t0 = Instant::now();
     let before = analyse(graph, &job.analyse_options())?;
+    plan_analysed(job, before, t0)
+}
+
+/// [`plan`] from the analysis of the unmodified graph (for a ceiling relative to its
+/// footprint); the time limit counts from `t0`.
+pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome> {
     let effective = (job.ceiling as f64 * (1.0 - job.reserve_pct / 100.0)).floor() as u64;
     if before.ledger.total_bytes <= effective {
         return Ok(Outcome::AlreadyFits { before });

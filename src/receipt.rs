@@ -84,6 +84,8 @@ pub struct Receipt {
     pub bindings: BTreeMap<String, u64>,
     /// Graph input shapes under the bindings (`null` dims: not bound).
     pub input_shapes: BTreeMap<String, Vec<Option<u64>>>,
+    /// The ceiling as given (`69GiB`, `90%` of the predicted device total).
+    pub ceiling: String,
     pub ceiling_bytes: u64,
     pub reserve_percent: f64,
     /// The deployment profile: the `metadata_props` keys the output model records.

@@ -45,7 +45,10 @@ fn default_profile_is_predicted_to_the_byte_on_every_fixture() {
     for f in &files {
         let (pred, meas) = need(f, &p);
         if pred != meas {
-            misses.push(format!("{}: predicted {pred}, measured {meas}", f.display()));
+            misses.push(format!(
+                "{}: predicted {pred}, measured {meas}",
+                f.display()
+            ));
         }
     }
     assert!(misses.is_empty(), "{misses:#?}");
@@ -59,7 +62,10 @@ fn other_profiles_are_predicted_within_one_percent() {
     for name in ["mlp_d0_aot", "gpt2_d0_aot", "llama_d0_makefx"] {
         let path = root().join(format!("tests/fixtures/{name}.onnx"));
         for pattern in [false, true] {
-            for extend in [ExtendStrategy::SameAsRequested, ExtendStrategy::NextPowerOfTwo] {
+            for extend in [
+                ExtendStrategy::SameAsRequested,
+                ExtendStrategy::NextPowerOfTwo,
+            ] {
                 for caller in [CallerOutputs::Released, CallerOutputs::Held] {
                     let p = Profile {
                         enable_mem_pattern: pattern,
@@ -88,7 +94,13 @@ fn output_records_its_profile_and_validation_fails_over_the_ceiling() {
     let model = root().join("tests/fixtures/gpt2_d0_aot.onnx");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.onnx");
-    let i = run(&["inspect", path_str(&model), "--json", "--arena-extend", "kNextPowerOfTwo"]);
+    let i = run(&[
+        "inspect",
+        path_str(&model),
+        "--json",
+        "--arena-extend",
+        "kNextPowerOfTwo",
+    ]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&i)).unwrap();
     let c = (v["ledger"]["total_bytes"].as_u64().unwrap() * 95 / 100).to_string();
     let o = run(&[
@@ -106,14 +118,27 @@ fn output_records_its_profile_and_validation_fails_over_the_ceiling() {
         .model()
         .metadata_props
         .iter()
-        .map(|p| (p.key.clone().unwrap_or_default(), p.value.clone().unwrap_or_default()))
+        .map(|p| {
+            (
+                p.key.clone().unwrap_or_default(),
+                p.value.clone().unwrap_or_default(),
+            )
+        })
         .collect();
-    let recorded =
-        Profile::from_metadata(props.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .unwrap()
-            .expect("a recorded profile");
-    assert_eq!(recorded.arena_extend_strategy, ExtendStrategy::NextPowerOfTwo);
-    assert_eq!(recorded, Profile { arena_extend_strategy: ExtendStrategy::NextPowerOfTwo, ..Profile::default() });
+    let recorded = Profile::from_metadata(props.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .unwrap()
+        .expect("a recorded profile");
+    assert_eq!(
+        recorded.arena_extend_strategy,
+        ExtendStrategy::NextPowerOfTwo
+    );
+    assert_eq!(
+        recorded,
+        Profile {
+            arena_extend_strategy: ExtendStrategy::NextPowerOfTwo,
+            ..Profile::default()
+        }
+    );
     // validate reads the recorded profile; 1 MiB is far below what the rewrite needs.
     let v = run(&[
         "validate",

@@ -41,7 +41,17 @@ fn receipts_of_every_status_match_the_schema() {
         (total * 95 / 100, 0, "rewritten"),
     ] {
         let c = ceiling.to_string();
-        let r = run(&[m, "--ceiling", &c, "-o", o, "--validate", "--json", "--runs", "1"]);
+        let r = run(&[
+            m,
+            "--ceiling",
+            &c,
+            "-o",
+            o,
+            "--validate",
+            "--json",
+            "--runs",
+            "1",
+        ]);
         assert_eq!(r.status.code(), Some(code), "{status}: {}", stderr(&r));
         let v: serde_json::Value = serde_json::from_str(&stdout(&r)).unwrap();
         assert_eq!(v["status"], status);
@@ -58,6 +68,9 @@ fn receipts_of_every_status_match_the_schema() {
         broken["ceiling_bytes"] = serde_json::json!("69GiB");
         let schema = receipt_schema();
         let validator = jsonschema::validator_for(&schema).unwrap();
-        assert!(!validator.is_valid(&broken), "{status}: a string ceiling passed");
+        assert!(
+            !validator.is_valid(&broken),
+            "{status}: a string ceiling passed"
+        );
     }
 }

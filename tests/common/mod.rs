@@ -106,7 +106,10 @@ pub fn assert_validated_rewrite(r: &serde_json::Value, label: &str) -> (u64, u64
         m["original"]["measured_total_bytes"].as_u64().unwrap(),
         m["rewritten"]["measured_total_bytes"].as_u64().unwrap(),
     );
-    assert!(ma <= ceiling, "{label}: measured {ma} over the ceiling {ceiling}");
+    assert!(
+        ma <= ceiling,
+        "{label}: measured {ma} over the ceiling {ceiling}"
+    );
     assert!(ma < mb, "{label}: measured {mb} -> {ma}");
     for g in ["original", "rewritten"] {
         let e = m[g]["relative_error"].as_f64().unwrap();

@@ -15,7 +15,7 @@ use crate::shape::{Dim, Shape};
 use super::cost;
 use super::ctx::{declared, norm_axis, out, out_v, InferCtx};
 use super::types::TensorType;
-use super::value::{constant_node_value, dim_of, int_of, ConstData};
+use super::value::{constant_node_value, dim_of, int_of, ConstData, MAX_VALUE_ELEMS};
 use super::{FlopRule, IndexUse, OpDef};
 
 type Out = Result<Vec<Option<TensorType>>, String>;
@@ -39,6 +39,10 @@ fn shape_input(ctx: &InferCtx<'_>, i: usize, what: &str) -> Result<Vec<Dim>, Str
     }
     let s = ctx.shape(i)?;
     match s.dims() {
+        // A rank beyond the value-tracking bound is no real shape (a mutated file had 2^40).
+        [Dim::Known(n)] if *n > MAX_VALUE_ELEMS => Err(format!(
+            "{what} (input {i}) has {n} elements: a rank above {MAX_VALUE_ELEMS} is refused"
+        )),
         [Dim::Known(n)] => Ok((0..*n as usize)
             .map(|a| fresh(ctx, a, &format!("{what} is not computable")))
             .collect()),
@@ -331,25 +335,26 @@ fn slice_axis(
         return Err("slice step 0".into());
     }
     if let (Some(dk), Some(s), Some(e)) = (d.known(), int_of(start), int_of(end)) {
-        let dk = dk as i64;
+        // In i128: the bounds and the step may be anywhere in i64, the dim anywhere in u64.
+        let (dk, s, e, step) = (dk as i128, s as i128, e as i128, step as i128);
         let (s, e) = (
             if s < 0 { s + dk } else { s },
             if e < 0 { e + dk } else { e },
         );
-        let idx: Vec<usize> = if step > 0 {
+        // First index, and how many: forward over [s, e), backward over (e, s].
+        let (first, len) = if step > 0 {
             let (s, e) = (s.clamp(0, dk), e.clamp(0, dk));
-            (s..e).step_by(step as usize).map(|i| i as usize).collect()
+            (s, if e > s { (e - s + step - 1) / step } else { 0 })
+        } else if dk == 0 {
+            (0, 0)
         } else {
             let (s, e) = (s.clamp(0, dk - 1), e.clamp(-1, dk - 1));
-            let mut v = Vec::new();
-            let mut i = s;
-            while i > e {
-                v.push(i as usize);
-                i += step;
-            }
-            v
+            (s, if s > e { (s - e - step - 1) / -step } else { 0 })
         };
-        return Ok((Dim::Known(idx.len() as u64), Some(idx)));
+        // Indices only for axes small enough to carry values (a dim may be 2^40).
+        let idx = (dk <= MAX_VALUE_ELEMS as i128)
+            .then(|| (0..len).map(|k| (first + k * step) as usize).collect());
+        return Ok((Dim::Known(len as u64), idx));
     }
     if step != 1 {
         return Ok((

@@ -1,0 +1,263 @@
+//! A model and its `--dim` bindings, as every command loads them.
+//!
+//! Bindings are checked against the imported graph: a name must be a symbolic dim of the
+//! model, given once; and the bound values must not contradict what shape inference relates:
+//! a dim the file declares (`unk__3`, `batch_x_seq`) where inference derives an expression of
+//! the inputs' dims (`batch*seq`) must equal it, and a broadcast that inference had to assume
+//! (`batch*seq == batch_x_seq`) must hold. Inference that fails is reported by the analysis,
+//! not here.
+
+use std::collections::BTreeSet;
+
+use anyhow::{anyhow, Context};
+
+use ckpt_ir::{Bindings, Dim, Graph};
+
+use crate::cli::DimBinding;
+use crate::Failure;
+
+/// Import a model, naming the file in any error.
+pub fn load(path: &std::path::Path) -> Result<Graph, Failure> {
+    ckpt_ir::import_file(path)
+        .with_context(|| format!("importing {}", path.display()))
+        .map_err(Failure::input)
+}
+
+/// The symbolic dims of the graph's inputs: what `--dim` must bind (inference derives the rest).
+pub fn required_dims(graph: &Graph) -> Vec<String> {
+    let set: BTreeSet<String> = graph
+        .inputs()
+        .iter()
+        .filter_map(|&t| graph.tensor(t).shape.as_ref())
+        .flat_map(|s| s.symbols())
+        .collect();
+    set.into_iter().collect()
+}
+
+/// The model's dims, for an error: the required ones, then how many inference derives.
+fn dims_listing(graph: &Graph) -> String {
+    let required = required_dims(graph);
+    let derived = graph
+        .symbols()
+        .into_iter()
+        .filter(|s| !required.contains(s))
+        .count();
+    let req = if required.is_empty() {
+        "none required".to_string()
+    } else {
+        format!("required: {}", required.join(", "))
+    };
+    if derived == 0 {
+        req
+    } else {
+        format!("{req}; {derived} more that inference derives from them (unk__…)")
+    }
+}
+
+/// `--dim` flags as bindings, checked against `graph` (see the module doc).
+pub fn bindings(dims: &[DimBinding], graph: &Graph) -> Result<Bindings, Failure> {
+    let known = graph.symbols();
+    let mut b = Bindings::new();
+    for d in dims {
+        if let Some(v) = b.get(&d.name) {
+            return Err(Failure::input(anyhow!(
+                "--dim {}: given twice ({0}={v} and {0}={}); bind each dim once",
+                d.name,
+                d.value
+            )));
+        }
+        if !known.contains(&d.name) {
+            return Err(Failure::input(if known.is_empty() {
+                anyhow!(
+                    "--dim {}={}: the model has no symbolic dims; drop --dim",
+                    d.name,
+                    d.value
+                )
+            } else {
+                anyhow!(
+                    "--dim {}={}: `{0}` is not a symbolic dim of the model ({})",
+                    d.name,
+                    d.value,
+                    dims_listing(graph)
+                )
+            }));
+        }
+        b.insert(d.name.clone(), d.value);
+    }
+    if !b.is_empty() {
+        check_relations(graph, &b)?;
+    }
+    Ok(b)
+}
+
+/// The bindings against inference: declared dims where inference derives another expression,
+/// and broadcasts inference had to assume.
+fn check_relations(graph: &Graph, b: &Bindings) -> Result<(), Failure> {
+    let Ok(types) = ckpt_ir::ops::infer(graph) else {
+        return Ok(());
+    };
+    let mentions_bound = |d: &Dim| d.symbols().iter().any(|s| b.contains_key(s));
+    for t in graph.tensor_ids() {
+        let tensor = graph.tensor(t);
+        let (Some(declared), Some(inferred)) = (&tensor.shape, types.shape(t)) else {
+            continue;
+        };
+        if declared.rank() != inferred.rank() {
+            continue;
+        }
+        for (axis, (d, i)) in declared.dims().iter().zip(inferred.dims()).enumerate() {
+            if d == i || !mentions_bound(d) {
+                continue;
+            }
+            if let (Ok(dv), Ok(iv)) = (d.eval(b), i.eval(b)) {
+                if dv != iv {
+                    let derived = match i {
+                        Dim::Known(_) => format!("{iv}"),
+                        _ => format!("`{i}` = {iv}"),
+                    };
+                    return Err(Failure::input(anyhow!(
+                        "--dim bindings contradict the model: tensor `{}` axis {axis} is declared `{d}` = {dv}, but shape inference derives {derived} from the inputs{}",
+                        tensor.name,
+                        hint(d, graph)
+                    )));
+                }
+            }
+        }
+    }
+    for w in types.warnings() {
+        let Some((at, sides)) = w.split_once(": broadcast assumes ") else {
+            continue;
+        };
+        let Some((l, r)) = sides.split_once(" == ") else {
+            continue;
+        };
+        if let (Some(lv), Some(rv)) = (eval_printed(l, b), eval_printed(r, b)) {
+            if lv != rv && lv != 1 && rv != 1 {
+                return Err(Failure::input(anyhow!(
+                    "--dim bindings contradict the model: node {at} broadcasts `{l}` = {lv} against `{r}` = {rv}; they must be equal (or 1)"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A hint for a contradicted declared dim: derived dims need no binding.
+fn hint(d: &Dim, graph: &Graph) -> String {
+    let required = required_dims(graph);
+    let derived: Vec<String> = d
+        .symbols()
+        .into_iter()
+        .filter(|s| !required.contains(s))
+        .collect();
+    if derived.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; drop --dim {} (inference derives it), or bind only {}",
+            derived.join(", --dim "),
+            if required.is_empty() {
+                "nothing".to_string()
+            } else {
+                required.join(", ")
+            }
+        )
+    }
+}
+
+/// The value of a dim as `Dim`'s `Display` prints it (`7`, `seq`, `(2*batch*seq + 4)`) under
+/// `b`; `None` if a symbol is unbound or the text is not such a dim.
+fn eval_printed(text: &str, b: &Bindings) -> Option<i128> {
+    let t = text.trim();
+    let t = t
+        .strip_prefix('(')
+        .and_then(|x| x.strip_suffix(')'))
+        .unwrap_or(t);
+    let mut total: i128 = 0;
+    for term in t.replace(" - ", " + -").split(" + ") {
+        let (mut v, term) = match term.trim().strip_prefix('-') {
+            Some(r) => (-1i128, r),
+            None => (1, term.trim()),
+        };
+        for f in term.split('*') {
+            let f = f.trim();
+            let x = if !f.is_empty() && f.chars().all(|c| c.is_ascii_digit()) {
+                f.parse::<i128>().ok()?
+            } else {
+                *b.get(f)? as i128
+            };
+            v = v.checked_mul(x)?;
+        }
+        total = total.checked_add(v)?;
+    }
+    Some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printed_dims_evaluate() {
+        let b: Bindings = [("batch".into(), 2), ("seq".into(), 8)].into();
+        assert_eq!(eval_printed("7", &b), Some(7));
+        assert_eq!(eval_printed("seq", &b), Some(8));
+        assert_eq!(eval_printed("(batch*seq)", &b), Some(16));
+        assert_eq!(eval_printed("(2*batch*seq + 4)", &b), Some(36));
+        assert_eq!(eval_printed("(batch*seq - seq - 1)", &b), Some(7));
+        assert_eq!(eval_printed("(-seq + 10)", &b), Some(2));
+        assert_eq!(eval_printed("(seq - 1 + batch)", &b), Some(9));
+        assert_eq!(eval_printed("unk__3", &b), None);
+        // The printer agrees with the evaluator.
+        let d = Dim::sym("batch")
+            .mul(&Dim::sym("seq"))
+            .mul(&Dim::Known(2))
+            .sub(&Dim::sym("seq"))
+            .add(&Dim::Known(5));
+        assert_eq!(
+            eval_printed(&d.to_string(), &b),
+            Some(d.eval(&b).unwrap() as i128)
+        );
+    }
+}
+
+/// The deployment profile the flags select.
+pub fn profile(a: &crate::cli::ProfileArgs) -> Result<ckpt_ir::Profile, Failure> {
+    let mut p = ckpt_ir::Profile::default();
+    let set = |p: &mut ckpt_ir::Profile, k: &str, v: &str| {
+        p.set(k, v).map_err(|e| Failure::input(anyhow!(e)))
+    };
+    set(&mut p, "execution_provider", &a.provider)?;
+    set(&mut p, "graph_optimization_level", &a.ort_opt_level)?;
+    set(
+        &mut p,
+        "enable_mem_pattern",
+        if a.mem_pattern == "on" {
+            "true"
+        } else {
+            "false"
+        },
+    )?;
+    set(&mut p, "arena_extend_strategy", &a.arena_extend)?;
+    set(&mut p, "caller_outputs", &a.caller_outputs)?;
+    set(&mut p, "steps", &a.steps.to_string())?;
+    if let Some(c) = a.initial_chunk {
+        set(&mut p, "initial_chunk_size_bytes", &c.to_string())?;
+    }
+    Ok(p)
+}
+
+/// The analysis the flags ask for, with `bindings` already checked against the graph.
+pub fn analyse_options(
+    m: &crate::cli::ModelArgs,
+    bindings: &Bindings,
+) -> Result<ckpt_opt::optimize::AnalyseOptions, Failure> {
+    let (optimizer, optimizer_bits) = m.optimizer();
+    Ok(ckpt_opt::optimize::AnalyseOptions {
+        bindings: bindings.clone(),
+        loss: m.loss.clone(),
+        optimizer,
+        optimizer_bits,
+        profile: profile(&m.profile)?,
+    })
+}

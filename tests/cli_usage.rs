@@ -1,0 +1,303 @@
+//! Every refused flag value exits 1 (usage) with a message naming the flag; `--dim` bindings
+//! are checked against the model; `--ceiling 90%` resolves against the predicted footprint;
+//! every `--help` lists examples and the exit codes.
+
+mod common;
+
+use ckpt_ir::build::{attr_i, ModelBuilder};
+use ckpt_ir::DType;
+use common::*;
+
+fn mlp() -> String {
+    path_str(&root().join("tests/fixtures/mlp_d0_aot.onnx")).to_string()
+}
+
+fn ort_gpt2() -> String {
+    path_str(&root().join("tests/fixtures/ort_gpt2_training.onnx")).to_string()
+}
+
+/// `args` exits 1 and stderr names `flag` and contains `why`.
+fn refused(args: &[&str], flag: &str, why: &str) {
+    let o = run(args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+    assert!(err.contains(flag), "{args:?}: no `{flag}` in: {err}");
+    assert!(err.contains(why), "{args:?}: no `{why}` in: {err}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+}
+
+#[test]
+fn refused_ceilings_exit_1() {
+    let m = mlp();
+    for (c, why) in [
+        ("0", "positive"),
+        ("0GiB", "positive"),
+        ("-5GiB", "no sign"),
+        ("+5GiB", "no sign"),
+        ("1e9", "exponents"),
+        ("69G", "did you mean 69GiB or 69GB?"),
+        ("512M", "did you mean 512MiB or 512MB?"),
+        ("4K", "did you mean 4KiB or 4KB?"),
+        ("0%", "(0, 100]"),
+        ("101%", "(0, 100]"),
+        ("-5%", "plain number"),
+        ("nan%", "plain number"),
+        ("NaN", "no number"),
+        ("inf", "no number"),
+        ("12 parsecs", "unknown unit"),
+        ("99999999999TiB", "out of range"),
+    ] {
+        refused(&[&m, "--ceiling", c], "--ceiling", why);
+    }
+}
+
+#[test]
+fn refused_numbers_exit_1() {
+    let m = mlp();
+    let main = |flag: &'static str, v: &'static str| {
+        vec![
+            m.clone(),
+            "--ceiling".into(),
+            "1GiB".into(),
+            flag.into(),
+            v.into(),
+        ]
+    };
+    let cases: Vec<(Vec<String>, &str, &str)> = vec![
+        (main("--time-limit", "0"), "--time-limit", "(0, 1e6]"),
+        (main("--time-limit", "-1"), "--time-limit", "(0, 1e6]"),
+        (main("--time-limit", "1e19"), "--time-limit", "(0, 1e6]"),
+        (main("--time-limit", "1e308"), "--time-limit", "(0, 1e6]"),
+        (main("--time-limit", "inf"), "--time-limit", "finite"),
+        (main("--time-limit", "NaN"), "--time-limit", "finite"),
+        (main("--rtol", "-1e-5"), "--rtol", "at least 0"),
+        (main("--rtol", "NaN"), "--rtol", "finite"),
+        (main("--atol", "inf"), "--atol", "finite"),
+        (main("--atol", "-0.1"), "--atol", "at least 0"),
+        (main("--runs", "0"), "--runs", "at least 1"),
+        (main("--runs", "-3"), "--runs", "whole number"),
+        (main("--seed", "-1"), "--seed", "invalid"),
+        (main("--seed", "1.5"), "--seed", "invalid"),
+        (main("--reserve", "100"), "--reserve", "[0, 100)"),
+        (main("--reserve", "-1"), "--reserve", "[0, 100)"),
+        (main("--reserve", "NaN"), "--reserve", "finite"),
+        (main("--dim", "seq=0"), "--dim", "at least 1"),
+        (main("--dim", "seq"), "--dim", "NAME=VALUE"),
+        (main("--dim", "seq=-2"), "--dim", "positive integer"),
+        (
+            vec![
+                "validate".into(),
+                m.clone(),
+                m.clone(),
+                "--runs".into(),
+                "0".into(),
+            ],
+            "--runs",
+            "at least 1",
+        ),
+        (
+            vec![
+                "validate".into(),
+                m.clone(),
+                m.clone(),
+                "--rtol".into(),
+                "nan".into(),
+            ],
+            "--rtol",
+            "finite",
+        ),
+    ];
+    for (args, flag, why) in cases {
+        let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        refused(&a, flag, why);
+    }
+}
+
+#[test]
+fn dims_are_checked_against_the_model() {
+    let g = ort_gpt2();
+    let bound = ["--dim", "batch=2", "--dim", "seq=8"];
+    for (extra, why) in [
+        (
+            vec!["--dim", "foo=3"],
+            "`foo` is not a symbolic dim of the model (required: batch, seq",
+        ),
+        (
+            vec!["--dim", "seq=1", "--dim", "seq=2"],
+            "given twice (seq=1 and seq=2)",
+        ),
+        // Inference derives unk__0 (the Gather of wpe's rows by position) as `seq`.
+        (
+            [&bound[..], &["--dim", "unk__0=5"]].concat(),
+            "declared `unk__0` = 5, but shape inference derives `seq` = 8",
+        ),
+    ] {
+        for cmd in [
+            vec!["inspect", g.as_str()],
+            vec![g.as_str(), "--ceiling", "1GiB"],
+        ] {
+            let args = [&cmd[..], &extra[..]].concat();
+            refused(&args, "--dim", why);
+        }
+    }
+    // A consistent binding of a derived dim is accepted.
+    let args = [
+        &["inspect", g.as_str()][..],
+        &bound[..],
+        &["--dim", "unk__0=8"],
+    ]
+    .concat();
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    refused(
+        &[&mlp(), "--ceiling", "1GiB", "--dim", "seq=4"],
+        "--dim",
+        "the model has no symbolic dims",
+    );
+}
+
+/// Inputs `[batch, seq]` and `[batch_x_seq]`: flattening the first and adding the second makes
+/// inference assume `batch*seq == batch_x_seq`, which the bindings must keep.
+#[test]
+fn bindings_must_keep_the_broadcasts_inference_assumed() {
+    let bytes = ModelBuilder::new(17)
+        .input("a", DType::F32, "batch,seq")
+        .input("b", DType::F32, "batch_x_seq")
+        .node_with("Flatten", &["a"], &["f"], vec![attr_i("axis", 0)])
+        .init_i64("flat", &[1], &[-1])
+        .node("Reshape", &["f", "flat"], &["r"])
+        .node("Add", &["r", "b"], &["y"])
+        .output("y", DType::F32, "y_len")
+        .bytes();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("m.onnx");
+    std::fs::write(&p, bytes).unwrap();
+    let m = path_str(&p);
+    refused(
+        &[
+            "inspect",
+            m,
+            "--dim",
+            "batch=2",
+            "--dim",
+            "seq=8",
+            "--dim",
+            "batch_x_seq=10",
+        ],
+        "--dim",
+        "= 16 against `batch_x_seq` = 10",
+    );
+    let o = run(&[
+        "inspect",
+        m,
+        "--dim",
+        "batch=2",
+        "--dim",
+        "seq=8",
+        "--dim",
+        "batch_x_seq=16",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn inspect_lists_the_required_dims_in_one_line() {
+    let o = run(&["inspect", &ort_gpt2()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.lines()
+            .any(|l| l == "required dims: batch, seq (bind with --dim NAME=VALUE)"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("unk__10"),
+        "derived dims are summarised: {out}"
+    );
+    let o = run(&["inspect", &ort_gpt2(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["required_dims"], serde_json::json!(["batch", "seq"]));
+}
+
+/// The README's "Training artifacts with symbolic dims" command, as written (with the fixture).
+#[test]
+fn readme_training_artifact_example_runs() {
+    let o = run(&[
+        &ort_gpt2(),
+        "--dim",
+        "batch=8",
+        "--dim",
+        "seq=1024",
+        "--ceiling",
+        "20GiB",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("already fits"), "{}", stdout(&o));
+}
+
+#[test]
+fn percent_ceiling_resolves_against_the_footprint() {
+    let dir = tempfile::tempdir().unwrap();
+    let receipt = dir.path().join("r.json");
+    let out = dir.path().join("o.onnx");
+    let o = run(&[
+        &mlp(),
+        "--ceiling",
+        "100%",
+        "-o",
+        path_str(&out),
+        "--receipt",
+        path_str(&receipt),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap()).unwrap();
+    assert_eq!(r["status"], "already_fits");
+    assert_eq!(r["ceiling"], "100%");
+    assert_eq!(r["ceiling_bytes"], r["predicted_peak_bytes"]["before"]);
+
+    let o = run(&[
+        &mlp(),
+        "--ceiling",
+        "90%",
+        "--time-limit",
+        "5",
+        "--receipt",
+        path_str(&receipt),
+        "-o",
+        path_str(&out),
+    ]);
+    assert!(matches!(o.status.code(), Some(0 | 2)), "{}", stderr(&o));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap()).unwrap();
+    let total = r["ledger"]["before"]["total_bytes"]
+        .as_u64()
+        .or(r["ledger"]["total_bytes"].as_u64())
+        .unwrap();
+    assert_eq!(r["ceiling_bytes"].as_u64().unwrap(), total * 9 / 10);
+}
+
+#[test]
+fn every_help_lists_examples_and_exit_codes() {
+    for cmd in [
+        vec!["--help"],
+        vec!["inspect", "--help"],
+        vec!["print", "--help"],
+        vec!["export", "--help"],
+        vec!["validate", "--help"],
+    ] {
+        let o = run(&cmd);
+        assert!(o.status.success(), "{cmd:?}");
+        let h = stdout(&o);
+        assert!(h.contains("Examples:\n  ckpt-opt "), "{cmd:?}: {h}");
+        for code in [
+            "0  success",
+            "1  bad input or usage",
+            "2  the ceiling cannot be met",
+            "3  validation failed",
+            "4  could not validate",
+        ] {
+            assert!(h.contains(code), "{cmd:?}: no `{code}` in {h}");
+        }
+    }
+}

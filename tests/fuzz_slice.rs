@@ -1,0 +1,119 @@
+//! CI's slice of the fuzzer (`examples/fuzz.rs`, `docs/fuzzing.md`): 2000 seeded executions
+//! over every fixture and example through import → analyse → candidates, no panics; and every
+//! minimized crash the fuzzer ever found, kept in `tests/fuzz_regressions/`, comes out as
+//! `Ok` or an error through the whole main job.
+
+mod common;
+
+use std::time::Duration;
+
+use ckpt_ir::build::ModelBuilder;
+use ckpt_ir::DType;
+use ckpt_opt::mutate::{corpus, fuzz, panics, Depth, FuzzOptions};
+use common::root;
+
+/// The crashes the fuzzer found, minimized by hand to the node that broke, by file name.
+/// `FUZZ_REGRESSIONS_BLESS=1` rewrites the files.
+fn minimized_crashes() -> Vec<(&'static str, Vec<u8>)> {
+    // Seed 1 of the first 1M campaign, within seconds: a dim mutated to 2^40 under a Slice with constant bounds; inference
+    // listed every selected index (8 TiB) and the process aborted on the allocation.
+    let huge = ModelBuilder::new(17)
+        .input("x", DType::F32, "1099511627776")
+        .init_i64("starts", &[1], &[0])
+        .init_i64("ends", &[1], &[i64::MAX])
+        .init_i64("axes", &[1], &[0])
+        .node("Slice", &["x", "starts", "ends", "axes"], &["y"])
+        .output("y", DType::F32, "1099511627776")
+        .bytes();
+    // The same arithmetic on an empty axis with a negative step clamped to [0, -1] (a panic).
+    let empty_backward = ModelBuilder::new(17)
+        .input("x", DType::F32, "0")
+        .init_i64("starts", &[1], &[-1])
+        .init_i64("ends", &[1], &[-10])
+        .init_i64("axes", &[1], &[0])
+        .init_i64("steps", &[1], &[-1])
+        .node("Slice", &["x", "starts", "ends", "axes", "steps"], &["y"])
+        .output("y", DType::F32, "0")
+        .bytes();
+    // Seed 1 of the second 1M campaign, after about 4 minutes: a Reshape whose shape input (not
+    // computable) has 2^40 elements; inference made a fresh dim for each (a 32 TiB allocation).
+    let huge_rank = ModelBuilder::new(17)
+        .input("x", DType::F32, "4")
+        .input("shape", DType::I64, "1099511627776")
+        .node("Reshape", &["x", "shape"], &["y"])
+        .output("y", DType::F32, "4")
+        .bytes();
+    vec![
+        ("reshape_to_a_rank_of_2pow40.onnx", huge_rank),
+        ("slice_of_a_2pow40_axis.onnx", huge),
+        ("slice_backward_over_an_empty_axis.onnx", empty_backward),
+    ]
+}
+
+#[test]
+fn minimized_crashes_are_committed_and_infer() {
+    let dir = root().join("tests/fuzz_regressions");
+    for (name, bytes) in minimized_crashes() {
+        let path = dir.join(name);
+        if std::env::var_os("FUZZ_REGRESSIONS_BLESS").is_some() {
+            std::fs::write(&path, &bytes).unwrap();
+        }
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            bytes,
+            "{name}: bless with FUZZ_REGRESSIONS_BLESS=1"
+        );
+        let g = ckpt_ir::import_bytes(bytes.into(), &path, None).unwrap();
+        match ckpt_ir::ops::infer(&g) {
+            Ok(types) => {
+                let y = g.tensor_ids().find(|&t| g.tensor(t).name == "y").unwrap();
+                assert_eq!(types.shape(y), g.tensor(y).shape.as_ref(), "{name}");
+            }
+            Err(e) => assert!(
+                name.starts_with("reshape") && e.to_string().contains("rank above 64"),
+                "{name}: {e}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn a_seeded_slice_of_the_fuzzer_finds_no_panic() {
+    let seeds = corpus(&[&root().join("tests/fixtures"), &root().join("examples")]).unwrap();
+    assert!(seeds.len() >= 16, "{} seed models", seeds.len());
+    let opts = FuzzOptions {
+        seed: 20261129,
+        execs: 2000,
+        depth: Depth::Candidates,
+        ..FuzzOptions::default()
+    };
+    let r = fuzz(&seeds, &opts);
+    eprintln!(
+        "{} execs in {:.1} s: {} refused at import, {} at analysis, {} through",
+        r.execs,
+        r.elapsed.as_secs_f64(),
+        r.refused_at_import,
+        r.refused_at_analysis,
+        r.through
+    );
+    assert_eq!(r.execs, 2000);
+    // The slice reaches every stage: the mutations are not all rejected at the door.
+    assert!(r.through > 100, "only {} inputs got through", r.through);
+    assert!(r.refused_at_import > 0 && r.refused_at_analysis > 0);
+    let found: Vec<_> = r
+        .crashes
+        .iter()
+        .map(|c| format!("exec {}: {}", c.exec, c.message))
+        .collect();
+    assert!(found.is_empty(), "panics: {found:?}");
+}
+
+#[test]
+fn fuzz_regressions_do_not_panic() {
+    let dir = root().join("tests/fuzz_regressions");
+    let cases = corpus(&[&dir]).unwrap();
+    for (name, bytes) in &cases {
+        let p = panics(bytes, Depth::Plan, Duration::from_secs(2));
+        assert!(p.is_none(), "{name}: {p:?}");
+    }
+}
