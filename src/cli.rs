@@ -144,11 +144,13 @@ pub struct ProfileArgs {
     #[arg(long = "mem-pattern", default_value = "off", value_parser = ["on", "off"])]
     pub mem_pattern: String,
     /// The arena's extend strategy.
-    #[arg(long = "arena-extend", default_value = "kSameAsRequested", value_parser = ["kSameAsRequested", "kNextPowerOfTwo"])]
+    #[arg(long = "arena-extend", default_value = "kNextPowerOfTwo", value_parser = ["kNextPowerOfTwo", "kSameAsRequested"])]
     pub arena_extend: String,
-    /// The arena's first region (`initial_chunk_size_bytes`, ORT's default 1 MiB), e.g. `4MiB`.
-    #[arg(long = "initial-chunk", value_name = "SIZE", value_parser = parse_initial_chunk)]
-    pub initial_chunk: Option<u64>,
+    /// The arena's first region (`initial_chunk_size_bytes`): `budget` (the default: one
+    /// region of the ceiling less what the caller feeds, with the arena capped there; the
+    /// written model records the bytes), `default` (ORT's 1 MiB), or a size such as `4MiB`.
+    #[arg(long = "initial-chunk", value_name = "SIZE|budget|default", default_value = "budget", value_parser = parse_initial_chunk)]
+    pub initial_chunk: String,
     /// What the caller holds between steps: `released` (outputs dropped or copied out before
     /// the next step) or `held` (`outs = sess.run(...)` in a loop keeps the previous outputs in
     /// the arena during the next step).
@@ -394,10 +396,15 @@ mod tests {
     }
 }
 
-/// `--initial-chunk`: a size (`4MiB`, bytes), not zero.
-fn parse_initial_chunk(s: &str) -> Result<u64, String> {
-    match ckpt_opt::size::parse_size(s)? {
-        0 => Err("the arena's first region must be at least 1 byte".into()),
-        v => Ok(v),
+/// `--initial-chunk`: `budget`, `default`, or a size (`4MiB`, bytes) other than zero; as the
+/// profile setting's value (`arena_budget`, `default`, bytes).
+fn parse_initial_chunk(s: &str) -> Result<String, String> {
+    match s {
+        "budget" => Ok("arena_budget".into()),
+        "default" => Ok("default".into()),
+        _ => match ckpt_opt::size::parse_size(s)? {
+            0 => Err("the arena's first region must be at least 1 byte".into()),
+            v => Ok(v.to_string()),
+        },
     }
 }

@@ -314,6 +314,8 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         Outcome::AlreadyFits { before } | Outcome::CannotFit { before, .. } => before,
         Outcome::Rewritten(r) => &r.before,
     };
+    // The profile the output records: an arena sized to the budget becomes its bytes.
+    let recorded = profile.resolved(ceiling.saturating_sub(before.ledger.fixed_bytes));
     let mut receipt = Receipt {
         tool: Tool {
             name: "ckpt-opt".into(),
@@ -330,8 +332,8 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         ceiling: ceiling_spec.to_string(),
         ceiling_bytes: ceiling,
         reserve_percent: args.reserve,
-        profile: profile.metadata().into_iter().collect(),
-        profile_description: profile.describe(),
+        profile: recorded.metadata().into_iter().collect(),
+        profile_description: recorded.describe(),
         session_config: profile.session_config.clone(),
         rng_policy: ckpt_opt::validate::RNG_POLICY.into(),
         status: Status::AlreadyFits,
@@ -419,7 +421,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             if validation_failed.is_none() {
                 if let Some(out) = &args.output {
                     let mut g = before.graph.clone();
-                    record_profile(&mut g, &profile)?;
+                    record_profile(&mut g, &recorded)?;
                     let bytes = optimize::write(&g, out, &model)?;
                     receipt.output = Some(FileHash {
                         path: out.display().to_string(),

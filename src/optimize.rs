@@ -925,7 +925,11 @@ fn realise(
         &format!("recompute for ceiling {}", job.ceiling),
     );
     // The deployment profile the plan holds under, for runners to read.
-    patch.metadata.extend(job.profile.metadata());
+    patch.metadata.extend(
+        job.profile
+            .resolved(job.ceiling.saturating_sub(before.ledger.fixed_bytes))
+            .metadata(),
+    );
     let text = patch.to_string();
     let counts = RewriteCounts {
         added_flops: patch

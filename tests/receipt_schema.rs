@@ -59,7 +59,7 @@ fn receipts_of_every_status_match_the_schema() {
         assert!(v["command_line"].as_array().unwrap().len() >= 3);
         assert_eq!(
             v["profile"]["ckpt-opt.profile.arena_extend_strategy"],
-            "kSameAsRequested"
+            "kNextPowerOfTwo"
         );
         if status != "ceiling_cannot_be_met" {
             assert!(v["memory"]["passed"].as_bool().unwrap(), "{status}: {v}");

@@ -68,10 +68,26 @@ pub enum OptLevel {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ExtendStrategy {
     /// ORT's default: regions double from the initial chunk (1 MiB) up to 1 GiB.
+    #[default]
     NextPowerOfTwo,
     /// Each new region is exactly the request.
-    #[default]
     SameAsRequested,
+}
+
+/// The arena's first region (`initial_chunk_size_bytes`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum InitialChunk {
+    /// ORT's default, 1 MiB.
+    OrtDefault,
+    /// This many bytes.
+    Bytes(u64),
+    /// The arena's budget under the ceiling (the ceiling less what the caller feeds), with the
+    /// arena capped there too: the arena is one region, so which free chunk serves a request
+    /// never depends on where the system allocator put separate regions (with many regions,
+    /// ties between equal chunks go by address, which changes from run to run). Resolved to
+    /// [`InitialChunk::Bytes`] in the profile a written model records.
+    #[default]
+    ArenaBudget,
 }
 
 /// What the caller holds between steps.
@@ -93,8 +109,8 @@ pub struct Profile {
     pub graph_optimization_level: OptLevel,
     pub enable_mem_pattern: bool,
     pub arena_extend_strategy: ExtendStrategy,
-    /// The arena's first region (ORT's default: 1 MiB).
-    pub initial_chunk_size_bytes: Option<u64>,
+    /// The arena's first region.
+    pub initial_chunk: InitialChunk,
     pub caller_outputs: CallerOutputs,
     /// Consecutive steps of one session the device must hold (the memory pattern acts from
     /// the second on; held outputs from the second on).
@@ -109,8 +125,8 @@ impl Default for Profile {
             execution_provider: ExecutionProvider::Cpu,
             graph_optimization_level: OptLevel::Disable,
             enable_mem_pattern: false,
-            arena_extend_strategy: ExtendStrategy::SameAsRequested,
-            initial_chunk_size_bytes: None,
+            arena_extend_strategy: ExtendStrategy::NextPowerOfTwo,
+            initial_chunk: InitialChunk::ArenaBudget,
             caller_outputs: CallerOutputs::Released,
             steps: 3,
             session_config: BTreeMap::from([(
@@ -215,10 +231,24 @@ const KEYS: &[&str] = &[
 ];
 
 impl Profile {
-    /// The first region the arena reserves.
-    pub fn initial_chunk(&self) -> u64 {
-        self.initial_chunk_size_bytes
-            .unwrap_or(DEFAULT_INITIAL_CHUNK)
+    /// The first region the arena reserves when the arena is capped at `cap` bytes (`None`:
+    /// uncapped).
+    pub fn initial_chunk_bytes(&self, cap: Option<u64>) -> u64 {
+        match self.initial_chunk {
+            InitialChunk::OrtDefault => DEFAULT_INITIAL_CHUNK,
+            InitialChunk::Bytes(b) => b,
+            InitialChunk::ArenaBudget => cap.unwrap_or(DEFAULT_INITIAL_CHUNK),
+        }
+    }
+
+    /// The profile a written model records: an arena sized to the budget becomes that many
+    /// bytes.
+    pub fn resolved(&self, arena_budget: u64) -> Profile {
+        let mut p = self.clone();
+        if p.initial_chunk == InitialChunk::ArenaBudget {
+            p.initial_chunk = InitialChunk::Bytes(arena_budget.max(1));
+        }
+        p
     }
 
     /// The `metadata_props` entries that record the profile, sorted by key.
@@ -237,8 +267,12 @@ impl Profile {
             ("caller_outputs", self.caller_outputs.to_string()),
             ("steps", self.steps.to_string()),
         ];
-        if let Some(c) = self.initial_chunk_size_bytes {
-            out.push(("initial_chunk_size_bytes", c.to_string()));
+        match self.initial_chunk {
+            InitialChunk::OrtDefault => {}
+            InitialChunk::Bytes(c) => out.push(("initial_chunk_size_bytes", c.to_string())),
+            InitialChunk::ArenaBudget => {
+                out.push(("initial_chunk_size_bytes", "arena_budget".to_string()))
+            }
         }
         let mut out: Vec<(String, String)> = out
             .into_iter()
@@ -283,13 +317,18 @@ impl Profile {
             }
             "arena_extend_strategy" => self.arena_extend_strategy = value.parse().map_err(named)?,
             "initial_chunk_size_bytes" => {
-                let v: u64 = value
-                    .parse()
-                    .map_err(|_| bad("a positive number of bytes"))?;
-                if v == 0 {
-                    return Err(bad("a positive number of bytes"));
+                self.initial_chunk = match value {
+                    "arena_budget" => InitialChunk::ArenaBudget,
+                    "default" => InitialChunk::OrtDefault,
+                    _ => match value.parse::<u64>() {
+                        Ok(v) if v > 0 => InitialChunk::Bytes(v),
+                        _ => {
+                            return Err(bad(
+                                "a positive number of bytes, `arena_budget` or `default`",
+                            ))
+                        }
+                    },
                 }
-                self.initial_chunk_size_bytes = Some(v);
             }
             "execution_provider" => self.execution_provider = value.parse().map_err(named)?,
             "caller_outputs" => self.caller_outputs = value.parse().map_err(named)?,
@@ -342,9 +381,11 @@ impl Profile {
             self.graph_optimization_level,
             if self.enable_mem_pattern { "on" } else { "off" },
             self.arena_extend_strategy,
-            self.initial_chunk_size_bytes
-                .map(|c| format!(" from {c} B"))
-                .unwrap_or_default(),
+            match self.initial_chunk {
+                InitialChunk::OrtDefault => String::new(),
+                InitialChunk::Bytes(c) => format!(" from {c} B"),
+                InitialChunk::ArenaBudget => " in one region of the arena budget".to_string(),
+            },
             self.caller_outputs,
             self.steps
         )
@@ -361,6 +402,7 @@ mod tests {
         p.set("enable_mem_pattern", "true").unwrap();
         p.set("arena_extend_strategy", "kNextPowerOfTwo").unwrap();
         p.set("initial_chunk_size_bytes", "4096").unwrap();
+        assert_eq!(p.initial_chunk, InitialChunk::Bytes(4096));
         p.set("caller_outputs", "held").unwrap();
         let md = p.metadata();
         assert!(md.contains(&(

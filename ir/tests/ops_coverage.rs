@@ -13,6 +13,15 @@ use ckpt_ir::{import_file, Bindings};
 /// (`.MayInplace(0, 0)`), `scratch` (a scratch rule), `alias 1<-0` (output 1 is input 0's
 /// buffer), `-` (allocates its outputs, no scratch).
 const MEMORY: &[(&str, &str, &str)] = &[
+    ("ai.onnx", "Conv", "-"),
+    ("ai.onnx", "ConvTranspose", "-"),
+    ("ai.onnx", "Expand", "-"),
+    ("ai.onnx", "Greater", "-"),
+    ("ai.onnx", "MaxPool", "-"),
+    ("ai.onnx", "Reciprocal", "-"),
+    ("ai.onnx", "ReduceMean", "-"),
+    ("ai.onnx", "Sigmoid", "inplace"),
+    ("ai.onnx", "Sqrt", "-"),
     ("ai.onnx", "Add", "-"),
     ("ai.onnx", "And", "-"),
     ("ai.onnx", "Cast", "inplace"),

@@ -22,7 +22,7 @@ fn models() -> Vec<PathBuf> {
 #[test]
 fn print_parse_print_is_the_identity_on_every_fixture() {
     let models = models();
-    assert_eq!(models.len(), 16, "{models:?}");
+    assert_eq!(models.len(), 23, "{models:?}");
     for path in models {
         let g = import_file(&path).unwrap();
         let text = print_graph(&g);

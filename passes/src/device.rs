@@ -42,7 +42,7 @@ pub struct Replay {
 pub fn arena_config(profile: &Profile, cap: Option<u64>) -> ArenaConfig {
     ArenaConfig {
         extend: profile.arena_extend_strategy,
-        initial_chunk: profile.initial_chunk(),
+        initial_chunk: profile.initial_chunk_bytes(cap),
         max_dead_bytes_per_chunk: DEFAULT_MAX_DEAD,
         cap,
     }
@@ -183,11 +183,18 @@ pub fn fits(sim: &Simulation, profile: &Profile, cap: u64) -> bool {
 }
 
 /// The smallest cap under which the profile's steps run, by bisection on the replay between
-/// the in-use peak (nothing runs below it) and the uncapped reserved bytes (which always run:
-/// an arena capped at its own uncapped total extends exactly as the uncapped one does).
+/// the in-use peak (nothing runs below it) and the uncapped reserved bytes (widened until
+/// they run).
 pub fn device_need(sim: &Simulation, profile: &Profile) -> DeviceNeed {
     let uncapped = replay(sim, profile, None);
     let mut hi = rounded(uncapped.reserved);
+    // An arena capped at its own uncapped total extends as the uncapped one did; a profile
+    // whose first region is the cap may still need a little more: widen until it runs.
+    let mut slack = crate::arena::ALIGN;
+    while !fits(sim, profile, hi) {
+        hi += slack;
+        slack *= 2;
+    }
     let mut lo = uncapped.in_use_peak.saturating_sub(1) / crate::arena::ALIGN * crate::arena::ALIGN;
     if hi > 0 && lo >= hi {
         lo = hi - crate::arena::ALIGN;

@@ -30,6 +30,7 @@ fn arena_settings(arena: crate::Arena) -> Vec<(&'static str, usize)> {
         crate::Arena::Bfc {
             power_of_two,
             initial_chunk,
+            ..
         } => {
             let mut v = vec![("arena_extend_strategy", usize::from(!power_of_two))];
             if let Some(c) = initial_chunk {

@@ -125,6 +125,7 @@ pub fn runs_under<'a>(
         steps,
         hold_outputs,
         uncapped.reserved_after_load + arena_bytes,
+        uncapped.reserved_after_load,
     )
 }
 
@@ -135,9 +136,23 @@ fn runs_under_cap(
     steps: usize,
     hold_outputs: bool,
     cap: u64,
+    base: u64,
 ) -> Result<bool> {
+    let arena = match cfg.arena {
+        Arena::Bfc {
+            power_of_two,
+            initial_chunk_is_cap: true,
+            ..
+        } => Arena::Bfc {
+            power_of_two,
+            initial_chunk: Some(cap.saturating_sub(base).max(crate::ALIGN_BYTES)),
+            initial_chunk_is_cap: true,
+        },
+        other => other,
+    };
     let c = SessionConfig {
         arena_limit: Some(cap),
+        arena,
         ..cfg.clone()
     };
     match measure_steps(model, inputs, &c, steps, hold_outputs) {
@@ -165,7 +180,7 @@ pub fn measure_need<'a>(
     // An arena capped at its own uncapped total extends as the uncapped one did; if not (ORT loads regions
     // differently under a cap), widen until it runs.
     let mut slack = align;
-    while !runs_under_cap(model, inputs, cfg, steps, hold_outputs, base + hi)? {
+    while !runs_under_cap(model, inputs, cfg, steps, hold_outputs, base + hi, base)? {
         runs += 1;
         hi += slack;
         slack *= 2;
@@ -177,7 +192,7 @@ pub fn measure_need<'a>(
         let mid = (lo + (hi - lo) / 2) / align * align;
         let mid = mid.max(lo + align);
         runs += 1;
-        if runs_under_cap(model, inputs, cfg, steps, hold_outputs, base + mid)? {
+        if runs_under_cap(model, inputs, cfg, steps, hold_outputs, base + mid, base)? {
             hi = mid;
         } else {
             lo = mid;

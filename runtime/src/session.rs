@@ -100,9 +100,12 @@ pub enum Arena {
     Exact,
     /// ORT's BFC arena with a deployment profile's settings: regions doubling from `initial_chunk` (ORT's default
     /// 1 MiB) when `power_of_two` (`kNextPowerOfTwo`), else each region the request (`kSameAsRequested`).
+    /// With `initial_chunk_is_cap`, the first region is the cap (`arena_limit` less what loading reserved): the
+    /// arena is one region.
     Bfc {
         power_of_two: bool,
         initial_chunk: Option<u64>,
+        initial_chunk_is_cap: bool,
     },
 }
 

@@ -143,7 +143,11 @@ pub fn outcome_text(outcome: &ckpt_opt::optimize::Outcome, ceiling: u64) -> Stri
             );
             patch
                 .metadata
-                .extend(ckpt_ir::Profile::default().metadata());
+                .extend(
+                    ckpt_ir::Profile::default()
+                        .resolved(ceiling.saturating_sub(r.before.ledger.fixed_bytes))
+                        .metadata(),
+                );
             assert_eq!(
                 patch.to_string(),
                 r.patch_text,

@@ -229,6 +229,108 @@ fn conv(ctx: &InferCtx<'_>) -> Out {
     Ok(vec![out(ctx.dtype(0)?, Shape(dims))])
 }
 
+/// ConvTranspose: X [N, C, spatial…], W [C, M/group, k…] → [N, M, spatial…], each spatial
+/// dim `output_shape[i]` when given, else `stride·(in−1) + output_padding + (k−1)·dilation
+/// + 1 − pad_begin − pad_end` (`auto_pad` SAME_*: `in·stride`).
+fn conv_transpose(ctx: &InferCtx<'_>) -> Out {
+    let x = ctx.shape(0)?;
+    let w = ctx.shape(1)?;
+    if x.rank() < 3 || w.rank() != x.rank() {
+        return Err(format!(
+            "ConvTranspose input {x} and weight {w} ranks do not fit"
+        ));
+    }
+    let sp = x.rank() - 2;
+    let group = ctx.attr_i("group").unwrap_or(1);
+    if group < 1 {
+        return Err(format!("group {group} must be positive"));
+    }
+    let ints = |name: &str, default: i64, len: usize| -> Result<Vec<i64>, String> {
+        let v = ctx
+            .attr_ints(name)
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| vec![default; len]);
+        if v.len() == len {
+            Ok(v)
+        } else {
+            Err(format!("{name} {v:?} does not fit {sp} spatial dims"))
+        }
+    };
+    let channels = match &w.0[1] {
+        Dim::Known(m) => Dim::Known(m.saturating_mul(group as u64)),
+        d if group == 1 => d.clone(),
+        d => return Err(format!("output channels {d}×{group} are symbolic")),
+    };
+    let mut dims = vec![x.0[0].clone(), channels];
+    if let Some(out_shape) = ctx.attr_ints("output_shape").filter(|v| !v.is_empty()) {
+        let tail = &out_shape[out_shape.len().saturating_sub(sp)..];
+        if tail.len() != sp || tail.iter().any(|&v| v < 0) {
+            return Err(format!("output_shape {out_shape:?} does not fit {sp} spatial dims"));
+        }
+        dims.extend(tail.iter().map(|&v| Dim::Known(v as u64)));
+        return Ok(vec![out(ctx.dtype(0)?, Shape(dims))]);
+    }
+    let kernel: Vec<i64> = match ctx.attr_ints("kernel_shape").filter(|k| !k.is_empty()) {
+        Some(k) => k,
+        None => w.0[2..]
+            .iter()
+            .map(|d| {
+                d.known()
+                    .map(|v| v as i64)
+                    .ok_or_else(|| format!("kernel dim {d} is symbolic"))
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let strides = ints("strides", 1, sp)?;
+    let dils = ints("dilations", 1, sp)?;
+    let pads = ints("pads", 0, 2 * sp)?;
+    let out_pad = ints("output_padding", 0, sp)?;
+    let auto_pad = ctx.attr_s("auto_pad").unwrap_or_else(|| "NOTSET".into());
+    if kernel.len() != sp || strides.iter().chain(&dils).chain(&kernel).any(|&v| v < 1) {
+        return Err(format!(
+            "kernel {kernel:?}, strides {strides:?} and dilations {dils:?} must be positive and fit {sp} spatial dims"
+        ));
+    }
+    for i in 0..sp {
+        let input = x.0[2 + i]
+            .known()
+            .ok_or_else(|| format!("spatial dim {} is symbolic", x.0[2 + i]))?
+            as i64;
+        let v = if auto_pad.starts_with("SAME") {
+            input.saturating_mul(strides[i])
+        } else {
+            strides[i]
+                .saturating_mul(input - 1)
+                .saturating_add(out_pad[i])
+                .saturating_add((kernel[i] - 1).saturating_mul(dils[i]) + 1)
+                - pads[i]
+                - pads[i + sp]
+        };
+        if v < 0 {
+            return Err(format!("spatial dim {i} comes out negative ({v})"));
+        }
+        dims.push(Dim::Known(v as u64));
+    }
+    Ok(vec![out(ctx.dtype(0)?, Shape(dims))])
+}
+
+/// ConvTranspose: every input element is scattered through the kernel into M/group output
+/// channels: 2·|X|·(M/group)·|k| (+ bias per output element).
+fn conv_transpose_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
+    let x = ctx.numel(ctx.in_shape(0)?)?;
+    let w = ctx.dims(ctx.in_shape(1)?)?; // [C, M/g, k…]
+    let per_in = ctx.product(w.get(1..).unwrap_or_default())?;
+    let mac = ctx.product(&[2, x, per_in])?;
+    let bias = if ctx.has_input(2) {
+        ctx.numel(ctx.out_shape(0)?)?
+    } else {
+        0
+    };
+    mac.checked_add(bias).ok_or(FlopError::Overflow {
+        node: ctx.node.display_name(ctx.id),
+    })
+}
+
 /// MaxPool / AveragePool / LpPool: [N, C, spatial…]; MaxPool's optional indices are i64.
 fn pool(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.shape(0)?;
@@ -437,6 +539,12 @@ pub(super) fn ops() -> Vec<OpDef> {
         OpDef::onnx("MatMul", 1, matmul, FlopRule::Custom(matmul_flops)),
         OpDef::onnx("Gemm", 1, gemm, FlopRule::Custom(gemm_flops)),
         OpDef::onnx("Conv", 1, conv, FlopRule::Custom(conv_flops)),
+        OpDef::onnx(
+            "ConvTranspose",
+            1,
+            conv_transpose,
+            FlopRule::Custom(conv_transpose_flops),
+        ),
         OpDef::onnx("MaxPool", 1, pool, FlopRule::Custom(pool_flops)).optional_tail(),
         OpDef::onnx("AveragePool", 1, pool, FlopRule::Custom(pool_flops)),
         OpDef::onnx("LpPool", 1, pool, FlopRule::Custom(pool_flops)),
