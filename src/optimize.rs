@@ -421,7 +421,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
     //    simulated better than no recompute) and then from no recompute: flip the candidate
     //    (add or drop) that lowers the simulated peak most per added FLOP, until a flip fits
     //    or none helps.
-    let search = Search {
+    let search = LocalSearch {
         job,
         before: &before,
         cands: &cands,
@@ -586,7 +586,7 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
 }
 
 /// The simulator-in-the-loop search's fixed context.
-struct Search<'a> {
+struct LocalSearch<'a> {
     job: &'a Job,
     before: &'a Analysis,
     cands: &'a Candidates,
@@ -607,7 +607,7 @@ enum Climb {
     Stuck(u64),
 }
 
-impl Search<'_> {
+impl LocalSearch<'_> {
     /// The simulated total of `plan`, and the original step its rewritten run peaks at (a
     /// recompute step counts as the original step it precedes).
     fn run(&self, plan: &Plan) -> Result<(u64, usize)> {
