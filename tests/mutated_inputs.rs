@@ -9,11 +9,13 @@ mod common;
 use ckpt_ir::Bindings;
 use common::*;
 
-/// How far a mutated model got: 0 not imported, 1 imported, 2 analysed.
-fn analyse_bytes(bytes: Vec<u8>) -> usize {
+/// How far a mutated model got: 0 not imported, 1 imported, 2 analysed and planned. `Err` says
+/// what is wrong with an answer that came back `Ok`: a greedy plan over its ceiling, or a
+/// rewrite whose predicted device total is over the job's ceiling.
+fn analyse_bytes(bytes: Vec<u8>) -> Result<usize, String> {
     let Ok(g) = ckpt_ir::import_bytes(bytes.into(), std::path::Path::new("mutated.onnx"), None)
     else {
-        return 0;
+        return Ok(0);
     };
     // The ORT training artifacts name their dims `batch` and `seq`.
     let b: Bindings = [("batch".to_string(), 2), ("seq".to_string(), 8)]
@@ -23,17 +25,32 @@ fn analyse_bytes(bytes: Vec<u8>) -> usize {
         g,
         &ckpt_opt::optimize::AnalyseOptions::with_bindings(b.clone()),
     ) else {
-        return 1;
+        return Ok(1);
     };
     let cands = ckpt_passes::recompute::candidates(&a.graph, &a.sim, &a.types, &b);
     let prob = ckpt_passes::recompute::problem(&a.graph, &a.sim, &cands, a.sim.peak_live / 2);
-    let _ = ckpt_solver::solve_greedy(&prob);
+    if let Ok(p) = ckpt_solver::solve_greedy(&prob) {
+        let e = ckpt_solver::evaluate(&prob, &p.recompute);
+        if !e.fits(prob.ceiling) {
+            return Err(format!(
+                "the greedy plan peaks at {} B, over its ceiling of {} B",
+                e.peak, prob.ceiling
+            ));
+        }
+    }
     // The whole main job (ILP rounds, search, rewrite, verify) at 90% of the total.
     let ceiling = a.ledger.total_bytes / 10 * 9;
     let mut job = plan_job(std::path::Path::new("mutated.onnx"), ceiling, 2);
     job.bindings = b;
-    let _ = ckpt_opt::optimize::plan(&job, a.graph);
-    2
+    if let Ok(ckpt_opt::optimize::Outcome::Rewritten(r)) = ckpt_opt::optimize::plan(&job, a.graph) {
+        if r.after.ledger.total_bytes > ceiling {
+            return Err(format!(
+                "the rewrite's predicted device total {} B is over the ceiling of {ceiling} B",
+                r.after.ledger.total_bytes
+            ));
+        }
+    }
+    Ok(2)
 }
 
 /// Structured mutations: the model decodes, but its graph is wrong in one of many ways.
@@ -153,7 +170,8 @@ fn mutate_structure(model: &mut ckpt_ir::onnx::ModelProto, next: &mut dyn FnMut(
 }
 
 /// Run `cases` mutations (`mutate(case, next)` makes the bytes of one) through
-/// [`analyse_bytes`]; panicking inputs are written to the temp dir and named.
+/// [`analyse_bytes`]; panicking inputs, and inputs whose `Ok` answer is wrong, are written to
+/// the temp dir and named.
 fn never_panics(
     what: &str,
     default_seed: u64,
@@ -169,16 +187,19 @@ fn never_panics(
         seed
     };
     let mut panics = Vec::new();
+    let mut wrong = Vec::new();
     let mut reached = [0usize; 3];
     for case in 0..cases {
         let bytes = mutate(case, &mut next);
+        let keep = |bytes: &[u8]| {
+            let path = std::env::temp_dir().join(format!("ckpt_opt_{what}_{case}.onnx"));
+            std::fs::write(&path, bytes).unwrap();
+            path.display().to_string()
+        };
         match std::panic::catch_unwind(|| analyse_bytes(bytes.clone())) {
-            Ok(k) => reached[k] += 1,
-            Err(_) => {
-                let path = std::env::temp_dir().join(format!("ckpt_opt_{what}_{case}.onnx"));
-                std::fs::write(&path, &bytes).unwrap();
-                panics.push(path.display().to_string());
-            }
+            Ok(Ok(k)) => reached[k] += 1,
+            Ok(Err(why)) => wrong.push(format!("{}: {why}", keep(&bytes))),
+            Err(_) => panics.push(keep(&bytes)),
         }
     }
     eprintln!(
@@ -189,6 +210,11 @@ fn never_panics(
         panics.is_empty(),
         "{what}: panicked on {} of {cases}: {panics:?}",
         panics.len()
+    );
+    assert!(
+        wrong.is_empty(),
+        "{what}: a wrong answer on {} of {cases}: {wrong:#?}",
+        wrong.len()
     );
 }
 
