@@ -1,4 +1,6 @@
 //! The `ckpt-opt` pipeline pieces shared by the CLI, its tests and examples.
+//!
+//! Stage by stage, from `main` to the receipt: `docs/pipeline.md`.
 
 pub mod inputs;
 pub mod mutate;

@@ -213,6 +213,9 @@ pub enum Reached {
     RefusedAtImport,
     RefusedAtAnalysis,
     Through,
+    /// An answer that came back `Ok` but is wrong: a greedy plan over its ceiling, or a
+    /// rewrite whose predicted device total is over the job's ceiling.
+    WrongAnswer(String),
 }
 
 /// Drive one model file through the pipeline to `depth`; the main job (at [`Depth::Plan`])
@@ -240,8 +243,16 @@ pub fn exercise(bytes: &[u8], depth: Depth, plan_time_limit: Duration) -> Reache
     }
     let cands = ckpt_passes::recompute::candidates(&a.graph, &a.sim, &a.types, &b);
     let prob = ckpt_passes::recompute::problem(&a.graph, &a.sim, &cands, a.sim.peak_live / 2);
-    // An error is an answer; only a panic is a finding.
-    let _ = ckpt_solver::solve_greedy(&prob);
+    // An error is an answer; a panic or an `Ok` that is wrong is a finding.
+    if let Ok(p) = ckpt_solver::solve_greedy(&prob) {
+        let e = ckpt_solver::evaluate(&prob, &p.recompute);
+        if !e.fits(prob.ceiling) {
+            return Reached::WrongAnswer(format!(
+                "the greedy plan peaks at {} B, over its ceiling of {} B",
+                e.peak, prob.ceiling
+            ));
+        }
+    }
     if depth == Depth::Candidates {
         return Reached::Through;
     }
@@ -257,7 +268,15 @@ pub fn exercise(bytes: &[u8], depth: Depth, plan_time_limit: Duration) -> Reache
         time_limit: plan_time_limit,
         profile: ckpt_ir::Profile::default(),
     };
-    let _ = crate::optimize::plan(&job, a.graph);
+    let ceiling = job.ceiling;
+    if let Ok(crate::optimize::Outcome::Rewritten(r)) = crate::optimize::plan(&job, a.graph) {
+        if r.after.ledger.total_bytes > ceiling {
+            return Reached::WrongAnswer(format!(
+                "the rewrite's predicted device total {} B is over the ceiling of {ceiling} B",
+                r.after.ledger.total_bytes
+            ));
+        }
+    }
     Reached::Through
 }
 
@@ -473,9 +492,13 @@ pub fn fuzz(seeds: &[(String, Vec<u8>)], opts: &FuzzOptions) -> FuzzReport {
                     pool[k] = input;
                 }
             }
-            Err(_) => {
-                let message = panics(&input, opts.depth, opts.plan_time_limit)
-                    .unwrap_or_else(|| "panicked once, not on a rerun (state-dependent)".into());
+            found @ (Ok(Reached::WrongAnswer(_)) | Err(_)) => {
+                let message = match found {
+                    Ok(Reached::WrongAnswer(m)) => format!("wrong answer: {m}"),
+                    _ => panics(&input, opts.depth, opts.plan_time_limit).unwrap_or_else(|| {
+                        "panicked once, not on a rerun (state-dependent)".into()
+                    }),
+                };
                 let minimized = minimize(
                     &input,
                     opts.depth,

@@ -427,7 +427,7 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
     //    simulated better than no recompute) and then from no recompute: flip the candidate
     //    (add or drop) that lowers the simulated peak most per added FLOP, until a flip fits
     //    or none helps.
-    let search = Search {
+    let search = LocalSearch {
         job,
         before: &before,
         cands: &cands,
@@ -592,7 +592,7 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
 }
 
 /// The simulator-in-the-loop search's fixed context.
-struct Search<'a> {
+struct LocalSearch<'a> {
     job: &'a Job,
     before: &'a Analysis,
     cands: &'a Candidates,
@@ -613,7 +613,7 @@ enum Climb {
     Stuck(u64),
 }
 
-impl Search<'_> {
+impl LocalSearch<'_> {
     /// The simulated total of `plan`, and the original step its rewritten run peaks at (a
     /// recompute step counts as the original step it precedes).
     fn run(&self, plan: &Plan) -> Result<(u64, usize)> {

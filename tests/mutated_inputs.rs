@@ -13,7 +13,7 @@ use ckpt_opt::mutate::{exercise, mutate_bytes, mutate_structure, Depth, Reached,
 use common::*;
 
 /// Run `cases` mutations (`mutate(case, rng)` makes the bytes of one) through the whole main
-/// job; panicking inputs are written to the temp dir and named.
+/// job; inputs that panic or get a wrong `Ok` answer are written to the temp dir and named.
 fn never_panics(what: &str, default_seed: u64, mut mutate: impl FnMut(usize, &mut Rng) -> Vec<u8>) {
     let env = |k: &str| std::env::var(k).ok().and_then(|s| s.parse::<u64>().ok());
     let cases = env("MUTATION_CASES").unwrap_or(300) as usize;
@@ -26,6 +26,11 @@ fn never_panics(what: &str, default_seed: u64, mut mutate: impl FnMut(usize, &mu
             Ok(Reached::RefusedAtImport) => reached[0] += 1,
             Ok(Reached::RefusedAtAnalysis) => reached[1] += 1,
             Ok(Reached::Through) => reached[2] += 1,
+            Ok(Reached::WrongAnswer(m)) => {
+                let path = std::env::temp_dir().join(format!("ckpt_opt_{what}_{case}.onnx"));
+                std::fs::write(&path, &bytes).unwrap();
+                panics.push(format!("{} (wrong answer: {m})", path.display()));
+            }
             Err(_) => {
                 let path = std::env::temp_dir().join(format!("ckpt_opt_{what}_{case}.onnx"));
                 std::fs::write(&path, &bytes).unwrap();

@@ -5,14 +5,15 @@
 mod common;
 
 use ckpt_ir::import_file;
-use ckpt_opt::optimize::{plan, Job};
+use ckpt_opt::optimize::{plan, Job, Outcome};
 use common::*;
 
 fn job(path: &std::path::Path, ceiling: u64) -> Job {
     plan_job(path, ceiling, 120)
 }
 
-/// The std fixture `name` planned at `pct`% of its predicted total, snapshotted.
+/// The std fixture `name` planned at `pct`% of its predicted total: a rewrite fits the
+/// ceiling, and the outcome is snapshotted.
 fn case(name: &str, pct: u64) {
     let f = std_fixtures()
         .into_iter()
@@ -25,7 +26,15 @@ fn case(name: &str, pct: u64) {
             .ledger
             .total_bytes;
     let ceiling = total * pct / 100;
-    let text = outcome_text(&plan(&job(&f.path, ceiling), g).unwrap(), ceiling);
+    let outcome = plan(&job(&f.path, ceiling), g).unwrap();
+    if let Outcome::Rewritten(r) = &outcome {
+        assert!(
+            r.after.ledger.total_bytes <= ceiling,
+            "{name} at {pct}%: rewritten to {} B, over the ceiling of {ceiling} B",
+            r.after.ledger.total_bytes
+        );
+    }
+    let text = outcome_text(&outcome, ceiling);
     insta::with_settings!({ prepend_module_to_snapshot => false }, {
         insta::assert_snapshot!(format!("rewrite__{name}__ceiling_{pct}pct"), text);
     });

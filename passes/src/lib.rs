@@ -2,6 +2,8 @@
 //!
 //! Every analysis is a function from a graph (and bindings) to plain data; the one rewrite,
 //! recompute insertion, returns a `ckpt_ir::Patch` value.
+//!
+//! Stage by stage, from `main` to the receipt: `docs/pipeline.md`.
 
 pub mod arena;
 pub mod device;

@@ -3,6 +3,8 @@
 //!
 //! This is the only crate that names `ort`. Models cross the API as serialized ONNX bytes ([`Model`]) and tensors
 //! as [`HostTensor`]s; every entry point creates a fresh session, so measurements never share an arena.
+//!
+//! Stage by stage, from `main` to the receipt: `docs/pipeline.md`.
 
 mod arena;
 mod compare;
@@ -23,7 +25,7 @@ pub use device::{
 };
 pub use error::{Result, RuntimeError, CUDA_HINT, INSTALL_HINT};
 pub use generate::{derive_seed, generate, generate_inputs, Distribution};
-pub use locate::{init, init_with, loaded, OrtInfo, OrtSearch};
+pub use locate::{init, init_with, loaded, OrtInfo, OrtLibrarySearch};
 pub use measure::{
     locate_peak, measure_peak, parse_profile, profile_order, time_steps, NodeEvent, PeakNode,
     PeakStats, StepTimes,

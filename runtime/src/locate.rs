@@ -21,10 +21,10 @@ pub struct OrtInfo {
     pub available_providers: Vec<String>,
 }
 
-/// The places to look for the library. [`OrtSearch::from_environment`] fills them from the process; tests build
+/// The places to look for the library. [`OrtLibrarySearch::from_environment`] fills them from the process; tests build
 /// one by hand.
 #[derive(Debug, Clone, Default)]
-pub struct OrtSearch {
+pub struct OrtLibrarySearch {
     pub explicit: Option<PathBuf>,
     pub env_path: Option<PathBuf>,
     /// Directories whose ancestors may hold a `.venv` (the current dir, the compile-time workspace).
@@ -33,14 +33,14 @@ pub struct OrtSearch {
     pub python: Option<String>,
 }
 
-impl OrtSearch {
-    pub fn from_environment(explicit: Option<&Path>) -> OrtSearch {
+impl OrtLibrarySearch {
+    pub fn from_environment(explicit: Option<&Path>) -> OrtLibrarySearch {
         let mut roots = Vec::new();
         if let Ok(cwd) = std::env::current_dir() {
             roots.push(cwd);
         }
         roots.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-        OrtSearch {
+        OrtLibrarySearch {
             explicit: explicit.map(Path::to_path_buf),
             env_path: std::env::var_os("ORT_DYLIB_PATH")
                 .filter(|v| !v.is_empty())
@@ -156,14 +156,14 @@ struct Loaded {
 static LOADED: OnceLock<Loaded> = OnceLock::new();
 static LOADING: Mutex<()> = Mutex::new(());
 
-/// Loads ONNX Runtime once per process (searching as [`OrtSearch::from_environment`] does) and returns what was
+/// Loads ONNX Runtime once per process (searching as [`OrtLibrarySearch::from_environment`] does) and returns what was
 /// loaded. Later calls return the same library; asking for a different explicit path is an error.
 pub fn init(explicit: Option<&Path>) -> Result<&'static OrtInfo> {
-    init_with(&OrtSearch::from_environment(explicit))
+    init_with(&OrtLibrarySearch::from_environment(explicit))
 }
 
 /// [`init`] with a hand-built search.
-pub fn init_with(search: &OrtSearch) -> Result<&'static OrtInfo> {
+pub fn init_with(search: &OrtLibrarySearch) -> Result<&'static OrtInfo> {
     if let Some(loaded) = LOADED.get() {
         return check_same(loaded, search);
     }
@@ -194,7 +194,7 @@ pub fn init_with(search: &OrtSearch) -> Result<&'static OrtInfo> {
     Ok(&LOADED.get_or_init(|| Loaded { info, environment }).info)
 }
 
-fn check_same(loaded: &'static Loaded, search: &OrtSearch) -> Result<&'static OrtInfo> {
+fn check_same(loaded: &'static Loaded, search: &OrtLibrarySearch) -> Result<&'static OrtInfo> {
     if let Some(requested) = &search.explicit {
         let requested = requested
             .canonicalize()

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use ckpt_runtime::{
     compare, generate, init, input_specs, measure_peak, profile_order, read_npy, run, time_steps,
-    Arena, DType, Distribution, HostTensor, Model, OptLevel, OrtSearch, Provider, RuntimeError,
-    SessionConfig, Tolerances,
+    Arena, DType, Distribution, HostTensor, Model, OptLevel, OrtLibrarySearch, Provider,
+    RuntimeError, SessionConfig, Tolerances,
 };
 
 fn data(name: &str) -> PathBuf {
@@ -369,7 +369,7 @@ fn training_ops_give_the_missing_op_error() {
 
 #[test]
 fn ort_not_found_names_the_install_command() {
-    let empty = OrtSearch {
+    let empty = OrtLibrarySearch {
         explicit: None,
         env_path: None,
         roots: vec![],
@@ -382,7 +382,7 @@ fn ort_not_found_names_the_install_command() {
         "{msg}"
     );
 
-    let nowhere = OrtSearch {
+    let nowhere = OrtLibrarySearch {
         roots: vec![PathBuf::from("/nonexistent/ckpt")],
         ..empty.clone()
     };
@@ -392,7 +392,7 @@ fn ort_not_found_names_the_install_command() {
         "{msg}"
     );
 
-    let explicit = OrtSearch {
+    let explicit = OrtLibrarySearch {
         explicit: Some(PathBuf::from("/nonexistent/libonnxruntime.so")),
         ..empty
     };
@@ -406,9 +406,9 @@ fn ort_not_found_names_the_install_command() {
 #[test]
 fn search_finds_the_project_venv_and_asks_python() {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let from_root = OrtSearch {
+    let from_root = OrtLibrarySearch {
         roots: vec![manifest.clone()],
-        ..OrtSearch::default()
+        ..OrtLibrarySearch::default()
     }
     .find()
     .unwrap();
@@ -420,9 +420,9 @@ fn search_finds_the_project_venv_and_asks_python() {
     let venv_python = manifest.parent().unwrap().join(".venv/bin/python3");
     if venv_python.exists() {
         let python = Some(venv_python.to_string_lossy().into_owned());
-        let found = OrtSearch {
+        let found = OrtLibrarySearch {
             python,
-            ..OrtSearch::default()
+            ..OrtLibrarySearch::default()
         }
         .find()
         .unwrap();

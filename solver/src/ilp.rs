@@ -141,14 +141,14 @@ pub fn solve_ilp_with(problem: &Problem, options: &IlpOptions) -> Result<Plan, S
         .name("ckpt-solver-cbc".into())
         .spawn(move || {
             let (problem, warm, options) = &*shared;
-            let _ = tx.send(search(
+            let _ = tx.send(refine(
                 problem,
                 warm.as_deref(),
                 options,
                 start + options.time_limit,
             ));
         });
-    let search = match spawned {
+    let refinement = match spawned {
         Err(e) => None.ok_or(Fallback::SolverError(format!(
             "cannot start the solve thread: {e}"
         ))),
@@ -180,11 +180,11 @@ pub fn solve_ilp_with(problem: &Problem, options: &IlpOptions) -> Result<Plan, S
             plan.info.model = size;
             Ok(plan)
         };
-    let search = match search {
+    let refinement = match refinement {
         Ok(s) => s,
         Err(fallback) => return greedy_plan(fallback, 0.0, ModelSize::default()),
     };
-    let size = search.size;
+    let size = refinement.size;
     let ilp_plan = |x: Vec<bool>, e: Evaluation, optimal: bool, bound: f64| {
         // CBC stops at `relative_gap` with a proven bound: exact only when the bound meets
         // the objective (to within the integral objective's unit).
@@ -200,8 +200,8 @@ pub fn solve_ilp_with(problem: &Problem, options: &IlpOptions) -> Result<Plan, S
         plan.info.model = size;
         plan
     };
-    match search.outcome {
-        Outcome::Fits { x, optimal, bound } => {
+    match refinement.end {
+        RefinementEnd::Fits { x, optimal, bound } => {
             let e = evaluate(problem, &x);
             match &warm {
                 Some(w) if evaluate(problem, w).cost < e.cost => greedy_plan(
@@ -212,13 +212,13 @@ pub fn solve_ilp_with(problem: &Problem, options: &IlpOptions) -> Result<Plan, S
                 _ => Ok(ilp_plan(x, e, optimal, bound)),
             }
         }
-        Outcome::WarmOptimal => {
+        RefinementEnd::WarmOptimal => {
             let w = warm.clone().unwrap_or_default();
             let e = evaluate(problem, &w);
             let proven = e.cost as f64;
             Ok(ilp_plan(w, e, true, proven))
         }
-        Outcome::Infeasible => match &warm {
+        RefinementEnd::Infeasible => match &warm {
             // The warm start fits, so CBC's claim is numerical noise.
             Some(_) => greedy_plan(
                 Fallback::SolverError("CBC reports infeasible".into()),
@@ -234,12 +234,12 @@ pub fn solve_ilp_with(problem: &Problem, options: &IlpOptions) -> Result<Plan, S
                 })
             }
         },
-        Outcome::Stopped { reason, bound } => greedy_plan(reason, bound, size),
+        RefinementEnd::Stopped { reason, bound } => greedy_plan(reason, bound, size),
     }
 }
 
-/// How the refinement loop ended.
-enum Outcome {
+/// How the refinement loop ([`refine`]) ended.
+enum RefinementEnd {
     /// CBC's answer, re-evaluated as fitting; `optimal` when CBC proved it
     /// optimal for the relaxation (hence for the problem).
     Fits {
@@ -255,8 +255,9 @@ enum Outcome {
     Stopped { reason: Fallback, bound: f64 },
 }
 
-struct Search {
-    outcome: Outcome,
+/// What [`refine`] returns: how it ended and the size of its last model.
+struct Refinement {
+    end: RefinementEnd,
     size: ModelSize,
 }
 
@@ -279,12 +280,12 @@ enum Cbc {
 
 /// The refinement loop: solve the depth-limited relaxation, deepen the
 /// segments whose rows the answer violates, repeat until it fits.
-fn search(
+fn refine(
     problem: &Problem,
     warm: Option<&[bool]>,
     options: &IlpOptions,
     deadline: Instant,
-) -> Search {
+) -> Refinement {
     let skeleton = Skeleton::build(problem, options.relative_gap);
     let warm = warm.map(|w| (w.to_vec(), evaluate(problem, w).remat_at));
     let mut depth = vec![options.initial_depth; skeleton.seg_start.len()];
@@ -294,8 +295,8 @@ fn search(
         let size = formulation.size(&skeleton, round);
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
-            return Search {
-                outcome: Outcome::Stopped {
+            return Refinement {
+                end: RefinementEnd::Stopped {
                     reason: Fallback::TimeLimit,
                     bound: best_bound,
                 },
@@ -312,14 +313,14 @@ fn search(
                     bound,
                 } => (x, integral, stale, optimal, bound),
                 Cbc::Infeasible => {
-                    return Search {
-                        outcome: Outcome::Infeasible,
+                    return Refinement {
+                        end: RefinementEnd::Infeasible,
                         size,
                     }
                 }
                 Cbc::Error(msg) => {
-                    return Search {
-                        outcome: Outcome::Stopped {
+                    return Refinement {
+                        end: RefinementEnd::Stopped {
                             reason: Fallback::SolverError(msg),
                             bound: best_bound,
                         },
@@ -334,8 +335,8 @@ fn search(
         let warm_cost = warm.as_ref().map(|(w, _)| evaluate(problem, w).cost);
         let beats_warm = warm_cost.is_none_or(|wc| e.cost <= wc);
         if !stale && integral && e.fits(problem.ceiling) && beats_warm {
-            return Search {
-                outcome: Outcome::Fits {
+            return Refinement {
+                end: RefinementEnd::Fits {
                     x,
                     optimal,
                     bound: best_bound,
@@ -344,8 +345,8 @@ fn search(
             };
         }
         if !optimal {
-            return Search {
-                outcome: Outcome::Stopped {
+            return Refinement {
+                end: RefinementEnd::Stopped {
                     reason: Fallback::TimeLimit,
                     bound: best_bound,
                 },
@@ -354,20 +355,20 @@ fn search(
         }
         if warm.is_some() && (stale || !beats_warm) {
             // The relaxation cannot beat the warm start, which fits.
-            return Search {
-                outcome: Outcome::WarmOptimal,
+            return Refinement {
+                end: RefinementEnd::WarmOptimal,
                 size,
             };
         }
         if stale {
-            return Search {
-                outcome: Outcome::Infeasible,
+            return Refinement {
+                end: RefinementEnd::Infeasible,
                 size,
             };
         }
         if !skeleton.deepen(&mut depth, &e) {
-            return Search {
-                outcome: Outcome::Stopped {
+            return Refinement {
+                end: RefinementEnd::Stopped {
                     reason: Fallback::ViolatesCeiling { peak: e.peak },
                     bound: best_bound,
                 },

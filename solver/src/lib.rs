@@ -34,6 +34,8 @@
 //! [`solve_brute_force`] (exact, ≤ 20 candidates). Every returned plan fits
 //! per [`evaluate`]; [`SolveInfo`] says who found it, whether it is proven
 //! optimal, its bound and gap.
+//!
+//! Stage by stage, from `main` to the receipt: `docs/pipeline.md`.
 
 mod baseline;
 mod ilp;
