@@ -208,7 +208,7 @@ impl std::str::FromStr for Depth {
 }
 
 /// How far an input got: refused at import, refused by the analysis, or through to the depth.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reached {
     RefusedAtImport,
     RefusedAtAnalysis,

@@ -25,7 +25,7 @@ fn checked_in_schema_is_the_generated_one() {
 /// match the schema, and the schema rejects a receipt with a field of the wrong type.
 #[test]
 fn receipts_of_every_status_match_the_schema() {
-    let model = root().join("tests/fixtures/mlp_d0_aot.onnx");
+    let model = root().join("tests/fixtures/gpt2_d0_aot.onnx");
     let m = path_str(&model);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.onnx");

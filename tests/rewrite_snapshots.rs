@@ -60,6 +60,13 @@ macro_rules! cases {
 }
 
 cases!(
+    bert_d01_aot,
+    gpt2_d0_onnxad,
+    llama_d0_makefx,
+    mlp_d0_onnxad,
+    resnet18_d0_aot,
+    t5_d0_makefx,
+    vit_d0_aot,
     gpt2_d01_aot,
     gpt2_d01_makefx,
     gpt2_d0_aot,

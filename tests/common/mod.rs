@@ -141,13 +141,11 @@ pub fn outcome_text(outcome: &ckpt_opt::optimize::Outcome, ceiling: u64) -> Stri
                 &r.plan,
                 &format!("recompute for ceiling {ceiling}"),
             );
-            patch
-                .metadata
-                .extend(
-                    ckpt_ir::Profile::default()
-                        .resolved(ceiling.saturating_sub(r.before.ledger.fixed_bytes))
-                        .metadata(),
-                );
+            patch.metadata.extend(
+                ckpt_ir::Profile::default()
+                    .resolved(ceiling.saturating_sub(r.before.ledger.fixed_bytes))
+                    .metadata(),
+            );
             assert_eq!(
                 patch.to_string(),
                 r.patch_text,

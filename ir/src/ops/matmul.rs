@@ -265,7 +265,9 @@ fn conv_transpose(ctx: &InferCtx<'_>) -> Out {
     if let Some(out_shape) = ctx.attr_ints("output_shape").filter(|v| !v.is_empty()) {
         let tail = &out_shape[out_shape.len().saturating_sub(sp)..];
         if tail.len() != sp || tail.iter().any(|&v| v < 0) {
-            return Err(format!("output_shape {out_shape:?} does not fit {sp} spatial dims"));
+            return Err(format!(
+                "output_shape {out_shape:?} does not fit {sp} spatial dims"
+            ));
         }
         dims.extend(tail.iter().map(|&v| Dim::Known(v as u64)));
         return Ok(vec![out(ctx.dtype(0)?, Shape(dims))]);
