@@ -148,7 +148,7 @@ fn validate_rejects_the_negative_fixture_and_accepts_self() {
     ]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    assert_eq!(v["passed"], false);
+    assert_eq!(v["validation"]["passed"], false);
     for f in std_fixtures() {
         let o = run(&[
             "validate",
@@ -160,8 +160,18 @@ fn validate_rejects_the_negative_fixture_and_accepts_self() {
             "--int-range",
             "attention_mask=1:2",
         ]);
-        assert!(o.status.success(), "{}: {}", f.name, stderr(&o));
-        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        // ViT's device need is mispredicted (the MLAS working buffer is not
+        // modelled): validation says so and fails; the values still match.
+        if ["vit_d0_aot"].contains(&f.name.as_str()) {
+            assert_eq!(o.status.code(), Some(3), "{}: {}", f.name, stderr(&o));
+            assert_eq!(r["memory"]["passed"], false, "{}", f.name);
+            assert!(stderr(&o).contains("predicted at"), "{}", stderr(&o));
+        } else {
+            assert!(o.status.success(), "{}: {}", f.name, stderr(&o));
+            assert_eq!(r["memory"]["passed"], true, "{}", f.name);
+        }
+        let v = &r["validation"];
         assert_eq!(v["control_rejected"], true, "{}", f.name);
         for out in v["outputs"].as_array().unwrap() {
             assert_eq!(out["bitwise_equal"], true, "{} {}", f.name, out["name"]);
