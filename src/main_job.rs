@@ -557,22 +557,33 @@ fn print_summary(
     profile: &ckpt_ir::Profile,
 ) {
     let chosen = r.plan.recompute.iter().filter(|&&x| x).count();
+    let info = &r.plan.info;
+    let method = match (info.method, info.status) {
+        (ckpt_solver::Method::LocalSearch, _) => {
+            "a search with the simulator in the loop (no optimality bound)".to_string()
+        }
+        (m, ckpt_solver::Status::Optimal) => format!("{m:?}, proven optimal"),
+        (m, ckpt_solver::Status::WithinGap) => {
+            format!("{m:?}, within {:.2}% of optimal", 100.0 * info.gap)
+        }
+        (m, s) => format!("{m:?} ({s:?})"),
+    };
     println!(
-        "predicted device total {} -> {} (ceiling {}, profile: {}); recomputing {} of {} candidate buffers ({} nodes cloned, {} moved), +{} FLOPs ({:.2}% of a step); solver {:?} {:?}, gap {:.4}, {:.2} s",
+        "predicted device total {} -> {} (ceiling {}, profile: {})",
         human(r.before.ledger.total_bytes),
         human(r.after.ledger.total_bytes),
         human(ceiling),
         profile.describe(),
+    );
+    println!(
+        "recomputing {} of {} candidate activations: {} nodes cloned, {} moved later (moves add no FLOPs), +{} FLOPs ({:.2}% of a step); found by {method} in {:.2} s",
         chosen,
         r.cands.list.len(),
         r.counts.cloned,
         r.counts.moved,
         r.counts.added_flops,
         100.0 * r.counts.added_flops as f64 / step as f64,
-        r.plan.info.method,
-        r.plan.info.status,
-        r.plan.info.gap,
-        r.plan.info.wall.as_secs_f64()
+        info.wall.as_secs_f64()
     );
     match out {
         Some(out) => {

@@ -772,7 +772,7 @@ const MAX_TRIALS: usize = 4000;
 
 /// A plan for a given recompute set, evaluated under the solver's model (used by the repair).
 fn plan_from_set(prob: &ckpt_solver::Problem, set: Vec<bool>) -> Plan {
-    Plan::for_set(prob, set, ckpt_solver::Method::Greedy)
+    Plan::for_set(prob, set, ckpt_solver::Method::LocalSearch)
 }
 
 /// The simulated total of `plan` (fixed bytes do not change with recompute): rewrite, apply,

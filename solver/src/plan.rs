@@ -28,6 +28,9 @@ pub enum Method {
     Greedy,
     BruteForce,
     Ilp,
+    /// A search with a simulator in the loop (the caller's), from the ILP's plans: each trial
+    /// judged by the simulation, not the linear model. No optimality bound.
+    LocalSearch,
 }
 
 /// How far the plan is from proven optimal.
