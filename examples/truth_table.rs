@@ -1,20 +1,27 @@
-//! The memory model's truth table: for every standard fixture (and the bundled example),
-//! predicted peak vs ONNX Runtime's measured arena peak, at optimization level `disable`
-//! (the graph ORT runs is the graph we planned), in both arena modes:
-//! `exact` (always-splitting arena: live bytes rounded to 256) and `session` (ORT's default
-//! BFC arena, replayed by the simulator).
+//! The memory model's truth table, for every standard fixture (and the bundled example) at
+//! level `disable`:
+//! - one step: the predicted peak against ORT's on the always-splitting arena (live tensors
+//!   rounded to 256 B) and on ORT's own session arena (the BFC replay);
+//! - the device: under the default deployment profile and eight variants (memory pattern on
+//!   and off × power-of-two or request-sized regions × outputs released or held), the
+//!   predicted arena need (the smallest `max_mem` under which the profile's steps run, from
+//!   the replay) against ORT's (bisection on `max_mem`), with in-use and reserved bytes.
 //!
-//!     cargo run --release --example truth_table
+//!     cargo run --release --example truth_table [FILTER]
 
 use std::path::PathBuf;
 
 use anyhow::Result;
+use ckpt_ir::profile::{CallerOutputs, ExtendStrategy, InitialChunk, Profile};
 use ckpt_ir::Bindings;
 use ckpt_opt::inputs::{make_inputs, InputOverrides};
+use ckpt_opt::profile::session_config;
+use ckpt_passes::device::device_need;
 use ckpt_passes::memory::{schedule, simulate};
-use ckpt_runtime::{measure_peak, Arena, Model, OptLevel, SessionConfig};
+use ckpt_runtime::{measure_need, measure_peak, Arena, Model, OptLevel, SessionConfig};
 
 fn main() -> Result<()> {
+    let filter = std::env::args().nth(1).unwrap_or_default();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("tests/fixtures"))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -28,9 +35,35 @@ fn main() -> Result<()> {
         .collect();
     files.sort();
     files.push(root.join("examples/gpt2_4l_train.onnx"));
+    files.retain(|f| f.to_string_lossy().contains(&filter));
+    let mut profiles = vec![Profile::default()];
+    for pattern in [false, true] {
+        for extend in [
+            ExtendStrategy::SameAsRequested,
+            ExtendStrategy::NextPowerOfTwo,
+        ] {
+            for caller in [CallerOutputs::Released, CallerOutputs::Held] {
+                profiles.push(Profile {
+                    enable_mem_pattern: pattern,
+                    arena_extend_strategy: extend,
+                    initial_chunk: InitialChunk::OrtDefault,
+                    caller_outputs: caller,
+                    ..Profile::default()
+                });
+            }
+        }
+    }
     println!(
-        "{:<28} {:>12} {:>12} {:>7} {:>12} {:>12} {:>7}",
-        "model", "pred exact", "ORT exact", "ratio", "pred arena", "ORT arena", "ratio"
+        "{:<24} {:<46} {:>11} {:>11} {:>8} {:>11} {:>11} {:>11} {:>11}",
+        "model",
+        "profile",
+        "pred need",
+        "ORT need",
+        "error",
+        "pred inuse",
+        "ORT inuse",
+        "pred resv",
+        "ORT resv"
     );
     let mut worst: f64 = 0.0;
     for f in files {
@@ -45,21 +78,60 @@ fn main() -> Result<()> {
             .file_stem()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let mut cfg = SessionConfig {
-            opt_level: OptLevel::Disable,
-            arena: Arena::Exact,
-            ..Default::default()
-        };
-        let exact = measure_peak(Model::new(&name, &bytes), &inputs, &cfg)?.peak_bytes;
-        cfg.arena = Arena::Session;
-        let session = measure_peak(Model::new(&name, &bytes), &inputs, &cfg)?.peak_bytes;
-        let r1 = sim.peak_live as f64 / exact as f64;
-        let r2 = sim.arena_peak as f64 / session as f64;
-        worst = worst.max((r1 - 1.0).abs()).max((r2 - 1.0).abs());
-        println!(
-            "{name:<28} {:>12} {exact:>12} {r1:>7.3} {:>12} {session:>12} {r2:>7.3}",
-            sim.peak_live, sim.arena_peak
-        );
+        for (arena, predicted, what) in [
+            (Arena::Exact, sim.peak_live, "one step, exact arena"),
+            (
+                Arena::Session,
+                sim.arena_peak,
+                "one step, ORT session arena",
+            ),
+        ] {
+            let cfg = SessionConfig {
+                opt_level: OptLevel::Disable,
+                arena,
+                ..Default::default()
+            };
+            let measured = measure_peak(Model::new(&name, &bytes), &inputs, &cfg)?.peak_bytes;
+            let err = predicted as f64 / measured as f64 - 1.0;
+            worst = worst.max(err.abs());
+            println!(
+                "{name:<24} {what:<46} {predicted:>11} {measured:>11} {:>7.2}%",
+                100.0 * err
+            );
+        }
+        for p in &profiles {
+            let pred = device_need(&sim, p);
+            let cfg = session_config(p);
+            let m = measure_need(
+                Model::new(&name, &bytes),
+                &inputs,
+                &cfg,
+                p.steps as usize,
+                p.caller_outputs == CallerOutputs::Held,
+            )?;
+            let err = pred.arena_bytes as f64 / m.arena_bytes as f64 - 1.0;
+            worst = worst.max(err.abs());
+            let short = if *p == Profile::default() {
+                "default profile (one region)".to_string()
+            } else {
+                format!(
+                    "pattern {} {} {}",
+                    if p.enable_mem_pattern { "on " } else { "off" },
+                    p.arena_extend_strategy,
+                    p.caller_outputs
+                )
+            };
+            println!(
+                "{name:<24} {short:<46} {:>11} {:>11} {:>7.2}% {:>11} {:>11} {:>11} {:>11}",
+                pred.arena_bytes,
+                m.arena_bytes,
+                100.0 * err,
+                pred.uncapped.in_use_peak,
+                m.uncapped.in_use_peak(),
+                pred.uncapped.reserved,
+                m.uncapped.reserved()
+            );
+        }
     }
     println!("worst deviation: {:.2}%", worst * 100.0);
     Ok(())

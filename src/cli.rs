@@ -344,6 +344,19 @@ fn runs(s: &str) -> Result<usize, String> {
     Ok(v)
 }
 
+/// `--initial-chunk`: `budget`, `default`, or a size (`4MiB`, bytes) other than zero; as the
+/// profile setting's value (`arena_budget`, `default`, bytes).
+fn parse_initial_chunk(s: &str) -> Result<String, String> {
+    match s {
+        "budget" => Ok("arena_budget".into()),
+        "default" => Ok("default".into()),
+        _ => match ckpt_opt::size::parse_size(s)? {
+            0 => Err("the arena's first region must be at least 1 byte".into()),
+            v => Ok(v.to_string()),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,18 +406,5 @@ mod tests {
             let e = dim_binding(s).expect_err(s);
             assert!(e.contains(why), "{s}: {e}");
         }
-    }
-}
-
-/// `--initial-chunk`: `budget`, `default`, or a size (`4MiB`, bytes) other than zero; as the
-/// profile setting's value (`arena_budget`, `default`, bytes).
-fn parse_initial_chunk(s: &str) -> Result<String, String> {
-    match s {
-        "budget" => Ok("arena_budget".into()),
-        "default" => Ok("default".into()),
-        _ => match ckpt_opt::size::parse_size(s)? {
-            0 => Err("the arena's first region must be at least 1 byte".into()),
-            v => Ok(v.to_string()),
-        },
     }
 }

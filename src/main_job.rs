@@ -37,6 +37,9 @@ fn tolerances(r: &RunArgs) -> Tolerances {
     t
 }
 
+/// Validate `rewritten` against `original`; both are analysed graphs (their types inferred
+/// once, by the analysis: input ranges and shapes read them, and symbolic graphs name dims
+/// `unk__N` in the file).
 fn run_validation(
     original: &ckpt_ir::Graph,
     rewritten: &ckpt_ir::Graph,
@@ -49,9 +52,7 @@ fn run_validation(
         ckpt_runtime::init(Some(lib)).context("loading ONNX Runtime")?;
     }
     let overrides = InputOverrides::parse(&r.inputs, &r.int_ranges)?;
-    // Ranges and shapes of inputs read the inferred types (symbolic graphs name dims `unk__N`).
-    let (typed, _) = optimize::with_inferred_types(original.clone())?;
-    let (inputs, how) = make_inputs(&typed, bindings, r.seed, &overrides, params)?;
+    let (inputs, how) = make_inputs(original, bindings, r.seed, &overrides, params)?;
     let opts = ValidateOptions {
         cfg: session_config(profile),
         tol: tolerances(r),

@@ -193,34 +193,6 @@ fn eval_printed(text: &str, b: &Bindings) -> Option<i128> {
     Some(total)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn printed_dims_evaluate() {
-        let b: Bindings = [("batch".into(), 2), ("seq".into(), 8)].into();
-        assert_eq!(eval_printed("7", &b), Some(7));
-        assert_eq!(eval_printed("seq", &b), Some(8));
-        assert_eq!(eval_printed("(batch*seq)", &b), Some(16));
-        assert_eq!(eval_printed("(2*batch*seq + 4)", &b), Some(36));
-        assert_eq!(eval_printed("(batch*seq - seq - 1)", &b), Some(7));
-        assert_eq!(eval_printed("(-seq + 10)", &b), Some(2));
-        assert_eq!(eval_printed("(seq - 1 + batch)", &b), Some(9));
-        assert_eq!(eval_printed("unk__3", &b), None);
-        // The printer agrees with the evaluator.
-        let d = Dim::sym("batch")
-            .mul(&Dim::sym("seq"))
-            .mul(&Dim::Known(2))
-            .sub(&Dim::sym("seq"))
-            .add(&Dim::Known(5));
-        assert_eq!(
-            eval_printed(&d.to_string(), &b),
-            Some(d.eval(&b).unwrap() as i128)
-        );
-    }
-}
-
 /// The deployment profile the flags select.
 pub fn profile(a: &crate::cli::ProfileArgs) -> Result<ckpt_ir::Profile, Failure> {
     let mut p = ckpt_ir::Profile::default();
@@ -258,4 +230,32 @@ pub fn analyse_options(
         optimizer_bits,
         profile: profile(&m.profile)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printed_dims_evaluate() {
+        let b: Bindings = [("batch".into(), 2), ("seq".into(), 8)].into();
+        assert_eq!(eval_printed("7", &b), Some(7));
+        assert_eq!(eval_printed("seq", &b), Some(8));
+        assert_eq!(eval_printed("(batch*seq)", &b), Some(16));
+        assert_eq!(eval_printed("(2*batch*seq + 4)", &b), Some(36));
+        assert_eq!(eval_printed("(batch*seq - seq - 1)", &b), Some(7));
+        assert_eq!(eval_printed("(-seq + 10)", &b), Some(2));
+        assert_eq!(eval_printed("(seq - 1 + batch)", &b), Some(9));
+        assert_eq!(eval_printed("unk__3", &b), None);
+        // The printer agrees with the evaluator.
+        let d = Dim::sym("batch")
+            .mul(&Dim::sym("seq"))
+            .mul(&Dim::Known(2))
+            .sub(&Dim::sym("seq"))
+            .add(&Dim::Known(5));
+        assert_eq!(
+            eval_printed(&d.to_string(), &b),
+            Some(d.eval(&b).unwrap() as i128)
+        );
+    }
 }

@@ -181,18 +181,19 @@ pub struct MemoryCheck {
 /// The largest |relative error| of a predicted arena need a validation accepts.
 pub const MEMORY_TOLERANCE: f64 = 0.01;
 
-/// Measure one graph's device memory under `cfg` for `steps` steps and compare it with the
-/// prediction; with `arena_budget`, also run it with the arena capped there.
+/// Measure one graph's device memory under the expectation's profile for its steps and
+/// compare it with `predicted_arena_bytes`; with a ceiling, also run it with the arena capped
+/// at the ceiling less what the caller feeds.
 pub fn measure_device(
     label: &str,
     model: &onnx::ModelProto,
     inputs: &[HostTensor],
-    cfg: &SessionConfig,
-    profile: &ckpt_ir::Profile,
-    fixed_bytes: u64,
+    e: &MemoryExpectation,
     predicted_arena_bytes: u64,
-    arena_budget: Option<u64>,
 ) -> Result<DeviceMemory> {
+    let (profile, fixed_bytes) = (&e.profile, e.fixed_bytes);
+    let cfg = &crate::profile::session_config(profile);
+    let arena_budget = e.ceiling_bytes.map(|c| c.saturating_sub(fixed_bytes));
     let bytes = model.encode_to_vec();
     let steps = profile.steps as usize;
     let hold = profile.caller_outputs == ckpt_ir::profile::CallerOutputs::Held;
@@ -242,28 +243,9 @@ pub fn check_memory(
     inputs: &[HostTensor],
     e: &MemoryExpectation,
 ) -> Result<MemoryCheck> {
-    let cfg = crate::profile::session_config(&e.profile);
     let budget = e.ceiling_bytes.map(|c| c.saturating_sub(e.fixed_bytes));
-    let o = measure_device(
-        "original",
-        original,
-        inputs,
-        &cfg,
-        &e.profile,
-        e.fixed_bytes,
-        e.original_arena_bytes,
-        budget,
-    )?;
-    let r = measure_device(
-        "rewritten",
-        rewritten,
-        inputs,
-        &cfg,
-        &e.profile,
-        e.fixed_bytes,
-        e.rewritten_arena_bytes,
-        budget,
-    )?;
+    let o = measure_device("original", original, inputs, e, e.original_arena_bytes)?;
+    let r = measure_device("rewritten", rewritten, inputs, e, e.rewritten_arena_bytes)?;
     let mut failures = Vec::new();
     if let Some(c) = e.ceiling_bytes {
         if r.measured_total_bytes > c {
