@@ -156,6 +156,10 @@ pub struct ProfileArgs {
     /// the arena during the next step).
     #[arg(long = "caller-outputs", default_value = "released", value_parser = ["released", "held"])]
     pub caller_outputs: String,
+    /// The session's intra-op threads (`intra_op_num_threads`, 1-1024): convolutions take a
+    /// working buffer per thread from the arena.
+    #[arg(long = "intra-op-threads", default_value_t = 1)]
+    pub intra_op_threads: u32,
     /// Consecutive steps of one session the device must hold (1-100).
     #[arg(long, default_value_t = 3)]
     pub steps: u32,

@@ -213,6 +213,11 @@ pub fn profile(a: &crate::cli::ProfileArgs) -> Result<ckpt_ir::Profile, Failure>
     set(&mut p, "arena_extend_strategy", &a.arena_extend)?;
     set(&mut p, "caller_outputs", &a.caller_outputs)?;
     set(&mut p, "steps", &a.steps.to_string())?;
+    set(
+        &mut p,
+        "intra_op_num_threads",
+        &a.intra_op_threads.to_string(),
+    )?;
     set(&mut p, "initial_chunk_size_bytes", &a.initial_chunk)?;
     Ok(p)
 }

@@ -13,7 +13,7 @@ use ckpt_ir::Profile;
 use ckpt_ir::{export_bytes, write_atomic, Bindings, Graph};
 use ckpt_passes::device::{device_need, DeviceNeed};
 use ckpt_passes::ledger::{ledger, Ledger, Optimizer};
-use ckpt_passes::memory::{schedule, simulate, Simulation};
+use ckpt_passes::memory::{schedule, simulate_threads, Simulation};
 use ckpt_passes::recompute::{candidates, problem, rewrite, Candidates};
 use ckpt_passes::{classify, Classification, TensorKind};
 use ckpt_solver::{solve_ilp_with, IlpOptions, Plan, SolveError, Status};
@@ -128,7 +128,7 @@ pub fn analyse(graph: Graph, o: &AnalyseOptions) -> Result<Analysis> {
     let (graph, types) = with_inferred_types(graph)?;
     let class = classify(&graph, o.loss.as_deref())?;
     let sched = schedule(&graph)?;
-    let sim = simulate(&graph, &sched, &o.bindings)?;
+    let sim = simulate_threads(&graph, &sched, &o.bindings, o.profile.intra_op_num_threads)?;
     let device = device_need(&sim, &o.profile);
     let ledger = ledger(
         &graph,
@@ -807,7 +807,12 @@ fn rewritten_run(
         }
         return Err(e).context("applying the recompute patch");
     }
-    let sim = simulate(&g2, &schedule(&g2)?, &job.bindings)?;
+    let sim = simulate_threads(
+        &g2,
+        &schedule(&g2)?,
+        &job.bindings,
+        job.profile.intra_op_num_threads,
+    )?;
     Ok((g2, sim))
 }
 

@@ -41,6 +41,7 @@ pub fn session_config(profile: &Profile) -> SessionConfig {
             },
             ExecutionProvider::Cuda => Arena::Session,
         },
+        intra_threads: Some(profile.intra_op_num_threads as usize),
         ..SessionConfig::default()
     }
 }

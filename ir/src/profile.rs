@@ -112,6 +112,9 @@ pub struct Profile {
     /// The arena's first region.
     pub initial_chunk: InitialChunk,
     pub caller_outputs: CallerOutputs,
+    /// The session's intra-op threads (`intra_op_num_threads`): MLAS sizes some kernels'
+    /// working buffers per thread.
+    pub intra_op_num_threads: u32,
     /// Consecutive steps of one session the device must hold (the memory pattern acts from
     /// the second on; held outputs from the second on).
     pub steps: u32,
@@ -128,6 +131,7 @@ impl Default for Profile {
             arena_extend_strategy: ExtendStrategy::NextPowerOfTwo,
             initial_chunk: InitialChunk::ArenaBudget,
             caller_outputs: CallerOutputs::Released,
+            intra_op_num_threads: 1,
             steps: 3,
             session_config: BTreeMap::from([(
                 DISABLE_OPTIMIZERS_KEY.to_string(),
@@ -227,6 +231,7 @@ const KEYS: &[&str] = &[
     "initial_chunk_size_bytes",
     "execution_provider",
     "caller_outputs",
+    "intra_op_num_threads",
     "steps",
 ];
 
@@ -265,6 +270,10 @@ impl Profile {
             ),
             ("execution_provider", self.execution_provider.to_string()),
             ("caller_outputs", self.caller_outputs.to_string()),
+            (
+                "intra_op_num_threads",
+                self.intra_op_num_threads.to_string(),
+            ),
             ("steps", self.steps.to_string()),
         ];
         match self.initial_chunk {
@@ -332,6 +341,12 @@ impl Profile {
             }
             "execution_provider" => self.execution_provider = value.parse().map_err(named)?,
             "caller_outputs" => self.caller_outputs = value.parse().map_err(named)?,
+            "intra_op_num_threads" => {
+                self.intra_op_num_threads = match value.parse::<u32>() {
+                    Ok(v) if (1..=1024).contains(&v) => v,
+                    _ => return Err(bad("a whole number of threads from 1 to 1024")),
+                }
+            }
             "steps" => {
                 let v: u32 = value
                     .parse()
@@ -376,7 +391,7 @@ impl Profile {
     /// One line for reports: `cpu, level disable, memory pattern off, kSameAsRequested arena, outputs released, 3 steps`.
     pub fn describe(&self) -> String {
         format!(
-            "{}, level {}, memory pattern {}, {} arena{}, outputs {}, {} steps",
+            "{}, level {}, memory pattern {}, {} arena{}, outputs {}, {} intra-op thread{}, {} steps",
             self.execution_provider,
             self.graph_optimization_level,
             if self.enable_mem_pattern { "on" } else { "off" },
@@ -387,6 +402,8 @@ impl Profile {
                 InitialChunk::ArenaBudget => " in one region of the arena budget".to_string(),
             },
             self.caller_outputs,
+            self.intra_op_num_threads,
+            if self.intra_op_num_threads == 1 { "" } else { "s" },
             self.steps
         )
     }

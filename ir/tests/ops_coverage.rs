@@ -13,7 +13,7 @@ use ckpt_ir::{import_file, Bindings};
 /// (`.MayInplace(0, 0)`), `scratch` (a scratch rule), `alias 1<-0` (output 1 is input 0's
 /// buffer), `-` (allocates its outputs, no scratch).
 const MEMORY: &[(&str, &str, &str)] = &[
-    ("ai.onnx", "Conv", "-"),
+    ("ai.onnx", "Conv", "scratch"),
     ("ai.onnx", "ConvTranspose", "-"),
     ("ai.onnx", "Expand", "-"),
     ("ai.onnx", "Greater", "-"),

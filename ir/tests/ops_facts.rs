@@ -4,7 +4,7 @@
 
 mod ops_common;
 
-use ckpt_ir::build::{attr_i, ModelBuilder};
+use ckpt_ir::build::{attr_i, attr_ints, ModelBuilder};
 use ckpt_ir::ops::{
     alias, folded_at_load, index_use, kernel_scratch, may_inplace, optimizer_step, optional_tail,
     pass_through, seed_attr, training_only, IndexUse, OptimizerStep, SeedAttr, MS_DOMAIN,
@@ -85,7 +85,7 @@ fn where_graph() -> ckpt_ir::Graph {
 #[test]
 fn where_copies_x_and_y_broadcast_to_the_condition_before_its_output() {
     let g = where_graph();
-    let s = kernel_scratch(&g, producer(&g, "z"), &bind(&[("b", 2)]));
+    let s = kernel_scratch(&g, producer(&g, "z"), &bind(&[("b", 2)]), 1);
     // X: [1,3,4] against cond [2,1,4] = 24 f32; Y: a scalar against cond = 8 f32.
     assert_eq!(s.before, vec![96, 32]);
     assert!(s.after.is_empty());
@@ -95,7 +95,7 @@ fn where_copies_x_and_y_broadcast_to_the_condition_before_its_output() {
 #[test]
 fn where_with_unbound_dims_takes_no_scratch() {
     let g = where_graph();
-    let s = kernel_scratch(&g, producer(&g, "z"), &bind(&[]));
+    let s = kernel_scratch(&g, producer(&g, "z"), &bind(&[]), 1);
     assert!(s.before.is_empty() && s.after.is_empty());
 }
 
@@ -112,7 +112,7 @@ fn softmax(opset: i64, axis: i64) -> ckpt_ir::Graph {
 #[test]
 fn softmax_over_a_middle_axis_takes_two_input_sized_temporaries_after_its_output() {
     let g = softmax(13, 1);
-    let s = kernel_scratch(&g, producer(&g, "y"), &bind(&[]));
+    let s = kernel_scratch(&g, producer(&g, "y"), &bind(&[]), 1);
     assert_eq!(s.after, vec![2400, 2400]);
     assert!(s.before.is_empty());
 }
@@ -121,7 +121,7 @@ fn softmax_over_a_middle_axis_takes_two_input_sized_temporaries_after_its_output
 fn softmax_over_the_last_axis_or_before_opset_13_takes_no_scratch() {
     for (opset, axis) in [(13, -1), (13, 2), (12, 1)] {
         let g = softmax(opset, axis);
-        let s = kernel_scratch(&g, producer(&g, "y"), &bind(&[]));
+        let s = kernel_scratch(&g, producer(&g, "y"), &bind(&[]), 1);
         assert_eq!(s, Default::default(), "opset {opset} axis {axis}");
     }
 }
@@ -129,7 +129,7 @@ fn softmax_over_the_last_axis_or_before_opset_13_takes_no_scratch() {
 #[test]
 fn relu_takes_no_scratch() {
     let g = unary("Relu");
-    let s = kernel_scratch(&g, producer(&g, "y"), &bind(&[("b", 2)]));
+    let s = kernel_scratch(&g, producer(&g, "y"), &bind(&[("b", 2)]), 1);
     assert_eq!(s.bytes(), 0);
 }
 
@@ -249,4 +249,65 @@ fn ort_allocations_round_to_256_bytes() {
     assert_eq!(ort::alloc_rounded(1), 256);
     assert_eq!(ort::alloc_rounded(256), 256);
     assert_eq!(ort::alloc_rounded(257), 512);
+}
+
+fn conv(x: &str, w: &str, attrs: Vec<ckpt_ir::onnx::AttributeProto>) -> ckpt_ir::Graph {
+    graph(
+        ModelBuilder::new(17)
+            .input("x", DType::F32, x)
+            .input("w", DType::F32, w)
+            .node_with("Conv", &["x", "w"], &["y"], attrs)
+            .output("y", DType::F32, "")
+            .build(),
+    )
+}
+
+/// ViT's patch convolution (64 filters over a 4×4 output, K = 3·8·8): more filters than
+/// output positions, so MLAS expands the whole input (OutputSize·K = 16·192 floats) after the
+/// output, whatever the thread count.
+#[test]
+fn conv_with_more_filters_than_outputs_takes_a_full_im2col() {
+    let g = conv(
+        "2,3,32,32",
+        "64,3,8,8",
+        vec![
+            attr_ints("strides", &[8, 8]),
+            attr_ints("kernel_shape", &[8, 8]),
+        ],
+    );
+    for threads in [1, 2, 8] {
+        let s = kernel_scratch(&g, producer(&g, "y"), &bind(&[]), threads);
+        assert_eq!(s.after, vec![16 * 192 * 4], "{threads} threads");
+        assert!(s.before.is_empty());
+    }
+}
+
+/// ViT's weight-gradient convolution (64 filters over an 8×8 output, K = 2·4·4, dilation 8):
+/// MLAS segments the GEMM over threads, one 16384-float buffer each: 64 KiB with one
+/// intra-op thread, 128 KiB with two (ORT's default on 2 cores; the 131,072 B the issue
+/// measured on a tiny ViT).
+#[test]
+fn segmented_conv_takes_one_buffer_per_thread() {
+    let g = conv(
+        "3,2,32,32",
+        "64,2,4,4",
+        vec![
+            attr_ints("dilations", &[8, 8]),
+            attr_ints("kernel_shape", &[4, 4]),
+        ],
+    );
+    let bytes = |threads| kernel_scratch(&g, producer(&g, "y"), &bind(&[]), threads).after;
+    assert_eq!(bytes(1), vec![65536]);
+    assert_eq!(bytes(2), vec![131072]);
+    // Complexity 64·64·32 asks for 3 threads, but 16-aligned slices of the 64 outputs are 32
+    // wide: two of them cover it, so two buffers however many threads there are.
+    assert_eq!(bytes(8), vec![131072]);
+}
+
+/// A pointwise convolution (1×1, stride 1, no padding) is a plain GEMM: no scratch.
+#[test]
+fn pointwise_conv_takes_no_scratch() {
+    let g = conv("2,16,8,8", "32,16,1,1", vec![]);
+    let s = kernel_scratch(&g, producer(&g, "y"), &bind(&[]), 2);
+    assert_eq!(s, ckpt_ir::ops::Scratch::default());
 }

@@ -278,6 +278,17 @@ pub fn simulate(
     schedule: &Schedule,
     bindings: &Bindings,
 ) -> Result<Simulation, MemoryError> {
+    simulate_threads(graph, schedule, bindings, 1)
+}
+
+/// [`simulate`] for a session of `threads` intra-op threads (kernel scratch that MLAS sizes
+/// per thread depends on it).
+pub fn simulate_threads(
+    graph: &Graph,
+    schedule: &Schedule,
+    bindings: &Bindings,
+    threads: u32,
+) -> Result<Simulation, MemoryError> {
     let nt = graph.tensor_count();
     let mut bytes = vec![0u64; nt];
     let mut computed = vec![false; nt];
@@ -452,7 +463,7 @@ pub fn simulate(
         })
     };
     for s in 0..schedule.len() {
-        let scratch = kernel_scratch(graph, schedule.order[s], bindings);
+        let scratch = kernel_scratch(graph, schedule.order[s], bindings, threads);
         // Keys: buffers 0..nb, their re-allocations nb..2nb, scratch from 2nb on.
         let scratch_key = |k: usize| 2 * nb + (s as u64) * SCRATCH_STRIDE + k as u64;
         for (k, &bytes) in scratch.before.iter().enumerate() {

@@ -6,6 +6,7 @@ use crate::shape::{Dim, Shape};
 
 use super::cost;
 use super::ctx::{out, FlopCtx, FlopError, InferCtx};
+use super::scratch::{Scratch, ScratchCtx};
 use super::types::TensorType;
 use super::value::int_of;
 use super::{FlopRule, OpDef};
@@ -227,6 +228,85 @@ fn conv(ctx: &InferCtx<'_>) -> Out {
     let mut dims = vec![x.0[0].clone(), w.0[0].clone()];
     dims.extend(window_dims(ctx, x, &kernel)?);
     Ok(vec![out(ctx.dtype(0)?, Shape(dims))])
+}
+
+/// MLAS's per-thread working buffer of a segmented convolution, in floats
+/// (`MLAS_CONV_WORKING_BUFFER_SIZE_PER_THREAD`).
+const MLAS_CONV_BUFFER_PER_THREAD: u64 = 16384;
+/// `MLAS_SGEMM_THREAD_COMPLEXITY`, `MLAS_MAXIMUM_THREAD_COUNT`, `MLAS_SGEMM_STRIDEN_THREAD_ALIGN`.
+const MLAS_THREAD_COMPLEXITY: f64 = 65536.0;
+const MLAS_MAX_THREADS: u64 = 16;
+const MLAS_STRIDEN_ALIGN: u64 = 16;
+
+/// Conv (2-D, float) takes MLAS's working buffer from the arena after its output
+/// (`MlasConvPrepare`): none for a pointwise convolution (all strides 1, no padding,
+/// 1×1 kernel), `OutputSize·K` floats for a full im2col when the filter count exceeds the
+/// output size, else one fixed buffer per thread the GEMM is split over (the thread count from
+/// the operation's complexity, capped by the session's intra-op threads).
+fn conv_scratch(ctx: &ScratchCtx<'_>) -> Scratch {
+    let node = ctx.graph.node(ctx.id);
+    let (Some((dt, x)), Some((_, w))) = (ctx.concrete(0), ctx.concrete(1)) else {
+        return Scratch::default();
+    };
+    if dt != crate::dtype::DType::F32 || x.len() != 4 || w.len() != 4 {
+        return Scratch::default();
+    }
+    let ints = |name: &str, default: i64, len: usize| {
+        node.attr_ints(name)
+            .filter(|v| v.len() == len)
+            .map_or_else(|| vec![default; len], <[i64]>::to_vec)
+    };
+    let strides = ints("strides", 1, 2);
+    let pads = ints("pads", 0, 4);
+    let dils = ints("dilations", 1, 2);
+    let group = node.attr_i("group").unwrap_or(1).max(1) as u64;
+    let (kh, kw) = (w[2], w[3]);
+    let out_dim = |i: usize, k: u64| -> u64 {
+        let span = (k.saturating_sub(1)) * dils[i].max(1) as u64 + 1;
+        let padded = x[2 + i] + pads[i].max(0) as u64 + pads[i + 2].max(0) as u64;
+        if padded < span {
+            0
+        } else {
+            (padded - span) / strides[i].max(1) as u64 + 1
+        }
+    };
+    if node.attr_s("auto_pad").is_some_and(|p| p != "NOTSET") {
+        return Scratch::default();
+    }
+    let output_size = out_dim(0, kh) * out_dim(1, kw);
+    let in_channels = x[1] / group;
+    let k = in_channels * kh * kw;
+    let filters = w[0] / group;
+    let pointwise =
+        strides.iter().all(|&s| s == 1) && pads.iter().all(|&p| p == 0) && k == in_channels;
+    if pointwise || output_size == 0 {
+        return Scratch::default();
+    }
+    let floats = if filters > output_size {
+        output_size * k
+    } else {
+        let complexity = filters as f64 * output_size as f64 * k as f64;
+        let mut threads = if complexity < MLAS_THREAD_COMPLEXITY * MLAS_MAX_THREADS as f64 {
+            (complexity / MLAS_THREAD_COMPLEXITY) as u64 + 1
+        } else {
+            MLAS_MAX_THREADS
+        };
+        threads = threads.min(u64::from(ctx.threads));
+        let mut stride_n = output_size.div_ceil(threads);
+        if threads > 1 {
+            stride_n = stride_n.div_ceil(MLAS_STRIDEN_ALIGN) * MLAS_STRIDEN_ALIGN;
+            if stride_n >= output_size {
+                threads = 1;
+            } else if stride_n * (threads - 1) >= output_size {
+                threads -= 1;
+            }
+        }
+        threads * MLAS_CONV_BUFFER_PER_THREAD
+    };
+    Scratch {
+        before: Vec::new(),
+        after: vec![floats.saturating_mul(4)],
+    }
 }
 
 /// ConvTranspose: X [N, C, spatial…], W [C, M/group, k…] → [N, M, spatial…], each spatial
@@ -540,7 +620,7 @@ pub(super) fn ops() -> Vec<OpDef> {
     vec![
         OpDef::onnx("MatMul", 1, matmul, FlopRule::Custom(matmul_flops)),
         OpDef::onnx("Gemm", 1, gemm, FlopRule::Custom(gemm_flops)),
-        OpDef::onnx("Conv", 1, conv, FlopRule::Custom(conv_flops)),
+        OpDef::onnx("Conv", 1, conv, FlopRule::Custom(conv_flops)).scratch(conv_scratch),
         OpDef::onnx(
             "ConvTranspose",
             1,

@@ -36,11 +36,13 @@ impl Scratch {
 /// Computes a node's scratch from its concrete input shapes.
 pub type ScratchFn = fn(&ScratchCtx<'_>) -> Scratch;
 
-/// What a scratch rule sees: the node and the bindings that make its shapes concrete.
+/// What a scratch rule sees: the node, the bindings that make its shapes concrete, and the
+/// session's intra-op thread count (MLAS sizes some working buffers per thread).
 pub struct ScratchCtx<'a> {
     pub graph: &'a Graph,
     pub id: NodeId,
     pub bindings: &'a Bindings,
+    pub threads: u32,
 }
 
 impl ScratchCtx<'_> {
@@ -60,14 +62,15 @@ pub(crate) fn bytes_of(dt: DType, numel: u64) -> u64 {
     numel.saturating_mul(dt.bits()).div_ceil(8)
 }
 
-/// The scratch of `node` under `b`: empty for ops without a rule and ops not in the
-/// registry.
-pub fn kernel_scratch(graph: &Graph, node: NodeId, b: &Bindings) -> Scratch {
+/// The scratch of `node` under `b` in a session of `threads` intra-op threads: empty for ops
+/// without a rule and ops not in the registry.
+pub fn kernel_scratch(graph: &Graph, node: NodeId, b: &Bindings, threads: u32) -> Scratch {
     match op_def(graph, node).and_then(|d| d.scratch) {
         Some(rule) => rule(&ScratchCtx {
             graph,
             id: node,
             bindings: b,
+            threads: threads.max(1),
         }),
         None => Scratch::default(),
     }
