@@ -197,7 +197,7 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
         println!("  -- ceiling {pct}% = {}", human(ceiling));
         // one bare ILP solve at the plan's first budget, to split the solver from the rest
         let arena = ceiling.saturating_sub(fixed);
-        let (prob, t_prob) = timed(|| problem(&a.graph, &a.sim, &cands, arena));
+        let (prob, t_prob) = timed(|| problem(&a.sim, &cands, arena));
         let opts = IlpOptions {
             time_limit: Duration::from_secs_f64(time_limit),
             ..Default::default()

@@ -242,7 +242,7 @@ pub fn exercise(bytes: &[u8], depth: Depth, plan_time_limit: Duration) -> Reache
         return Reached::Through;
     }
     let cands = ckpt_passes::recompute::candidates(&a.graph, &a.sim, &a.types, &b);
-    let prob = ckpt_passes::recompute::problem(&a.graph, &a.sim, &cands, a.sim.peak_live / 2);
+    let prob = ckpt_passes::recompute::problem(&a.sim, &cands, a.sim.peak_live / 2);
     // An error is an answer; a panic or an `Ok` that is wrong is a finding.
     if let Ok(p) = ckpt_solver::solve_greedy(&prob) {
         let e = ckpt_solver::evaluate(&prob, &p.recompute);

@@ -191,7 +191,7 @@ pub struct RewriteCounts {
 /// The lowest total the simulator (the truth) reaches: recomputing every candidate, or the
 /// best plan the search realised, or nothing, whichever is lowest.
 fn lowest_reachable(job: &Job, before: &Analysis, cands: &Candidates, best: Option<u64>) -> u64 {
-    let prob = problem(&before.graph, &before.sim, cands, 0);
+    let prob = problem(&before.sim, cands, 0);
     let all = plan_from_set(&prob, vec![true; cands.list.len()]);
     let simulated_all = simulated_total(job, before, cands, &all).unwrap_or(u64::MAX);
     simulated_all
@@ -292,7 +292,7 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
         ..Default::default()
     };
     let mut attempts = 0;
-    let prob = problem(&before.graph, &before.sim, &cands, arena_ceiling);
+    let prob = problem(&before.sim, &cands, arena_ceiling);
     let mut ilp = json!({});
     let mut ilp_starts: Vec<(u64, Vec<bool>)> = Vec::new(); // (simulated total, set) of every round's plan
     let mut learnt_prob = prob.clone(); // windows shrunk to what the allocator really released
@@ -360,21 +360,14 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
             debug_idle(job, &before, &cands, &plan)?;
         }
         if total <= effective {
-            let (after, text, counts) = realise(job, &before, &cands, &plan)?;
-            if after.ledger.total_bytes <= effective {
-                let ilp = json!({"rounds": rounds, "used": true});
-                let r = Rewritten {
-                    before,
-                    after,
-                    cands,
-                    plan,
-                    patch_text: text,
-                    counts,
+            let realised = realise(job, &before, &cands, &plan)?;
+            if realised.0.ledger.total_bytes <= effective {
+                let trace = SolveTrace {
                     arena_ceiling,
-                    solve_attempts: attempts,
-                    ilp,
+                    attempts,
+                    ilp: json!({"rounds": rounds, "used": true}),
                 };
-                return Ok(Outcome::Rewritten(Box::new(r)));
+                return Ok(rewritten(before, cands, plan, realised, trace));
             }
         }
         // A round that simulates no lower than an earlier one: its corrections have stopped
@@ -455,12 +448,7 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
         // More starting points when those fail: the ILP's optima at tighter budgets (its linear
         // model under-counts what ORT's allocator holds, so a tighter target lands nearer the truth).
         let tighter = [0.9f64, 0.8].into_iter().filter_map(|f| {
-            let mut p = problem(
-                &before.graph,
-                &before.sim,
-                &cands,
-                (arena_ceiling as f64 * f) as u64,
-            );
+            let mut p = problem(&before.sim, &cands, (arena_ceiling as f64 * f) as u64);
             p.ceiling = p.ceiling.max(1);
             match solve_ilp_with(&p, &opts) {
                 Ok(plan) if plan.info.status == ckpt_solver::Status::Optimal => {
@@ -500,7 +488,7 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
         let mut chosen: Vec<usize> = (0..plan.recompute.len())
             .filter(|&i| plan.recompute[i])
             .collect();
-        chosen.sort_by_key(|&i| (std::cmp::Reverse(cands.list[i].cost), i));
+        chosen.sort_by_key(|&i| (std::cmp::Reverse(cands.list[i].model.cost), i));
         // In order, each drop judged against the drops kept before it; simulated a core's
         // worth at a time (after a kept drop, the rest of the batch is judged again).
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -536,13 +524,15 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
             // Swapping a recompute that costs under 1% of the plan cannot gain much, nor can
             // any swap in a plan that adds under 0.1% of a step.
             if !plan.recompute[i]
-                || cands.list[i].cost.saturating_mul(100) < plan.cost
+                || cands.list[i].model.cost.saturating_mul(100) < plan.cost
                 || (plan.cost as f64) < search.cost_floor
             {
                 continue;
             }
             let mut cheaper: Vec<usize> = (0..plan.recompute.len())
-                .filter(|&j| !plan.recompute[j] && cands.list[j].cost < cands.list[i].cost)
+                .filter(|&j| {
+                    !plan.recompute[j] && cands.list[j].model.cost < cands.list[i].model.cost
+                })
                 .collect();
             cheaper.sort_by(|&x, &y| {
                 ratio(&cands.list[y])
@@ -572,20 +562,14 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
                 plan.cost
             );
         }
-        let (after, text, counts) = realise(job, &before, &cands, &plan)?;
+        let realised = realise(job, &before, &cands, &plan)?;
         plan.info.wall = started.elapsed();
-        let r = Rewritten {
-            before,
-            after,
-            cands,
-            plan,
-            patch_text: text,
-            counts,
+        let trace = SolveTrace {
             arena_ceiling,
-            solve_attempts: attempts,
+            attempts,
             ilp,
         };
-        return Ok(Outcome::Rewritten(Box::new(r)));
+        return Ok(rewritten(before, cands, plan, realised, trace));
     }
     let timed_out = Instant::now() >= search.deadline;
     Ok(cannot_fit(before, &cands, Some(current), timed_out))
@@ -644,7 +628,7 @@ impl LocalSearch<'_> {
             // the most bytes·window per FLOP (add one), those absent at the simulated peak first.
             let covers = |i: usize| {
                 let c = &self.cands.list[i];
-                c.free_from <= peak_at && peak_at < c.needed_at
+                c.model.free_from <= peak_at && peak_at < c.model.needed_at
             };
             let mut adds: Vec<usize> = (0..set.len()).filter(|&i| !set[i]).collect();
             adds.sort_by(|&x, &y| {
@@ -754,7 +738,8 @@ fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> 
 
 /// Bytes freed times window length per FLOP: how promising a candidate looks.
 fn ratio(c: &ckpt_passes::recompute::Candidate) -> f64 {
-    c.bytes as f64 * (c.needed_at - c.free_from) as f64 / (c.cost as f64 + 1.0)
+    c.model.bytes as f64 * (c.model.needed_at - c.model.free_from) as f64
+        / (c.model.cost as f64 + 1.0)
 }
 
 /// Relative gap at which a round of the corrected ILP stops.
@@ -916,6 +901,35 @@ fn simulated_trace(
     })
 }
 
+/// How the plan was found, for the receipt.
+struct SolveTrace {
+    arena_ceiling: u64,
+    attempts: usize,
+    /// What the ILP rounds did, whether or not their plan was used.
+    ilp: serde_json::Value,
+}
+
+/// The job's outcome for a realised plan (the one place a [`Rewritten`] is built).
+fn rewritten(
+    before: Analysis,
+    cands: Candidates,
+    plan: Plan,
+    (after, patch_text, counts): (Analysis, String, RewriteCounts),
+    trace: SolveTrace,
+) -> Outcome {
+    Outcome::Rewritten(Box::new(Rewritten {
+        before,
+        after,
+        cands,
+        plan,
+        patch_text,
+        counts,
+        arena_ceiling: trace.arena_ceiling,
+        solve_attempts: trace.attempts,
+        ilp: trace.ilp,
+    }))
+}
+
 /// Rewrite the graph for `plan`, apply, and analyse the result (the simulator is the truth).
 fn realise(
     job: &Job,
@@ -1071,15 +1085,15 @@ pub fn segments_json(r: &Rewritten) -> Vec<serde_json::Value> {
                 .collect();
             json!({
                 "activations_dropped": c.saved.iter().map(|&t| g.tensor(t).name.clone()).collect::<Vec<_>>(),
-                "bytes_saved": c.bytes,
+                "bytes_saved": c.model.bytes,
                 "nodes_recomputed": c.nodes.iter().filter(|n| !c.moved.contains(n)).map(|&n| g.node(n).name.clone()).collect::<Vec<_>>(),
                 "nodes_moved": c.moved.iter().map(|&n| g.node(n).name.clone()).collect::<Vec<_>>(),
-                "flops_added": c.cost,
-                "dropped_from_step": c.free_from,
+                "flops_added": c.model.cost,
+                "dropped_from_step": c.model.free_from,
                 "rematerialised_at_step": r.plan.remat_at.get(i).copied().flatten(),
-                "next_use_step": c.needed_at,
+                "next_use_step": c.model.needed_at,
                 "boundary": why,
-                "why": format!("dropping frees {} from step {} to step {}, under the ceiling at the high-water mark", human(c.bytes), c.free_from, c.needed_at),
+                "why": format!("dropping frees {} from step {} to step {}, under the ceiling at the high-water mark", human(c.model.bytes), c.model.free_from, c.model.needed_at),
             })
         })
         .collect()

@@ -40,7 +40,7 @@ fn random_plans_predicted_vs_measured() {
         )
         .unwrap();
         let cands = candidates(&a.graph, &a.sim, &a.types, &b);
-        let prob = problem(&a.graph, &a.sim, &cands, 0);
+        let prob = problem(&a.sim, &cands, 0);
         let n = cands.list.len();
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = || {

@@ -25,7 +25,7 @@ fn nodes_read_only_after_the_gap_are_moved_not_cloned() {
         )
         .unwrap();
         let cands = candidates(&a.graph, &a.sim, &a.types, &b);
-        let prob = problem(&a.graph, &a.sim, &cands, 0);
+        let prob = problem(&a.sim, &cands, 0);
         for (i, c) in cands.list.iter().enumerate() {
             // The invariant: every reader of a moved node's outputs is a rewired reader after
             // the gap or another moved node; no moved output is a graph output.
@@ -73,7 +73,7 @@ fn nodes_read_only_after_the_gap_are_moved_not_cloned() {
                 );
             }
             if c.moved.len() == c.nodes.len() {
-                assert_eq!(c.cost, 1, "a pure move adds (nearly) nothing");
+                assert_eq!(c.model.cost, 1, "a pure move adds (nearly) nothing");
             }
             let mut g2 = a.graph.clone();
             patch.apply(&mut g2).unwrap();

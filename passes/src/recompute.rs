@@ -43,14 +43,10 @@ pub struct Candidate {
     pub moved: Vec<NodeId>,
     /// Readers (node, input slot, value) after the gap: rewired to the clones.
     pub rewire: Vec<(NodeId, usize, TensorId)>,
-    pub bytes: u64,
-    pub cost: u64,
-    pub free_from: usize,
-    pub needed_at: usize,
-    /// Candidates whose values the recompute reads.
-    pub deps: Vec<usize>,
-    /// Bytes of rebuilt values outside this buffer, live while recomputing.
-    pub transient: u64,
+    /// What the solver sees of it: bytes, recompute FLOPs, the window it may be absent
+    /// (`free_from..needed_at`), the candidates its recompute reads, the transient bytes of
+    /// rebuilt values outside this buffer; labelled with its first saved value's name.
+    pub model: SolverCandidate,
 }
 
 /// An activation that may not be recomputed, and why.
@@ -302,19 +298,27 @@ pub fn candidates(graph: &Graph, sim: &Simulation, types: &Types, b: &Bindings) 
             nodes: node_list,
             moved,
             rewire,
-            bytes: rounded(buf.bytes),
-            cost,
-            free_from: g.a + 1,
-            needed_at: g.b,
-            deps: Vec::new(),
-            transient,
+            model: SolverCandidate {
+                label: g
+                    .across
+                    .first()
+                    .map(|&t| graph.tensor(t).name.clone())
+                    .unwrap_or_default(),
+                bytes: rounded(buf.bytes),
+                cost,
+                free_from: g.a + 1,
+                needed_at: g.b,
+                deps: Vec::new(),
+                transient,
+                block: None,
+            },
         });
     }
     // Map dependencies to final indices; a candidate whose dependency was dropped keeps it.
     let finals: Vec<usize> = index_of.keys().copied().collect();
     for c in finals {
         let i = index_of[&c];
-        out.list[i].deps = closures[c]
+        out.list[i].model.deps = closures[c]
             .1
             .iter()
             .filter_map(|d| index_of.get(d).copied())
@@ -365,7 +369,7 @@ fn drop_dependency_cycles(graph: &Graph, out: &mut Candidates) {
         let mut on_cycle: Option<usize> = None;
         fn visit(v: usize, list: &[Candidate], state: &mut [u8], found: &mut Option<usize>) {
             state[v] = 1;
-            for &d in &list[v].deps {
+            for &d in &list[v].model.deps {
                 if found.is_some() {
                     return;
                 }
@@ -399,8 +403,8 @@ fn drop_dependency_cycles(graph: &Graph, out: &mut Candidates) {
             }
         }
         for cand in &mut out.list {
-            cand.deps.retain(|&d| d != bad);
-            for d in &mut cand.deps {
+            cand.model.deps.retain(|&d| d != bad);
+            for d in &mut cand.model.deps {
                 if *d > bad {
                     *d -= 1;
                 }
@@ -410,27 +414,10 @@ fn drop_dependency_cycles(graph: &Graph, out: &mut Candidates) {
 }
 
 /// The solver's problem: live bytes per step, candidates, and the arena budget.
-pub fn problem(graph: &Graph, sim: &Simulation, cands: &Candidates, arena_ceiling: u64) -> Problem {
+pub fn problem(sim: &Simulation, cands: &Candidates, arena_ceiling: u64) -> Problem {
     Problem {
         base_live: sim.live.clone(),
-        candidates: cands
-            .list
-            .iter()
-            .map(|c| SolverCandidate {
-                label: c
-                    .saved
-                    .first()
-                    .map(|&t| graph.tensor(t).name.clone())
-                    .unwrap_or_default(),
-                bytes: c.bytes,
-                cost: c.cost,
-                free_from: c.free_from,
-                needed_at: c.needed_at,
-                deps: c.deps.clone(),
-                transient: c.transient,
-                block: None,
-            })
-            .collect(),
+        candidates: cands.list.iter().map(|c| c.model.clone()).collect(),
         ceiling: arena_ceiling,
     }
 }
@@ -473,7 +460,7 @@ pub fn rewrite(graph: &Graph, cands: &Candidates, plan: &Plan, label: &str) -> P
             return;
         }
         placed[i] = true;
-        for &d in &cands.list[i].deps {
+        for &d in &cands.list[i].model.deps {
             if plan.recompute.get(d).copied().unwrap_or(false) {
                 place(d, cands, plan, placed, out);
             }

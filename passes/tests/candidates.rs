@@ -58,8 +58,16 @@ fn a_value_idle_across_a_gap_is_a_candidate() {
     assert_eq!(k.nodes, vec![g.nodes()[0]]);
     assert!(k.moved.is_empty());
     assert_eq!(k.rewire, vec![(g.nodes()[4], 1, a)]);
-    assert_eq!((k.bytes, k.cost, k.free_from, k.needed_at), (256, 64, 2, 4));
-    assert_eq!((k.deps.len(), k.transient), (0, 0));
+    assert_eq!(
+        (
+            k.model.bytes,
+            k.model.cost,
+            k.model.free_from,
+            k.model.needed_at
+        ),
+        (256, 64, 2, 4)
+    );
+    assert_eq!((k.model.deps.len(), k.model.transient), (0, 0));
 }
 
 /// Rebuilding goes through values freed during forward: `b` is read late, its input `a` died
@@ -74,10 +82,15 @@ fn a_chain_rebuilds_through_values_freed_in_forward() {
     assert_eq!((k.saved.clone(), k.values.clone()), (vec![b], vec![a, b]));
     assert_eq!(k.nodes, vec![g.nodes()[0], g.nodes()[1]]);
     assert_eq!(
-        (k.bytes, k.cost, k.free_from, k.needed_at),
+        (
+            k.model.bytes,
+            k.model.cost,
+            k.model.free_from,
+            k.model.needed_at
+        ),
         (256, 128, 3, 4)
     );
-    assert_eq!(k.transient, 256);
+    assert_eq!(k.model.transient, 256);
 }
 
 /// A random op's output is never a candidate: it is excluded, naming the op and why.

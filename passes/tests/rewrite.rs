@@ -15,10 +15,10 @@ fn recompute_all(text: &str) -> (Graph, Patch) {
     let s = sim(&g);
     let types = ckpt_ir::ops::infer(&g).unwrap();
     let cands = candidates(&g, &s, &types, &Default::default());
-    let problem = ckpt_passes::recompute::problem(&g, &s, &cands, u64::MAX);
+    let problem = ckpt_passes::recompute::problem(&s, &cands, u64::MAX);
     let mut plan = ckpt_solver::solve_none(&problem).unwrap();
     plan.recompute = vec![true; cands.list.len()];
-    plan.remat_at = cands.list.iter().map(|c| Some(c.needed_at)).collect();
+    plan.remat_at = cands.list.iter().map(|c| Some(c.model.needed_at)).collect();
     let patch = rewrite(&g, &cands, &plan, "all");
     (g, patch)
 }
