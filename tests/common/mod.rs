@@ -132,7 +132,17 @@ pub fn outcome_text(outcome: &ckpt_opt::optimize::Outcome, ceiling: u64) -> Stri
     match outcome {
         Outcome::Rewritten(r) => {
             let a = &r.after;
-            let order = a.sim.schedule.order.clone();
+            // Schedule order, after the nodes that are not steps (Constant nodes, which ORT
+            // turns into initializers): every tensor is printed before it is read, so the
+            // snapshot reads back.
+            let order: Vec<ckpt_ir::NodeId> = a
+                .graph
+                .nodes()
+                .iter()
+                .copied()
+                .filter(|&n| a.sim.schedule.step_of(n).is_none())
+                .chain(a.sim.schedule.order.iter().copied())
+                .collect();
             let note = |n| Some(format!("[{}]", a.class.phase(n)));
             // The patch the plan wrote, rebuilt from the plan as the job built it.
             let mut patch = ckpt_passes::recompute::rewrite(
@@ -156,7 +166,19 @@ pub fn outcome_text(outcome: &ckpt_opt::optimize::Outcome, ceiling: u64) -> Stri
                 r.before.ledger.total_bytes,
                 a.ledger.total_bytes,
                 ckpt_ir::print_patch(&patch, &a.graph, &order),
-                ckpt_ir::print_graph_with(&a.graph, &order, &note)
+                {
+                    let text = ckpt_ir::print_graph_with(&a.graph, &order, &note);
+                    // The snapshot's graph reads back: parsed (the phase notes are comments), it
+                    // prints as the rewritten graph does in the same order.
+                    let back = ckpt_ir::parse_graph(&text)
+                        .unwrap_or_else(|e| panic!("the snapshot's graph does not parse: {e}"));
+                    assert_eq!(
+                        ckpt_ir::print_graph(&back),
+                        ckpt_ir::print_graph_with(&a.graph, &order, &|_| None),
+                        "the snapshot's graph reads back as another graph"
+                    );
+                    text
+                }
             )
         }
         Outcome::CannotFit { diagnosis, .. } => {
