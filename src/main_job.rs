@@ -49,7 +49,9 @@ fn run_validation(
     profile: &ckpt_ir::Profile,
 ) -> Result<(Validation, Vec<ckpt_runtime::HostTensor>), Failure> {
     if let Some(lib) = &r.ort_lib {
-        ckpt_runtime::init(Some(lib)).context("loading ONNX Runtime")?;
+        ckpt_runtime::init(Some(lib))
+            .context("loading ONNX Runtime")
+            .map_err(could_not_validate)?;
     }
     let overrides = InputOverrides::parse(&r.inputs, &r.int_ranges)?;
     let (inputs, how) = make_inputs(original, bindings, r.seed, &overrides, params)?;
@@ -67,8 +69,30 @@ fn run_validation(
         &inputs,
         how,
         &opts,
-    )?;
+    )
+    .map_err(could_not_validate)?;
     Ok((v, inputs))
+}
+
+/// Exit 4 ("could not validate") when no usable ONNX Runtime was found, or it lacks the
+/// training ops or the CUDA provider the run needs; 1 for anything else.
+fn could_not_validate(e: anyhow::Error) -> Failure {
+    use ckpt_runtime::RuntimeError as R;
+    let missing = e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<R>(),
+            Some(
+                R::OrtNotFound { .. }
+                    | R::OrtPathMissing { .. }
+                    | R::MissingTrainingOps { .. }
+                    | R::CudaUnavailable { .. }
+            )
+        )
+    });
+    Failure {
+        code: if missing { 4 } else { 1 },
+        error: e,
+    }
 }
 
 /// Measure both graphs' device memory under the profile against their analyses.

@@ -170,3 +170,31 @@ fn validate_rejects_the_negative_fixture_and_accepts_self() {
         }
     }
 }
+
+/// With no usable ONNX Runtime, `--validate` cannot prove anything: exit 4, naming the
+/// library, and no output written.
+#[test]
+fn no_onnx_runtime_means_could_not_validate() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.onnx");
+    let o = run(&[
+        &example(),
+        "--ceiling",
+        "90%",
+        "-o",
+        path_str(&out),
+        "--validate",
+        "--ort-lib",
+        "/nonexistent/libonnxruntime.so",
+    ]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("/nonexistent/libonnxruntime.so"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !out.exists(),
+        "a model was written although nothing was validated"
+    );
+}
