@@ -305,6 +305,13 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
     let ceiling_spec = args
         .ceiling
         .ok_or_else(|| Failure::input(anyhow!("--ceiling is required, e.g. --ceiling 69GiB")))?;
+    // Refuse an output the rename would replace (a symlink, FIFO or device) before any work.
+    for target in [args.output.as_deref(), args.receipt.as_deref()]
+        .into_iter()
+        .flatten()
+    {
+        ckpt_ir::check_output_target(target).map_err(Failure::input)?;
+    }
     let input_bytes =
         std::fs::read(&model).with_context(|| format!("reading {}", model.display()))?;
     let graph = load(&model)?;

@@ -198,3 +198,39 @@ fn no_onnx_runtime_means_could_not_validate() {
         "a model was written although nothing was validated"
     );
 }
+
+/// An `-o` that is not a regular file (a symlink, `/dev/full`, a FIFO) is refused before any
+/// work, exit 1, naming it; the symlink and its target stay as they were.
+#[test]
+fn non_regular_output_targets_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("target.onnx");
+    std::fs::write(&target, b"keep").unwrap();
+    let link = dir.path().join("link.onnx");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    for (path, kind) in [
+        (link.clone(), "a symbolic link"),
+        (std::path::PathBuf::from("/dev/full"), "a device"),
+        (dir.path().to_path_buf(), "a directory"),
+    ] {
+        let o = run(&[&example(), "--ceiling", "90%", "-o", path_str(&path)]);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{}: {}",
+            path.display(),
+            stderr(&o)
+        );
+        assert!(
+            stderr(&o).contains(kind),
+            "{}: {}",
+            path.display(),
+            stderr(&o)
+        );
+    }
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+}

@@ -72,6 +72,8 @@ pub enum ExportError {
     },
     #[error("refusing to overwrite the input model {path}; choose another output path")]
     WouldOverwriteInput { path: PathBuf },
+    #[error("refusing to write {path}: it is {kind}, not a regular file (a rename would replace it); choose a file path")]
+    NotARegularFile { path: PathBuf, kind: &'static str },
 }
 
 /// A broken graph invariant, found by [`crate::verify`].

@@ -45,7 +45,35 @@ pub fn export_bytes(graph: &Graph) -> Vec<u8> {
 
 /// Write `bytes` to `path` atomically (temporary file in the same directory, then rename).
 /// Refuses to overwrite `input` (the model the bytes were derived from).
+/// Whether `path` may be written by [`write_atomic`]: absent, or a regular file (a symlink,
+/// FIFO, device or directory would be replaced by the rename, or never be written at all).
+pub fn check_output_target(path: &Path) -> Result<(), ExportError> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    let t = meta.file_type();
+    let kind = if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        return Ok(());
+    };
+    Err(ExportError::NotARegularFile {
+        path: path.to_path_buf(),
+        kind,
+    })
+}
+
 pub fn write_atomic(path: &Path, bytes: &[u8], input: Option<&Path>) -> Result<(), ExportError> {
+    check_output_target(path)?;
     if let Some(input) = input {
         let same = match (path.canonicalize(), input.canonicalize()) {
             (Ok(a), Ok(b)) => a == b,

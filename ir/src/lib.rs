@@ -32,7 +32,7 @@ mod verify;
 
 pub use dtype::DType;
 pub use error::{ExportError, ImportError, VerifyError};
-pub use export::{export, export_bytes, write_atomic};
+pub use export::{check_output_target, export, export_bytes, write_atomic};
 pub use graph::{
     normalise_domain, Graph, InitData, Node, NodeOrigin, Tensor, TensorSource, ONNX_DOMAIN,
 };
