@@ -216,6 +216,7 @@ fn print_validation(v: &Validation) {
 pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
     let original = load(&a.original)?;
     let rewritten = load(&a.rewritten)?;
+    same_interface(&original, &rewritten, a)?;
     let b = parse_bindings(&a.model_args.dims, &original)?;
     let mut options = crate::model_io::analyse_options(&a.model_args, &b)?;
     // The profile the rewritten model records is the one it promises to hold under.
@@ -258,6 +259,51 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
         print_memory_check(&m);
     }
     verdict(&v, &m)
+}
+
+/// A rewrite keeps its original's graph inputs and outputs, by name and in order: two
+/// unrelated graphs are refused (exit 1), naming the first difference.
+fn same_interface(
+    original: &ckpt_ir::Graph,
+    rewritten: &ckpt_ir::Graph,
+    a: &ValidateArgs,
+) -> Result<(), Failure> {
+    let names = |g: &ckpt_ir::Graph, ts: &[ckpt_ir::TensorId]| -> Vec<String> {
+        ts.iter()
+            .filter(|&&t| !g.tensor(t).is_initializer())
+            .map(|&t| g.tensor(t).name.clone())
+            .collect()
+    };
+    for (what, o, r) in [
+        (
+            "inputs",
+            names(original, original.inputs()),
+            names(rewritten, rewritten.inputs()),
+        ),
+        (
+            "outputs",
+            names(original, original.outputs()),
+            names(rewritten, rewritten.outputs()),
+        ),
+    ] {
+        if o != r {
+            let first = o
+                .iter()
+                .zip(&r)
+                .position(|(x, y)| x != y)
+                .unwrap_or(o.len().min(r.len()));
+            return Err(Failure::input(anyhow!(
+                "{} is not a rewrite of {}: their graph {what} differ (#{first}: `{}` vs `{}`; {} vs {} {what})",
+                a.rewritten.display(),
+                a.original.display(),
+                o.get(first).map_or("(none)", String::as_str),
+                r.get(first).map_or("(none)", String::as_str),
+                o.len(),
+                r.len()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Exit 3 when values differ, the control was not rejected, or memory failed its check.

@@ -234,3 +234,17 @@ fn non_regular_output_targets_are_refused() {
         .is_symlink());
     assert_eq!(std::fs::read(&target).unwrap(), b"keep");
 }
+
+/// `validate` of two unrelated graphs says so, naming the first differing input, exit 1.
+#[test]
+fn validate_refuses_unrelated_graphs() {
+    let a = root().join("tests/fixtures/mlp_d0_aot.onnx");
+    let b = root().join("tests/fixtures/gpt2_d0_aot.onnx");
+    let o = run(&["validate", path_str(&a), path_str(&b), "--runs", "1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is not a rewrite of") && stderr(&o).contains("graph inputs differ"),
+        "{}",
+        stderr(&o)
+    );
+}
