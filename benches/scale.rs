@@ -329,13 +329,9 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
             model: path.to_path_buf(),
             ceiling,
             output: None,
-            bindings: bind.clone(),
-            loss: None,
-            optimizer: Optimizer::None,
-            optimizer_bits: 32,
+            analysis: ckpt_opt::optimize::AnalyseOptions::with_bindings(bind.clone()),
             reserve_pct: 0.0,
             time_limit: Duration::from_secs_f64(time_limit),
-            profile: ckpt_ir::Profile::default(),
         };
         let (outcome, t_plan) = timed(|| plan(&job, graph.clone()));
         let whole = t_import + t_plan;

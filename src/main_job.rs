@@ -95,6 +95,49 @@ fn could_not_validate(e: anyhow::Error) -> Failure {
     }
 }
 
+/// Validate `after` against `before` under the profile: the paired values and the control,
+/// then both graphs' device memory against their analyses (with `ceiling`, also the capped
+/// run).
+fn validate_analyses(
+    before: &optimize::Analysis,
+    after: &optimize::Analysis,
+    bindings: &ckpt_ir::Bindings,
+    r: &RunArgs,
+    profile: &ckpt_ir::Profile,
+    ceiling: Option<u64>,
+) -> Result<(Validation, MemoryCheck), Failure> {
+    let params: Vec<_> = before.class.of_kind(TensorKind::Parameter).collect();
+    let (v, inputs) = run_validation(&before.graph, &after.graph, bindings, &params, r, profile)?;
+    let m = run_memory_check(before, after, &inputs, profile, ceiling)?;
+    Ok((v, m))
+}
+
+/// Put a validation into the receipt; the failure, if it failed.
+fn record_validation(
+    receipt: &mut Receipt,
+    v: &Validation,
+    m: MemoryCheck,
+) -> Result<Option<Failure>, Failure> {
+    let failed = verdict(v, &m).err();
+    receipt.ort = Some(v.ort.clone());
+    receipt.validation = Some(serde_json::to_value(v).map_err(Failure::input)?);
+    receipt.memory = Some(m);
+    Ok(failed)
+}
+
+/// Write `graph` to `out` (never over `model`), with its hash for the receipt.
+fn write_output(
+    graph: &ckpt_ir::Graph,
+    out: &std::path::Path,
+    model: &std::path::Path,
+) -> Result<FileHash, Failure> {
+    let bytes = optimize::write(graph, out, model)?;
+    Ok(FileHash {
+        path: out.display().to_string(),
+        sha256: optimize::sha256_hex(&bytes),
+    })
+}
+
 /// Measure both graphs' device memory under the profile against their analyses.
 fn run_memory_check(
     before: &optimize::Analysis,
@@ -238,16 +281,7 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
         .transpose()?;
     let before = optimize::analyse(original, &options)?;
     let after = optimize::analyse(rewritten, &options)?;
-    let params: Vec<_> = before.class.of_kind(TensorKind::Parameter).collect();
-    let (v, inputs) = run_validation(
-        &before.graph,
-        &after.graph,
-        &b,
-        &params,
-        &a.run,
-        &options.profile,
-    )?;
-    let m = run_memory_check(&before, &after, &inputs, &options.profile, ceiling)?;
+    let (v, m) = validate_analyses(&before, &after, &b, &a.run, &options.profile, ceiling)?;
     if a.json {
         let out = json!({"validation": v, "memory": m});
         println!(
@@ -379,13 +413,9 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         model: model.clone(),
         ceiling,
         output: args.output.clone(),
-        bindings: bindings.clone(),
-        loss: options.loss.clone(),
-        optimizer: options.optimizer,
-        optimizer_bits: options.optimizer_bits,
+        analysis: options,
         reserve_pct: args.reserve,
         time_limit: Duration::from_secs_f64(args.time_limit),
-        profile: profile.clone(),
     };
     let outcome = optimize::plan_analysed(&job, before, t_plan)?;
     let before = match &outcome {
@@ -478,33 +508,24 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             if args.validate {
                 // Nothing was rewritten: what is validated is that the unchanged graph holds
                 // under the ceiling on ONNX Runtime (the values are compared with themselves).
-                let params: Vec<_> = before.class.of_kind(TensorKind::Parameter).collect();
-                let (v, inputs) = run_validation(
-                    &before.graph,
-                    &before.graph,
+                let (v, m) = validate_analyses(
+                    &before,
+                    &before,
                     &bindings,
-                    &params,
                     &args.run,
                     &profile,
+                    Some(ceiling),
                 )?;
-                let m = run_memory_check(&before, &before, &inputs, &profile, Some(ceiling))?;
                 if !args.json {
                     print_memory_check(&m);
                 }
-                validation_failed = verdict(&v, &m).err();
-                receipt.ort = Some(v.ort.clone());
-                receipt.validation = Some(serde_json::to_value(&v).map_err(Failure::input)?);
-                receipt.memory = Some(m);
+                validation_failed = record_validation(&mut receipt, &v, m)?;
             }
             if validation_failed.is_none() {
                 if let Some(out) = &args.output {
                     let mut g = before.graph.clone();
                     record_profile(&mut g, &recorded)?;
-                    let bytes = optimize::write(&g, out, &model)?;
-                    receipt.output = Some(FileHash {
-                        path: out.display().to_string(),
-                        sha256: optimize::sha256_hex(&bytes),
-                    });
+                    receipt.output = Some(write_output(&g, out, &model)?);
                 }
             } else {
                 receipt.status = Status::ValidationFailed;
@@ -570,33 +591,24 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             receipt.patch = Some(r.patch_text.clone());
             let mut validation_failed = None;
             if args.validate {
-                let params: Vec<_> = r.before.class.of_kind(TensorKind::Parameter).collect();
-                let (v, inputs) = run_validation(
-                    &r.before.graph,
-                    &r.after.graph,
+                let (v, m) = validate_analyses(
+                    &r.before,
+                    &r.after,
                     &bindings,
-                    &params,
                     &args.run,
                     &profile,
+                    Some(ceiling),
                 )?;
-                let m = run_memory_check(&r.before, &r.after, &inputs, &profile, Some(ceiling))?;
                 if !args.json {
                     print_validation(&v);
                     print_memory_check(&m);
                 }
-                validation_failed = verdict(&v, &m).err();
-                receipt.ort = Some(v.ort.clone());
-                receipt.validation = Some(serde_json::to_value(&v).map_err(Failure::input)?);
-                receipt.memory = Some(m);
+                validation_failed = record_validation(&mut receipt, &v, m)?;
             }
             if validation_failed.is_some() {
                 receipt.status = Status::ValidationFailed;
             } else {
-                let bytes = optimize::write(&r.after.graph, &out, &model)?;
-                receipt.output = Some(FileHash {
-                    path: out.display().to_string(),
-                    sha256: optimize::sha256_hex(&bytes),
-                });
+                receipt.output = Some(write_output(&r.after.graph, &out, &model)?);
             }
             receipt.seconds = t0.elapsed().as_secs_f64();
             emit(&args, &receipt)?;

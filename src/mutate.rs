@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use ckpt_ir::onnx::{self, ModelProto};
 use ckpt_ir::{Bindings, Message};
-use ckpt_passes::ledger::Optimizer;
 
 /// A xorshift64 generator: the fuzzer's only source of randomness.
 #[derive(Clone, Debug)]
@@ -260,16 +259,14 @@ pub fn exercise(bytes: &[u8], depth: Depth, plan_time_limit: Duration) -> Reache
         model: path.to_path_buf(),
         ceiling: a.ledger.total_bytes / 10 * 9,
         output: None,
-        bindings: b,
-        loss: None,
-        optimizer: Optimizer::None,
-        optimizer_bits: 32,
+        analysis: crate::optimize::AnalyseOptions::with_bindings(b),
         reserve_pct: 0.0,
         time_limit: plan_time_limit,
-        profile: ckpt_ir::Profile::default(),
     };
     let ceiling = job.ceiling;
-    if let Ok(crate::optimize::Outcome::Rewritten(r)) = crate::optimize::plan(&job, a.graph) {
+    // The analysis made above is the job's: plan from it rather than analyse again.
+    let planned = crate::optimize::plan_analysed(&job, a, std::time::Instant::now());
+    if let Ok(crate::optimize::Outcome::Rewritten(r)) = planned {
         if r.after.ledger.total_bytes > ceiling {
             return Reached::WrongAnswer(format!(
                 "the rewrite's predicted device total {} B is over the ceiling of {ceiling} B",

@@ -62,25 +62,11 @@ pub struct Job {
     pub model: PathBuf,
     pub ceiling: u64,
     pub output: Option<PathBuf>,
-    pub bindings: Bindings,
-    pub loss: Option<String>,
-    pub optimizer: Optimizer,
-    pub optimizer_bits: u64,
+    /// Bindings, loss, optimizer and deployment profile: how every graph of the job is
+    /// analysed (the original and each rewrite).
+    pub analysis: AnalyseOptions,
     pub reserve_pct: f64,
     pub time_limit: Duration,
-    pub profile: Profile,
-}
-
-impl Job {
-    pub fn analyse_options(&self) -> AnalyseOptions {
-        AnalyseOptions {
-            bindings: self.bindings.clone(),
-            loss: self.loss.clone(),
-            optimizer: self.optimizer,
-            optimizer_bits: self.optimizer_bits,
-            profile: self.profile.clone(),
-        }
-    }
 }
 
 /// Everything the analysis of one graph yields.
@@ -202,7 +188,7 @@ fn lowest_reachable(job: &Job, before: &Analysis, cands: &Candidates, best: Opti
 /// Run the job up to (not including) writing.
 pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
     let t0 = Instant::now();
-    let before = analyse(graph, &job.analyse_options())?;
+    let before = analyse(graph, &job.analysis)?;
     plan_analysed(job, before, t0)
 }
 
@@ -236,7 +222,12 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
         };
         return Ok(Outcome::CannotFit { before, diagnosis });
     }
-    let cands = candidates(&before.graph, &before.sim, &before.types, &job.bindings);
+    let cands = candidates(
+        &before.graph,
+        &before.sim,
+        &before.types,
+        &job.analysis.bindings,
+    );
     let cannot_fit = |before: Analysis, cands: &Candidates, best: Option<u64>, timed_out: bool| {
         let lowest = lowest_reachable(job, &before, cands, best);
         let message = format!(
@@ -426,7 +417,7 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
         cands: &cands,
         prob: &prob,
         effective,
-        cost_floor: (step_flops(&before, &job.bindings) as f64 / 1000.0).max(1.0),
+        cost_floor: (step_flops(&before, &job.analysis.bindings) as f64 / 1000.0).max(1.0),
         debug,
         deadline: t0 + job.time_limit,
     };
@@ -773,7 +764,7 @@ fn simulated_run(
     plan: &Plan,
 ) -> Result<(u64, Simulation)> {
     let (_, sim) = rewritten_run(job, before, cands, plan)?;
-    let need = device_need(&sim, &job.profile).arena_bytes;
+    let need = device_need(&sim, &job.analysis.profile).arena_bytes;
     Ok((before.ledger.fixed_bytes + need, sim))
 }
 
@@ -795,8 +786,8 @@ fn rewritten_run(
     let sim = simulate_threads(
         &g2,
         &schedule(&g2)?,
-        &job.bindings,
-        job.profile.intra_op_num_threads,
+        &job.analysis.bindings,
+        job.analysis.profile.intra_op_num_threads,
     )?;
     Ok((g2, sim))
 }
@@ -945,7 +936,8 @@ fn realise(
     );
     // The deployment profile the plan holds under, for runners to read.
     patch.metadata.extend(
-        job.profile
+        job.analysis
+            .profile
             .resolved(job.ceiling.saturating_sub(before.ledger.fixed_bytes))
             .metadata(),
     );
@@ -954,7 +946,15 @@ fn realise(
         added_flops: patch
             .nodes
             .iter()
-            .map(|n| flops(&before.graph, n.copy_of, &before.types, &job.bindings).unwrap_or(0))
+            .map(|n| {
+                flops(
+                    &before.graph,
+                    n.copy_of,
+                    &before.types,
+                    &job.analysis.bindings,
+                )
+                .unwrap_or(0)
+            })
             .sum(),
         cloned: patch.nodes.len(),
         moved: patch.moves.len(),
@@ -963,7 +963,7 @@ fn realise(
     patch
         .apply(&mut g2)
         .context("applying the recompute patch")?;
-    let after = analyse(g2, &job.analyse_options())?;
+    let after = analyse(g2, &job.analysis)?;
     Ok((after, text, counts))
 }
 

@@ -197,12 +197,8 @@ pub fn plan_job(path: &Path, ceiling: u64, time_limit_secs: u64) -> ckpt_opt::op
         model: path.to_path_buf(),
         ceiling,
         output: None,
-        bindings: ckpt_ir::Bindings::new(),
-        loss: None,
-        optimizer: ckpt_passes::ledger::Optimizer::None,
-        optimizer_bits: 32,
+        analysis: ckpt_opt::optimize::AnalyseOptions::default(),
         reserve_pct: 0.0,
         time_limit: std::time::Duration::from_secs(time_limit_secs),
-        profile: ckpt_ir::Profile::default(),
     }
 }
