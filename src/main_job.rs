@@ -422,8 +422,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         Outcome::AlreadyFits { before } | Outcome::CannotFit { before, .. } => before,
         Outcome::Rewritten(r) => &r.before,
     };
-    // The profile the output records: an arena sized to the budget becomes its bytes.
-    let recorded = profile.resolved(ceiling.saturating_sub(before.ledger.fixed_bytes));
+    let recorded = job.recorded_profile(before.ledger.fixed_bytes);
     let mut receipt = Receipt {
         tool: Tool {
             name: "ckpt-opt".into(),

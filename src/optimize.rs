@@ -34,6 +34,16 @@ pub struct AnalyseOptions {
     pub profile: Profile,
 }
 
+impl Job {
+    /// The profile the output records: an arena sized to the budget becomes the ceiling less
+    /// what the caller feeds (`fixed_bytes`), in bytes.
+    pub fn recorded_profile(&self, fixed_bytes: u64) -> Profile {
+        self.analysis
+            .profile
+            .resolved(self.ceiling.saturating_sub(fixed_bytes))
+    }
+}
+
 impl Default for AnalyseOptions {
     fn default() -> AnalyseOptions {
         AnalyseOptions {
@@ -935,12 +945,9 @@ fn realise(
         &format!("recompute for ceiling {}", job.ceiling),
     );
     // The deployment profile the plan holds under, for runners to read.
-    patch.metadata.extend(
-        job.analysis
-            .profile
-            .resolved(job.ceiling.saturating_sub(before.ledger.fixed_bytes))
-            .metadata(),
-    );
+    patch
+        .metadata
+        .extend(job.recorded_profile(before.ledger.fixed_bytes).metadata());
     let text = patch.to_string();
     let counts = RewriteCounts {
         added_flops: patch

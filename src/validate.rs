@@ -193,7 +193,7 @@ pub fn measure_device(
 ) -> Result<DeviceMemory> {
     let (profile, fixed_bytes) = (&e.profile, e.fixed_bytes);
     let cfg = &crate::profile::session_config(profile);
-    let arena_budget = e.ceiling_bytes.map(|c| c.saturating_sub(fixed_bytes));
+    let arena_budget = e.arena_budget();
     let bytes = model.encode_to_vec();
     let steps = profile.steps as usize;
     let hold = profile.caller_outputs == ckpt_ir::profile::CallerOutputs::Held;
@@ -206,6 +206,7 @@ pub fn measure_device(
             cfg,
             steps,
             hold,
+            need.uncapped.reserved_after_load,
             budget,
         )?),
         None => None,
@@ -234,6 +235,14 @@ pub struct MemoryExpectation {
     pub ceiling_bytes: Option<u64>,
 }
 
+impl MemoryExpectation {
+    /// The arena's share of the ceiling: the ceiling less what the caller feeds.
+    pub fn arena_budget(&self) -> Option<u64> {
+        self.ceiling_bytes
+            .map(|c| c.saturating_sub(self.fixed_bytes))
+    }
+}
+
 /// Measure both graphs under the profile and judge: the rewritten graph's measured total must
 /// stay under the ceiling and run in an arena capped at the ceiling's budget, and both
 /// predictions must be within [`MEMORY_TOLERANCE`] of the measurements.
@@ -243,7 +252,7 @@ pub fn check_memory(
     inputs: &[HostTensor],
     e: &MemoryExpectation,
 ) -> Result<MemoryCheck> {
-    let budget = e.ceiling_bytes.map(|c| c.saturating_sub(e.fixed_bytes));
+    let budget = e.arena_budget();
     let o = measure_device("original", original, inputs, e, e.original_arena_bytes)?;
     let r = measure_device("rewritten", rewritten, inputs, e, e.rewritten_arena_bytes)?;
     let mut failures = Vec::new();

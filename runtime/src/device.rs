@@ -107,25 +107,26 @@ pub struct MeasuredNeed {
     pub runs: usize,
 }
 
-/// Whether every step runs with the arena capped at `arena_bytes` above what loading reserves.
+/// Whether every step runs with the arena capped at `arena_bytes` above what loading reserves
+/// (`reserved_after_load`, as an earlier [`measure_steps`] of the same model read it).
+#[allow(clippy::too_many_arguments)]
 pub fn runs_under<'a>(
     model: impl Into<Model<'a>>,
     inputs: &[HostTensor],
     cfg: &SessionConfig,
     steps: usize,
     hold_outputs: bool,
+    reserved_after_load: u64,
     arena_bytes: u64,
 ) -> Result<bool> {
-    let model = model.into();
-    let uncapped = measure_steps(model, inputs, cfg, 1, false)?;
     runs_under_cap(
-        model,
+        model.into(),
         inputs,
         cfg,
         steps,
         hold_outputs,
-        uncapped.reserved_after_load + arena_bytes,
-        uncapped.reserved_after_load,
+        reserved_after_load + arena_bytes,
+        reserved_after_load,
     )
 }
 

@@ -152,8 +152,8 @@ pub fn outcome_text(outcome: &ckpt_opt::optimize::Outcome, ceiling: u64) -> Stri
                 &format!("recompute for ceiling {ceiling}"),
             );
             patch.metadata.extend(
-                ckpt_ir::Profile::default()
-                    .resolved(ceiling.saturating_sub(r.before.ledger.fixed_bytes))
+                plan_job(std::path::Path::new("-"), ceiling, 0)
+                    .recorded_profile(r.before.ledger.fixed_bytes)
                     .metadata(),
             );
             assert_eq!(
