@@ -89,20 +89,19 @@ fn two_intra_op_threads_are_predicted_to_the_byte() {
     }
 }
 
-/// The memory pattern on and off, outputs released and held, either extend strategy, all in
-/// one region of the budget, on three fixtures: each predicted within 1% (most to the byte).
-/// Arenas of several regions are left out on purpose: ORT breaks ties between equal free
-/// chunks by heap address, so its own need changes from run to run (README, "How close").
+/// The memory pattern on and off, outputs released and held, in one region of the budget, on
+/// three fixtures: each predicted within 1% (most to the byte). Arenas of several regions are
+/// left out on purpose — kSameAsRequested is one of them whatever its first region, since it
+/// grows by each request: ORT breaks ties between equal free chunks by heap address, so its
+/// own need changes from run to run (README, "How close").
 #[test]
 fn other_profiles_are_predicted_within_one_percent() {
     let mut worst = (0.0f64, String::new());
     for name in ["mlp_d0_aot", "gpt2_d0_aot", "llama_d0_makefx"] {
         let path = root().join(format!("tests/fixtures/{name}.onnx"));
         for pattern in [false, true] {
-            for extend in [
-                ExtendStrategy::SameAsRequested,
-                ExtendStrategy::NextPowerOfTwo,
-            ] {
+            {
+                let extend = ExtendStrategy::NextPowerOfTwo;
                 for caller in [CallerOutputs::Released, CallerOutputs::Held] {
                     let p = Profile {
                         enable_mem_pattern: pattern,

@@ -82,7 +82,8 @@ pub enum InitialChunk {
     /// This many bytes.
     Bytes(u64),
     /// The arena's budget under the ceiling (the ceiling less what the caller feeds), with the
-    /// arena capped there too: the arena is one region, so which free chunk serves a request
+    /// arena capped there too: with `kNextPowerOfTwo` the arena is one region (with
+    /// `kSameAsRequested` the first region is each request, as ever), so which free chunk serves a request
     /// never depends on where the system allocator put separate regions (with many regions,
     /// ties between equal chunks go by address, which changes from run to run). Resolved to
     /// [`InitialChunk::Bytes`] in the profile a written model records.
@@ -399,7 +400,12 @@ impl Profile {
             match self.initial_chunk {
                 InitialChunk::OrtDefault => String::new(),
                 InitialChunk::Bytes(c) => format!(" from {c} B"),
-                InitialChunk::ArenaBudget => " in one region of the arena budget".to_string(),
+                InitialChunk::ArenaBudget
+                    if self.arena_extend_strategy == ExtendStrategy::NextPowerOfTwo =>
+                {
+                    " in one region of the arena budget".to_string()
+                }
+                InitialChunk::ArenaBudget => String::new(),
             },
             self.caller_outputs,
             self.intra_op_num_threads,
