@@ -16,6 +16,7 @@ mod measure;
 mod model;
 mod model_ops;
 mod npy;
+mod offline;
 mod session;
 mod tensor;
 
@@ -37,5 +38,6 @@ pub use ckpt_ir::ort::ALLOC_ALIGN as ALIGN_BYTES;
 pub use ckpt_ir::ort::CSE_OPTIMIZER;
 pub use model::Model;
 pub use npy::{encode_npy, read_npy, write_npy};
+pub use offline::optimize_offline;
 pub use session::{input_specs, run, Arena, InputSpec, OptLevel, Provider, SessionConfig};
 pub use tensor::{DType, Element, HostTensor};

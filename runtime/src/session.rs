@@ -67,6 +67,8 @@ pub struct SessionConfig {
     /// With an environment arena ([`Arena::Exact`], [`Arena::Bfc`]): the arena's `max_mem` in bytes (initializers
     /// included); an allocation past it fails, naming the node (see [`crate::locate_peak`]).
     pub arena_limit: Option<u64>,
+    /// Session config entries to set (`key`, `value`), as a deployment profile's `session_config` names them.
+    pub config_entries: Vec<(String, String)>,
 }
 
 impl Default for SessionConfig {
@@ -80,6 +82,7 @@ impl Default for SessionConfig {
             intra_threads: None,
             arena: Arena::Session,
             arena_limit: None,
+            config_entries: Vec::new(),
         }
     }
 }
@@ -199,6 +202,16 @@ pub(crate) fn with_session<T>(
 }
 
 fn create_session(model: Model<'_>, cfg: &SessionConfig) -> Result<Session> {
+    create_session_saving(model, cfg, None)
+}
+
+/// Creates a session; with `save_to`, ORT writes the graph it will run (optimized at `cfg.opt_level` for
+/// `cfg.provider`) to that path while the session is created.
+pub(crate) fn create_session_saving(
+    model: Model<'_>,
+    cfg: &SessionConfig,
+    save_to: Option<&std::path::Path>,
+) -> Result<Session> {
     let env = environment()?;
     let label = model.label;
     let fail = |e: ort::Error| RuntimeError::SessionCreate {
@@ -235,6 +248,16 @@ fn create_session(model: Model<'_>, cfg: &SessionConfig) -> Result<Session> {
     }
     if cfg.arena != Arena::Session {
         builder = builder.with_env_allocators().map_err(|e| fail(e.into()))?;
+    }
+    for (key, value) in &cfg.config_entries {
+        builder = builder
+            .with_config_entry(key, value)
+            .map_err(|e| fail(e.into()))?;
+    }
+    if let Some(path) = save_to {
+        builder = builder
+            .with_optimized_model_path(path)
+            .map_err(|e| fail(e.into()))?;
     }
     if let Some(prefix) = &cfg.profiling {
         builder = builder.with_profiling(prefix).map_err(|e| fail(e.into()))?;
