@@ -327,6 +327,12 @@ impl Graph {
     }
 
     /// The directory the model was read from (external data resolves against it).
+    /// The value_info entries patches added for the tensors they created (exported after the
+    /// file's own).
+    pub fn added_value_info(&self) -> &[onnx::ValueInfoProto] {
+        &self.added_value_info
+    }
+
     pub fn dir(&self) -> Option<&std::path::Path> {
         self.dir.as_deref()
     }

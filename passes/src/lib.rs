@@ -10,6 +10,7 @@ pub mod device;
 pub mod inputs;
 pub mod ledger;
 pub mod memory;
+pub mod ort_view;
 pub mod phases;
 pub mod recompute;
 pub mod schedule;

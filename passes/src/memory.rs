@@ -9,7 +9,9 @@
 //!   in-place ops (Relu, Sigmoid, Tanh, Softmax, … — `MayInplace`) take their input's
 //!   buffer when this node is its last reader and sizes match; otherwise the most recently
 //!   freed buffer of exactly the same dtype size and shape is reused (never for rank-0 or
-//!   never-read outputs); else a new buffer;
+//!   never-read outputs); else a new buffer. "Sizes match" is ORT's `SameSize` on the shapes
+//!   ORT resolves at load ([`crate::ort_view`]): a dim ORT leaves unknown blocks both reuse
+//!   and in-place; the graph's concrete shapes give only the byte counts;
 //! - **runtime**: a buffer is allocated when its first value is produced and released right
 //!   after the last node that reads any value in it; never-read buffers and graph outputs stay
 //!   to the end; a node's inputs and outputs coexist during its step;
@@ -24,6 +26,7 @@ use std::collections::BTreeMap;
 use ckpt_ir::{Bindings, Graph, NodeId, ShapeError, TensorId};
 
 use crate::arena::{ArenaConfig, BfcArena};
+use crate::ort_view::resolved_shapes;
 use crate::phases::{Classification, Phase};
 use crate::schedule::{try_ort_default_order, OrderNode};
 use ckpt_ir::ops::kernel_scratch;
@@ -258,20 +261,6 @@ fn tensor_bytes(graph: &Graph, t: TensorId, b: &Bindings) -> Result<u64, MemoryE
         })
 }
 
-/// Same element size and the same dims (equal values or equal symbols), as ORT's `SameSize`.
-fn same_size(graph: &Graph, a: TensorId, b: TensorId) -> bool {
-    let (ta, tb) = (graph.tensor(a), graph.tensor(b));
-    match (ta.dtype, tb.dtype, &ta.shape, &tb.shape) {
-        (Some(da), Some(db), Some(sa), Some(sb)) => {
-            da.bits() == db.bits()
-                && da != ckpt_ir::DType::String
-                && sa == sb
-                && !sa.symbols().iter().any(|s| s.starts_with('?'))
-        }
-        _ => false,
-    }
-}
-
 /// Simulate one run of `graph` in `schedule` order under `bindings`.
 pub fn simulate(
     graph: &Graph,
@@ -290,6 +279,7 @@ pub fn simulate_threads(
     threads: u32,
 ) -> Result<Simulation, MemoryError> {
     let nt = graph.tensor_count();
+    let ort = resolved_shapes(graph);
     let mut bytes = vec![0u64; nt];
     let mut computed = vec![false; nt];
     for &n in &schedule.order {
@@ -353,18 +343,14 @@ pub fn simulate_threads(
                 reuse = Some(src);
             } else if let Some(src) = input_for(ckpt_ir::ops::may_inplace(graph, n)) {
                 let o = origin[src.index()];
-                if computed[o.index()] && buf_count[o.index()] == 1 && same_size(graph, src, out) {
+                if computed[o.index()] && buf_count[o.index()] == 1 && ort.same_size(src, out) {
                     reuse = Some(src);
                 }
             }
             let never_read = reads[out.index()] == 0;
-            let rank0 = graph
-                .tensor(out)
-                .shape
-                .as_ref()
-                .is_none_or(|s| s.rank() == 0);
+            let rank0 = ort.get(out).is_none_or(|(_, s)| s.rank() == 0);
             if reuse.is_none() && !never_read && !rank0 {
-                if let Some(pos) = free_list.iter().position(|&f| same_size(graph, f, out)) {
+                if let Some(pos) = free_list.iter().position(|&f| ort.same_size(f, out)) {
                     reuse = Some(free_list.remove(pos));
                 }
             }

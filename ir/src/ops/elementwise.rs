@@ -398,7 +398,7 @@ pub(super) fn ops() -> Vec<OpDef> {
         v.push(OpDef::onnx(op, 1, binary, per));
     }
     for op in ["Sum", "Max", "Min", "Mean"] {
-        v.push(OpDef::onnx(op, 1, variadic, per));
+        v.push(OpDef::onnx(op, 1, variadic, per).scratch(super::scratch::variadic_scratch));
     }
     for op in ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"] {
         v.push(OpDef::onnx(op, 1, comparison, per));

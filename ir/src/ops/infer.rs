@@ -191,3 +191,72 @@ pub fn infer_into(graph: &mut Graph) -> Result<Types, InferError> {
     }
     Ok(types)
 }
+
+/// Another reader's view of inference: what it knows of graph inputs and initializers, and
+/// what it keeps of each output a rule infers. `passes::ort_view` uses it to replay what
+/// ONNX Runtime resolves when it loads a model.
+pub trait InferView {
+    /// The type of a graph input or initializer, given the registry's (`declared`: its
+    /// declared type, with its elements when it is a small integer constant).
+    fn source(
+        &self,
+        graph: &Graph,
+        t: TensorId,
+        declared: Option<TensorType>,
+    ) -> Option<TensorType>;
+    /// The type of node output `t`, given what the node's rule inferred from the view's
+    /// input types (`None`: the op is not in the registry, an input is untyped, or the rule
+    /// failed).
+    fn output(
+        &self,
+        graph: &Graph,
+        node: crate::ids::NodeId,
+        t: TensorId,
+        inferred: Option<TensorType>,
+    ) -> Option<TensorType>;
+}
+
+/// Inference as `view` sees it, in file order: never fails (what cannot be inferred is
+/// what the view makes of `None`). Values the view keeps are sanitized as [`infer`]'s are.
+pub fn infer_view(graph: &Graph, view: &dyn InferView) -> Types {
+    let mut out = Types {
+        types: vec![None; graph.tensor_count()],
+        ..Types::default()
+    };
+    for t in graph.tensor_ids() {
+        if !matches!(graph.tensor(t).source, TensorSource::Node(_)) {
+            out.types[t.index()] = view.source(graph, t, declared(graph, t)).map(sanitize);
+        }
+    }
+    for &n in graph.nodes() {
+        let node = graph.node(n);
+        let inputs: Option<Vec<Option<TensorType>>> = node
+            .inputs
+            .iter()
+            .map(|slot| match slot {
+                None => Some(None),
+                Some(t) => out.types[t.index()].clone().map(Some),
+            })
+            .collect();
+        let result = match (op_def(graph, n), inputs) {
+            (Some(def), Some(inputs)) => {
+                let ctx = InferCtx {
+                    graph,
+                    id: n,
+                    node,
+                    opset: graph.opset(&node.domain).unwrap_or(def.since),
+                    inputs,
+                    warnings: Default::default(),
+                };
+                (def.infer)(&ctx).ok()
+            }
+            _ => None,
+        };
+        for (k, slot) in node.outputs.iter().enumerate() {
+            let Some(t) = slot else { continue };
+            let inferred = result.as_ref().and_then(|r| r.get(k).cloned().flatten());
+            out.types[t.index()] = view.output(graph, n, *t, inferred).map(sanitize);
+        }
+    }
+    out
+}

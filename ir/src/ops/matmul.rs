@@ -626,7 +626,8 @@ pub(super) fn ops() -> Vec<OpDef> {
             1,
             conv_transpose,
             FlopRule::Custom(conv_transpose_flops),
-        ),
+        )
+        .scratch(super::scratch::conv_transpose_scratch),
         OpDef::onnx("MaxPool", 1, pool, FlopRule::Custom(pool_flops)).optional_tail(),
         OpDef::onnx("AveragePool", 1, pool, FlopRule::Custom(pool_flops)),
         OpDef::onnx("LpPool", 1, pool, FlopRule::Custom(pool_flops)),

@@ -75,3 +75,74 @@ pub fn kernel_scratch(graph: &Graph, node: NodeId, b: &Bindings, threads: u32) -
         None => Scratch::default(),
     }
 }
+
+/// Numpy broadcast of concrete shapes.
+fn broadcast(shapes: &[Vec<u64>]) -> Vec<u64> {
+    let rank = shapes.iter().map(Vec::len).max().unwrap_or(0);
+    (0..rank)
+        .map(|i| {
+            shapes
+                .iter()
+                .map(|s| {
+                    if i + s.len() >= rank {
+                        s[i + s.len() - rank]
+                    } else {
+                        1
+                    }
+                })
+                .fold(1u64, |m, d| if d == 1 { m } else { d })
+        })
+        .collect()
+}
+
+/// Variadic Sum / Max / Min / Mean from opset 8 (`UntypedBroadcastVariadic`,
+/// `providers/cpu/math/element_wise_ops.cc`): with N ≥ 3 inputs the kernel folds them
+/// pairwise through N − 2 temporaries, each of the broadcast shape of the inputs folded so
+/// far and allocated before the previous one is freed; the last one (inputs 0..N−2
+/// broadcast) is alive while the output is allocated and is freed when the kernel returns.
+/// Broadcast shapes only grow, so the step never holds more than that last temporary and the
+/// output: the rule gives that temporary, before the output.
+pub(super) fn variadic_scratch(ctx: &ScratchCtx<'_>) -> Scratch {
+    let node = ctx.graph.node(ctx.id);
+    let n = node.inputs.len();
+    if n < 3 || ctx.graph.opset(crate::graph::ONNX_DOMAIN).unwrap_or(8) < 8 {
+        return Scratch::default();
+    }
+    let mut shapes = Vec::with_capacity(n - 1);
+    let mut dtype = None;
+    for i in 0..n - 1 {
+        let Some((dt, s)) = ctx.concrete(i) else {
+            return Scratch::default();
+        };
+        dtype = Some(dt);
+        shapes.push(s);
+    }
+    let Some(dt) = dtype else {
+        return Scratch::default();
+    };
+    let numel = broadcast(&shapes)
+        .iter()
+        .fold(1u64, |p, &d| p.saturating_mul(d));
+    Scratch {
+        before: vec![bytes_of(dt, numel)],
+        after: Vec::new(),
+    }
+}
+
+/// ConvTranspose (`providers/cpu/nn/conv_transpose.cc`, `DoConvTranspose`): one column
+/// buffer of `M/group · kernel size · input image size` elements (W is [C, M/group, k…], X
+/// [N, C, spatial…]), allocated after the output and reused for every image and group.
+pub(super) fn conv_transpose_scratch(ctx: &ScratchCtx<'_>) -> Scratch {
+    let (Some((dt, x)), Some((_, w))) = (ctx.concrete(0), ctx.concrete(1)) else {
+        return Scratch::default();
+    };
+    if x.len() < 3 || w.len() != x.len() {
+        return Scratch::default();
+    }
+    let kernel_dim = w[1..].iter().fold(1u64, |p, &d| p.saturating_mul(d));
+    let image = x[2..].iter().fold(1u64, |p, &d| p.saturating_mul(d));
+    Scratch {
+        before: Vec::new(),
+        after: vec![bytes_of(dt, kernel_dim.saturating_mul(image))],
+    }
+}

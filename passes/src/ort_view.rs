@@ -1,0 +1,260 @@
+//! ONNX Runtime's own view of shapes: what ORT 1.31 resolves for every value when it loads
+//! a model, which is what its allocation planner compares (`docs/ort-internals.md` §2.6).
+//!
+//! Rules (ORT's `Graph::Resolve` → `InferAndVerifyTypeMatch`, per node in topological order):
+//! - a value starts with the type the file declares for it (graph input, graph output,
+//!   value_info, or the value_info a patch added for a tensor it created); an initializer
+//!   has its dims;
+//! - each node's ONNX shape function runs on its inputs' resolved types. It sees the data of
+//!   constant initializers (`getInputData`; `Constant` nodes are initializers by then) and the
+//!   shape values ORT's data propagation computed (`getSymbolicInput`): integers only (the
+//!   shape of a tensor with a symbolic dim propagates nothing), through Shape, Concat, Size,
+//!   Squeeze, Unsqueeze, and a scalar Gather / Add / Sub / Mul / Div ([`propagates_values`];
+//!   not Slice, not a Gather with 1-D indices). A dim the function cannot resolve is left
+//!   unknown, and ONNX cannot express a product or sum of symbols (`batch*seq`): such a dim
+//!   is unknown too;
+//! - the inferred shape is merged into the declared one (`mergeInShapeInfo`): an inferred
+//!   value wins, then a declared value, then a declared name, then an inferred name;
+//!   otherwise the dim stays unknown. A rank the two disagree on keeps the declared shape.
+//!
+//! Unknown dims are symbols starting with `?` (as the importer writes them): they never equal
+//! anything in [`OrtShapes::same_size`], which is ORT's `SameSize`. The shape rules are the
+//! registry's, run through [`ckpt_ir::ops::infer_view`]; concrete shapes for byte counts
+//! are the graph's own, not these.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+
+use ckpt_ir::ops::{infer_view, InferView, TensorType};
+use ckpt_ir::{onnx, DType, Dim, Graph, NodeId, Shape, TensorId};
+
+/// Whether ORT 1.31's data propagation gives node `op`'s output values (with `rank0`: the
+/// output is a scalar). Measured (`tests/ort_view.rs`): Shape, Concat and a scalar Gather →
+/// Unsqueeze propagate; a Slice and a Gather with 1-D indices do not. Size, Squeeze and scalar
+/// Add / Sub / Mul / Div are ORT's own propagators (`core/graph/data_propagation/`).
+fn propagates_values(op: &str, rank0: bool) -> bool {
+    match op {
+        "Shape" | "Concat" | "Size" | "Squeeze" | "Unsqueeze" => true,
+        "Gather" | "Add" | "Sub" | "Mul" | "Div" => rank0,
+        _ => false,
+    }
+}
+
+/// ORT's resolved type of every tensor, indexed by tensor.
+#[derive(Clone, Debug, Default)]
+pub struct OrtShapes {
+    types: Vec<Option<(DType, Shape)>>,
+}
+
+impl OrtShapes {
+    /// The dtype and shape ORT resolved for `t` (`None`: no shape at all).
+    pub fn get(&self, t: TensorId) -> Option<(DType, &Shape)> {
+        self.types
+            .get(t.index())
+            .and_then(|x| x.as_ref())
+            .map(|(d, s)| (*d, s))
+    }
+
+    /// ORT's `SameSize`: same element size (strings never), same rank, and each pair of dims
+    /// equal values or equal names; unknown dims match nothing.
+    pub fn same_size(&self, a: TensorId, b: TensorId) -> bool {
+        let (Some((da, sa)), Some((db, sb))) = (self.get(a), self.get(b)) else {
+            return false;
+        };
+        da.bits() == db.bits()
+            && da != DType::String
+            && db != DType::String
+            && sa.rank() == sb.rank()
+            && sa.dims().iter().zip(sb.dims()).all(|(x, y)| match (x, y) {
+                (Dim::Known(p), Dim::Known(q)) => p == q,
+                (Dim::Sym(p), Dim::Sym(q)) => p == q && !is_unknown(p),
+                _ => false,
+            })
+    }
+
+    /// Whether ORT resolved `t`'s shape fully: every dim a value or a name.
+    pub fn is_resolved(&self, t: TensorId) -> bool {
+        self.get(t).is_some_and(|(_, s)| {
+            s.dims().iter().all(|d| match d {
+                Dim::Known(_) => true,
+                Dim::Sym(n) => !is_unknown(n),
+                Dim::Expr(_) => false,
+            })
+        })
+    }
+}
+
+fn is_unknown(name: &str) -> bool {
+    name.starts_with('?')
+}
+
+/// ORT's view of `graph`'s shapes (the module doc states the rules).
+pub fn resolved_shapes(graph: &Graph) -> OrtShapes {
+    let view = OrtView {
+        declared: declared_types(graph),
+        fresh: Cell::new(0),
+    };
+    let types = infer_view(graph, &view);
+    OrtShapes {
+        types: graph
+            .tensor_ids()
+            .map(|t| types.get(t).map(|tt| (tt.dtype, tt.shape.clone())))
+            .collect(),
+    }
+}
+
+/// What the file (and the patches) declare, by tensor name: dtype (when given) and shape
+/// (unknown dims as `?` symbols).
+type Declared = HashMap<String, (Option<DType>, Option<Shape>)>;
+
+fn declared_types(graph: &Graph) -> Declared {
+    let mut out = Declared::new();
+    let mut unknown = 0usize;
+    let proto = graph.model().graph.as_ref();
+    let entries = proto
+        .into_iter()
+        .flat_map(|g| g.input.iter().chain(&g.output).chain(&g.value_info))
+        .chain(graph.added_value_info());
+    for vi in entries {
+        let Some(name) = vi.name.clone() else {
+            continue;
+        };
+        let Some(onnx::type_proto::Value::TensorType(tt)) =
+            vi.r#type.as_ref().and_then(|t| t.value.as_ref())
+        else {
+            continue;
+        };
+        let dtype = tt.elem_type.and_then(DType::from_code);
+        let shape = tt.shape.as_ref().map(|sp| {
+            Shape(
+                sp.dim
+                    .iter()
+                    .map(|d| {
+                        use onnx::tensor_shape_proto::dimension::Value;
+                        match &d.value {
+                            Some(Value::DimValue(v)) if *v >= 0 => Dim::Known(*v as u64),
+                            Some(Value::DimParam(p)) if !p.is_empty() => Dim::Sym(p.clone()),
+                            _ => {
+                                unknown += 1;
+                                Dim::Sym(format!("?decl{unknown}"))
+                            }
+                        }
+                    })
+                    .collect(),
+            )
+        });
+        // The first entry wins, as in ORT (inputs, then outputs, then value_info).
+        out.entry(name).or_insert((dtype, shape));
+    }
+    out
+}
+
+struct OrtView {
+    declared: Declared,
+    fresh: Cell<usize>,
+}
+
+impl OrtView {
+    fn unknown(&self) -> Dim {
+        let k = self.fresh.get() + 1;
+        self.fresh.set(k);
+        Dim::Sym(format!("?ort{k}"))
+    }
+
+    /// A dim as ONNX can hold it: a value, a name, or unknown.
+    fn expressible(&self, d: &Dim) -> Dim {
+        match d {
+            Dim::Known(_) => d.clone(),
+            Dim::Sym(_) => d.clone(),
+            Dim::Expr(_) => self.unknown(),
+        }
+    }
+}
+
+/// `mergeInDimensionInfo(source = inferred, target = declared)`.
+fn merge_dim(inferred: &Dim, declared: &Dim) -> Dim {
+    let named = |d: &Dim| matches!(d, Dim::Sym(n) if !is_unknown(n));
+    match (inferred, declared) {
+        (Dim::Known(_), _) => inferred.clone(),
+        (_, Dim::Known(_)) => declared.clone(),
+        (_, d) if named(d) => declared.clone(),
+        (i, _) if named(i) => inferred.clone(),
+        _ => declared.clone(),
+    }
+}
+
+impl InferView for OrtView {
+    fn source(
+        &self,
+        graph: &Graph,
+        t: TensorId,
+        declared: Option<TensorType>,
+    ) -> Option<TensorType> {
+        let tensor = graph.tensor(t);
+        let mut tt = declared?;
+        // getInputData sees constant initializers only (not ones a caller may override).
+        let constant = matches!(
+            tensor.source,
+            ckpt_ir::TensorSource::Initializer {
+                overridable: false,
+                ..
+            }
+        );
+        if !constant {
+            tt.value = None;
+        }
+        Some(tt)
+    }
+
+    fn output(
+        &self,
+        graph: &Graph,
+        node: NodeId,
+        t: TensorId,
+        inferred: Option<TensorType>,
+    ) -> Option<TensorType> {
+        let name = &graph.tensor(t).name;
+        let (declared_dtype, declared_shape) =
+            self.declared.get(name).cloned().unwrap_or((None, None));
+        let n = graph.node(node);
+        let inferred = inferred.map(|mut tt| {
+            let propagates = n.domain == ckpt_ir::ONNX_DOMAIN
+                && propagates_values(&n.op_type, tt.shape.rank() == 0);
+            tt.shape = Shape(
+                tt.shape
+                    .dims()
+                    .iter()
+                    .map(|d| self.expressible(d))
+                    .collect(),
+            );
+            // ORT's propagated values are integers: one unknown element loses them all.
+            let concrete = tt
+                .value
+                .as_ref()
+                .is_some_and(|v| v.iter().all(|d| matches!(d, Dim::Known(_))));
+            if !(propagates && concrete) {
+                tt.value = None;
+            }
+            tt
+        });
+        let dtype = declared_dtype.or(inferred.as_ref().map(|tt| tt.dtype))?;
+        let value = inferred.as_ref().and_then(|tt| tt.value.clone());
+        let shape = match (inferred.map(|tt| tt.shape), declared_shape) {
+            (Some(i), Some(d)) if i.rank() == d.rank() => Shape(
+                i.dims()
+                    .iter()
+                    .zip(d.dims())
+                    .map(|(i, d)| merge_dim(i, d))
+                    .collect(),
+            ),
+            (_, Some(d)) => d,
+            (Some(i), None) => i,
+            (None, None) => return None,
+        };
+        Some(TensorType {
+            dtype,
+            shape,
+            value,
+        })
+    }
+}
