@@ -14,7 +14,7 @@ use ckpt_ir::{import_file, Bindings};
 /// buffer), `-` (allocates its outputs, no scratch).
 const MEMORY: &[(&str, &str, &str)] = &[
     ("ai.onnx", "Conv", "scratch"),
-    ("ai.onnx", "ConvTranspose", "-"),
+    ("ai.onnx", "ConvTranspose", "scratch"),
     ("ai.onnx", "Expand", "-"),
     ("ai.onnx", "Greater", "-"),
     ("ai.onnx", "MaxPool", "-"),
@@ -65,7 +65,7 @@ const MEMORY: &[(&str, &str, &str)] = &[
     ("ai.onnx", "Split", "-"),
     ("ai.onnx", "Squeeze", "alias"),
     ("ai.onnx", "Sub", "-"),
-    ("ai.onnx", "Sum", "-"),
+    ("ai.onnx", "Sum", "scratch"),
     ("ai.onnx", "Tanh", "inplace"),
     ("ai.onnx", "Transpose", "-"),
     ("ai.onnx", "Trilu", "inplace"),
