@@ -202,7 +202,7 @@ pub fn measure_device(
     let (profile, fixed_bytes) = (&e.profile, e.fixed_bytes);
     let cfg = &crate::profile::session_config(profile);
     let arena_budget = e.arena_budget();
-    let bytes = model.encode_to_vec();
+    let bytes = ort_ready(model, dir).encode_to_vec();
     let steps = profile.steps as usize;
     let hold = profile.caller_outputs == ckpt_ir::profile::CallerOutputs::Held;
     let m = Model::new(label, &bytes).in_dir(dir);
@@ -413,6 +413,16 @@ fn measure(
     })
 }
 
+/// `model` as ONNX Runtime can load it from bytes: its small external constants embedded
+/// (read from `dir`; see [`ckpt_ir::embed_small_external`]), its weights left where they are.
+pub fn ort_ready(model: &onnx::ModelProto, dir: Option<&std::path::Path>) -> onnx::ModelProto {
+    let mut m = model.clone();
+    if let Some(dir) = dir {
+        ckpt_ir::embed_small_external(&mut m, dir);
+    }
+    m
+}
+
 /// The session config values are compared under: `cfg` with deterministic compute on.
 pub fn deterministic(cfg: &SessionConfig) -> SessionConfig {
     let mut c = cfg.clone();
@@ -431,15 +441,15 @@ pub fn validate(
     input_generation: Vec<String>,
     o: &ValidateOptions,
 ) -> Result<Validation> {
-    let mut a = original.clone();
-    let mut b = rewritten.clone();
+    let (a_dir, b_dir) = (o.original_dir.as_deref(), o.rewritten_dir.as_deref());
+    let mut a = ort_ready(original, a_dir);
+    let mut b = ort_ready(rewritten, b_dir);
     let seeded = seed_random_ops(&mut a, o.seed);
     seed_random_ops(&mut b, o.seed);
     let (a_bytes, b_bytes) = (a.encode_to_vec(), b.encode_to_vec());
     let info = ckpt_runtime::init(None)
         .context("finding ONNX Runtime")?
         .clone();
-    let (a_dir, b_dir) = (o.original_dir.as_deref(), o.rewritten_dir.as_deref());
     let values_cfg = deterministic(&o.cfg);
     crate::progress::stage("validation: running the original graph");
     let ref_out = run(

@@ -55,10 +55,7 @@ fn raw_bytes(t: &onnx::TensorProto) -> Vec<u8> {
             .double_data
             .iter()
             .for_each(|v| out.extend(v.to_le_bytes())),
-        code => panic!(
-            "initializer {:?}: element type {code} not handled",
-            t.name
-        ),
+        code => panic!("initializer {:?}: element type {code} not handled", t.name),
     }
     out
 }
@@ -160,8 +157,15 @@ fn external_data_validates_from_any_cwd_and_output_elsewhere_is_complete() {
     let r = receipt(&rec);
     assert_eq!(r["status"], "rewritten");
     assert_eq!(r["validation"]["passed"], true);
-    assert_eq!(r["model_data"][0]["sha256"], sha256_file(&src.join("w.data")));
-    assert_eq!(r["output_data"]["placement"], "copied", "{}", r["output_data"]);
+    assert_eq!(
+        r["model_data"][0]["sha256"],
+        sha256_file(&src.join("w.data"))
+    );
+    assert_eq!(
+        r["output_data"]["placement"], "copied",
+        "{}",
+        r["output_data"]
+    );
     let out_data = out_dir.join("x.onnx.data");
     assert_eq!(
         r["output_data"]["files"][0]["path"],
@@ -169,7 +173,10 @@ fn external_data_validates_from_any_cwd_and_output_elsewhere_is_complete() {
         "{}",
         r["output_data"]
     );
-    assert_eq!(r["output_data"]["files"][0]["sha256"], sha256_file(&out_data));
+    assert_eq!(
+        r["output_data"]["files"][0]["sha256"],
+        sha256_file(&out_data)
+    );
     assert_eq!(listing(&out_dir), ["x.onnx", "x.onnx.data"]);
     // The output is complete where it is: onnx's full check, and ORT from an unrelated cwd.
     let check = std::process::Command::new(python())
@@ -205,6 +212,7 @@ fn external_data_validates_from_any_cwd_and_output_elsewhere_is_complete() {
             .parse()
             .unwrap()
     };
+    let (mut embedded, mut external) = (0, 0);
     for t in &written.graph.as_ref().unwrap().initializer {
         let o = orig
             .graph
@@ -215,10 +223,29 @@ fn external_data_validates_from_any_cwd_and_output_elsewhere_is_complete() {
             .find(|x| x.name == t.name)
             .unwrap();
         let (a, n) = (range(o, "offset"), range(o, "length"));
-        let (b, m) = (range(t, "offset"), range(t, "length"));
-        assert_eq!(n, m, "{:?}", t.name);
-        assert_eq!(&data[a..a + n], &copied[b..b + m], "{:?}", t.name);
+        match &t.raw_data {
+            // Small constants are embedded (ORT cannot load them external).
+            Some(raw) => {
+                assert!(
+                    n as u64 <= ckpt_ir::MAX_EXTERNAL_VALUE_BYTES,
+                    "{:?}",
+                    t.name
+                );
+                assert_eq!(&data[a..a + n], &raw[..], "{:?}", t.name);
+                embedded += 1;
+            }
+            None => {
+                let (b, m) = (range(t, "offset"), range(t, "length"));
+                assert_eq!(n, m, "{:?}", t.name);
+                assert_eq!(&data[a..a + n], &copied[b..b + m], "{:?}", t.name);
+                external += 1;
+            }
+        }
     }
+    assert!(
+        embedded > 0 && external > 0,
+        "{embedded} embedded, {external} external"
+    );
 }
 
 /// Written beside its input, the output references the input's data file (nothing copied),
@@ -292,7 +319,11 @@ fn bad_locations_are_refused() {
         let o = run(&["inspect", path_str(&model)]);
         assert_eq!(o.status.code(), Some(1), "{location:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(why), "{location:?}: {}", stderr(&o));
-        assert!(stderr(&o).contains("initializer `"), "{location:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("initializer `"),
+            "{location:?}: {}",
+            stderr(&o)
+        );
     }
 }
 
@@ -392,7 +423,11 @@ fn sessions_read_external_data_from_the_model_directory_not_the_cwd() {
         .unwrap()
         .0;
     let cfg = SessionConfig::default();
-    let bytes = std::fs::read(&model).unwrap();
+    // As every caller hands it to ORT: small constants embedded, the weights external.
+    let mut m = onnx::ModelProto::decode(std::fs::read(&model).unwrap().as_slice()).unwrap();
+    assert!(ckpt_ir::embed_small_external(&mut m, src.path()) > 0);
+    assert!(ckpt_ir::external_data_files(&m, src.path()).len() == 1);
+    let bytes = m.encode_to_vec();
     let want = run(
         Model::new("embedded", &std::fs::read(&embedded).unwrap()),
         &inputs,

@@ -89,10 +89,16 @@ fn validation_runs_deterministic_and_says_so() {
     assert_eq!(v["deterministic_compute"], true);
     let entries = v["session"]["config_entries"].as_array().unwrap();
     assert!(
-        entries.iter().any(|e| e[0] == "session.use_deterministic_compute" && e[1] == "1"),
+        entries
+            .iter()
+            .any(|e| e[0] == "session.use_deterministic_compute" && e[1] == "1"),
         "{entries:?}"
     );
-    assert!(stdout(&o).contains("deterministic compute"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("deterministic compute"),
+        "{}",
+        stdout(&o)
+    );
 }
 
 /// Random ops' names and order among themselves, in file order.
@@ -107,7 +113,10 @@ fn random_ops(m: &onnx::ModelProto) -> Vec<(String, Option<i64>, Option<f32>)> {
             ckpt_ir::ops::seed_attr(&d, n.op_type.as_deref().unwrap_or("")).is_some()
         })
         .map(|n| {
-            let seed = n.attribute.iter().find(|a| a.name.as_deref() == Some("seed"));
+            let seed = n
+                .attribute
+                .iter()
+                .find(|a| a.name.as_deref() == Some("seed"));
             (
                 n.name.clone().unwrap_or_default(),
                 seed.and_then(|a| a.i),
@@ -128,7 +137,10 @@ fn random_op_seeds_are_kept_or_written_on_request() {
     assert!(!before.is_empty(), "the fixture has dropout");
     assert!(before.iter().all(|(_, i, f)| i.is_none() && f.is_none()));
     let dir = tempfile::tempdir().unwrap();
-    for (flag, want) in [(None, "ort_derived"), (Some("--seed-random-ops"), "explicit")] {
+    for (flag, want) in [
+        (None, "ort_derived"),
+        (Some("--seed-random-ops"), "explicit"),
+    ] {
         let out = dir.path().join(format!("{want}.onnx"));
         let rec = dir.path().join(format!("{want}.json"));
         let mut args = vec![
@@ -153,7 +165,11 @@ fn random_op_seeds_are_kept_or_written_on_request() {
         let names = |v: &[(String, Option<i64>, Option<f32>)]| -> Vec<String> {
             v.iter().map(|x| x.0.clone()).collect()
         };
-        assert_eq!(names(&after), names(&before), "{want}: random ops reordered or cloned");
+        assert_eq!(
+            names(&after),
+            names(&before),
+            "{want}: random ops reordered or cloned"
+        );
         let mut expect = original.clone();
         if flag.is_some() {
             ckpt_opt::validate::seed_random_ops(&mut expect, 5);
@@ -218,7 +234,14 @@ fn validation_summary_is_short_unless_asked() {
     ]);
     assert!(long.status.success());
     assert_eq!(per_tensor(&stdout(&long)), count, "{}", stdout(&long));
-    let json = run(&["validate", path_str(&m), path_str(&m), "--runs", "1", "--json"]);
+    let json = run(&[
+        "validate",
+        path_str(&m),
+        path_str(&m),
+        "--runs",
+        "1",
+        "--json",
+    ]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&json)).unwrap();
     assert_eq!(v["validation"]["outputs"].as_array().unwrap().len(), count);
 }
@@ -262,7 +285,9 @@ fn progress_only_on_a_terminal_and_never_with_quiet() {
     );
     let quiet = under_tty("--quiet", "c.onnx");
     assert!(
-        !quiet.contains("importing") && !quiet.contains("analysing") && !quiet.contains("searching"),
+        !quiet.contains("importing")
+            && !quiet.contains("analysing")
+            && !quiet.contains("searching"),
         "{quiet}"
     );
     assert!(quiet.contains("wrote"), "{quiet}");

@@ -5,9 +5,10 @@
 //! Files are written atomically (a temporary file beside the target, then a rename), and a
 //! temporary file is registered while it exists, so that [`remove_temp_files`] (called on
 //! SIGINT/SIGTERM) leaves none behind. A model with external data is written by
-//! [`write_model`]: beside its original's directory the output references the original data
-//! files; anywhere else the data it uses is copied into one file beside the output, so the
-//! output is correct wherever it is written.
+//! [`write_model`]: its small constants are embedded ([`crate::embed_small_external`]: ONNX
+//! Runtime cannot load a model whose shape constants are external); beside its original's
+//! directory the output references the original data files; anywhere else the data it uses is
+//! copied into one file beside the output, so the output is correct wherever it is written.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -245,6 +246,9 @@ pub fn write_model(
     out: &Path,
     input: Option<&Path>,
 ) -> Result<Written, ExportError> {
+    if let Some(dir) = src_dir {
+        crate::embed_small_external(&mut model, dir);
+    }
     let has_external = model
         .graph
         .iter()
@@ -296,7 +300,11 @@ pub fn write_model(
     }
     let (staged_data, mut f) = Staged::create(&data_path)?;
     let mut end = 0u64;
-    for t in model.graph.iter_mut().flat_map(|g| g.initializer.iter_mut()) {
+    for t in model
+        .graph
+        .iter_mut()
+        .flat_map(|g| g.initializer.iter_mut())
+    {
         let Some(loc) = external_entry(t, "location").map(str::to_string) else {
             continue;
         };

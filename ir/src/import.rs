@@ -473,6 +473,42 @@ pub fn normalise_location(location: &str) -> Option<PathBuf> {
     Some(parts.iter().collect())
 }
 
+/// Embed every external initializer of at most [`MAX_EXTERNAL_VALUE_BYTES`] (its exact byte
+/// range read from `dir`), leaving larger ones external. ONNX Runtime (1.31) cannot create a
+/// session for a model whose shape constants (Slice bounds, Reshape shapes, axes) are
+/// external ("Cannot parse data from external tensors"), so every model handed to it, and
+/// every model written, has them embedded. Returns how many were embedded.
+pub fn embed_small_external(model: &mut onnx::ModelProto, dir: &Path) -> usize {
+    let mut count = 0;
+    for t in model
+        .graph
+        .iter_mut()
+        .flat_map(|g| g.initializer.iter_mut())
+    {
+        if t.data_location != Some(onnx::tensor_proto::DataLocation::External as i32) {
+            continue;
+        }
+        let entry = |key: &str| {
+            t.external_data
+                .iter()
+                .find(|e| e.key.as_deref() == Some(key))
+                .and_then(|e| e.value.clone())
+        };
+        let Some(location) = entry("location") else {
+            continue;
+        };
+        let offset = entry("offset").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let length = entry("length").and_then(|v| v.parse().ok());
+        if let Some(raw) = read_external_value(dir, t, &location, offset, length) {
+            t.raw_data = Some(raw.into());
+            t.data_location = None;
+            t.external_data.clear();
+            count += 1;
+        }
+    }
+    count
+}
+
 /// The most bytes of external data [`read_external_value`] reads for one tensor.
 pub const MAX_EXTERNAL_VALUE_BYTES: u64 = 64 * 8;
 

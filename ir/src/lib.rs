@@ -41,8 +41,8 @@ pub use graph::{
 };
 pub use ids::{NodeId, TensorId};
 pub use import::{
-    import_bytes, import_file, import_model, normalise_location, read_external_value,
-    MAX_EXTERNAL_VALUE_BYTES, MAX_IR_VERSION,
+    embed_small_external, import_bytes, import_file, import_model, normalise_location,
+    read_external_value, MAX_EXTERNAL_VALUE_BYTES, MAX_IR_VERSION,
 };
 pub use parse::{parse_graph, ParseError};
 pub use patch::{Applied, Move, NewNode, NewTensor, Patch, PatchError, Rewire, TensorRef};
