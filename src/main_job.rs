@@ -171,14 +171,18 @@ fn record_validation(
 /// gets an explicit `seed` attribute first (`--seed-random-ops`).
 fn write_output(
     receipt: &mut Receipt,
+    original: &ckpt_ir::onnx::ModelProto,
     graph: &ckpt_ir::Graph,
     out: &std::path::Path,
     model: &std::path::Path,
     seed: Option<u64>,
 ) -> Result<(), Failure> {
     let mut proto = ckpt_ir::export(graph);
-    if let Some(seed) = seed {
-        ckpt_opt::validate::seed_random_ops(&mut proto, seed);
+    match seed {
+        Some(seed) => {
+            ckpt_opt::validate::seed_random_ops(&mut proto, seed);
+        }
+        None => receipt.random_ops_shifted = shifted_random_ops(original, &proto),
     }
     let written = ckpt_ir::write_model(proto, graph.dir(), out, Some(model))
         .with_context(|| format!("writing {}", out.display()))?;
@@ -199,6 +203,44 @@ fn write_output(
         }),
     };
     Ok(())
+}
+
+/// The random ops of `written` without a `seed` that ORT seeds by node index
+/// ([`ckpt_ir::ops::seeded_by_node_index`]) and whose index differs from the one their
+/// first output had in `original`.
+fn shifted_random_ops(
+    original: &ckpt_ir::onnx::ModelProto,
+    written: &ckpt_ir::onnx::ModelProto,
+) -> Vec<String> {
+    let nodes = |m: &ckpt_ir::onnx::ModelProto| m.graph.as_ref().map(|g| g.node.clone());
+    let (Some(before), Some(after)) = (nodes(original), nodes(written)) else {
+        return Vec::new();
+    };
+    let index_of = |out: &str| {
+        before
+            .iter()
+            .position(|n| n.output.first().is_some_and(|o| o == out))
+    };
+    after
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| {
+            let d = ckpt_ir::normalise_domain(n.domain.as_deref().unwrap_or(""));
+            ckpt_ir::ops::seeded_by_node_index(&d, n.op_type.as_deref().unwrap_or(""))
+                && !n
+                    .attribute
+                    .iter()
+                    .any(|a| a.name.as_deref() == Some("seed"))
+        })
+        .filter(|(i, n)| n.output.first().and_then(|o| index_of(o)) != Some(*i))
+        .map(|(_, n)| {
+            n.name
+                .clone()
+                .filter(|s| !s.is_empty())
+                .or_else(|| n.output.first().cloned())
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 /// Each file's SHA-256, naming the file that could not be read.
@@ -332,7 +374,7 @@ fn print_validation(v: &Validation, verbose: bool) {
             let bitwise = members.iter().filter(|o| o.bitwise_equal).count();
             let failed = members.iter().filter(|o| !o.passed).count();
             println!(
-                "  {group:<14} {:>4} outputs, {bitwise} bitwise identical, {failed} mismatched; worst: `{}` max rel {:.3e}, max abs {:.3e}",
+                "  {group:<14} {:>4} outputs, {bitwise} bitwise identical, {failed} mismatched; worst: `{}`, relative error {:.3e}, absolute {:.3e}",
                 members.len(),
                 worst.name,
                 worst.max_rel_err,
@@ -584,6 +626,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         } else {
             RandomOpSeeds::OrtDerived
         },
+        random_ops_shifted: Vec::new(),
         status: Status::AlreadyFits,
         reason: None,
         diagnosis: None,
@@ -665,7 +708,14 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 if let Some(out) = &args.output {
                     let mut g = before.graph.clone();
                     record_profile(&mut g, &recorded)?;
-                    write_output(&mut receipt, &g, out, &model, random_seed)?;
+                    write_output(
+                        &mut receipt,
+                        before.graph.model(),
+                        &g,
+                        out,
+                        &model,
+                        random_seed,
+                    )?;
                 }
             }
             receipt.seconds = t0.elapsed().as_secs_f64();
@@ -741,7 +791,14 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 None
             };
             if validation_failed.is_none() {
-                write_output(&mut receipt, &r.after.graph, &out, &model, random_seed)?;
+                write_output(
+                    &mut receipt,
+                    r.before.graph.model(),
+                    &r.after.graph,
+                    &out,
+                    &model,
+                    random_seed,
+                )?;
             }
             receipt.seconds = t0.elapsed().as_secs_f64();
             emit(&args, &receipt)?;

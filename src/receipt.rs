@@ -111,8 +111,11 @@ pub struct OutputData {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RandomOpSeeds {
-    /// ORT derives them as for the original: random ops are never cloned, and keep their
-    /// order among themselves, the order ORT's per-kernel seeds follow.
+    /// No seed is written; ORT derives them as for any model. Random ops are never cloned
+    /// and keep their order among themselves, so Dropouts (ORT's global generator, in
+    /// execution order) draw what the original's draw under the same `onnxruntime.set_seed`;
+    /// Random*/Bernoulli/Multinomial seed from their node's index, and those whose index the
+    /// rewrite shifted are listed in `random_ops_shifted`: their draws differ.
     OrtDerived,
     /// `--seed-random-ops`: every random op carries an explicit `seed` attribute, derived
     /// from `--seed` and the node's name, as validation sets them.
@@ -153,6 +156,10 @@ pub struct Receipt {
     pub rng_policy: String,
     /// How the output's random ops are seeded.
     pub random_op_seeds: RandomOpSeeds,
+    /// With `ort_derived`: the output's random ops that ORT seeds by node index whose index
+    /// differs from the original's (their draws differ from the original's; empty with
+    /// `explicit`, or when nothing was written).
+    pub random_ops_shifted: Vec<String>,
     pub status: Status,
     /// Why validation failed or could not run, in one sentence.
     #[serde(skip_serializing_if = "Option::is_none")]

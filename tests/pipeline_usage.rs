@@ -126,57 +126,110 @@ fn random_ops(m: &onnx::ModelProto) -> Vec<(String, Option<i64>, Option<f32>)> {
         .collect()
 }
 
+/// The Python with `onnxruntime` the seed check needs.
+fn python() -> PathBuf {
+    let p = PathBuf::from("/work/venvs/main/bin/python");
+    let local = root().join(".venv-fixtures/main/bin/python");
+    if p.exists() {
+        p
+    } else if local.exists() {
+        local
+    } else {
+        panic!("this test needs a Python with onnxruntime at /work/venvs/main/bin/python or .venv-fixtures/main/bin/python")
+    }
+}
+
+/// Every output of `model` as ORT computes it after `onnxruntime.set_seed(1)`, in a fresh
+/// process, on inputs from a fixed numpy seed.
+fn outputs_under_ort_seed(model: &Path) -> Vec<u8> {
+    let script = r#"
+import sys, numpy as np, onnxruntime as ort
+ort.set_seed(1)
+so = ort.SessionOptions()
+so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+so.intra_op_num_threads = 1
+s = ort.InferenceSession(sys.argv[1], so, providers=['CPUExecutionProvider'])
+rng = np.random.default_rng(0)
+feeds = {}
+for i in s.get_inputs():
+    shape = [d if isinstance(d, int) else 2 for d in i.shape]
+    if 'int' in i.type:
+        feeds[i.name] = rng.integers(0, 8, size=shape).astype(np.int64)
+    else:
+        feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
+sys.stdout.buffer.write(b''.join(o.tobytes() for o in s.run(None, feeds)))
+"#;
+    let o = std::process::Command::new(python())
+        .args(["-c", script, path_str(model)])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    o.stdout
+}
+
 /// Without `--seed-random-ops` the output's random ops carry no seed and keep their order
-/// among themselves (what ORT derives their seeds from); with it, each gets the seed
-/// validation used. The receipt says which.
+/// among themselves; the receipt lists those ORT seeds by node index whose index moved, and
+/// exactly then ORT (under `set_seed`) draws other masks than for the original. With it, each
+/// gets the seed validation used.
 #[test]
 fn random_op_seeds_are_kept_or_written_on_request() {
-    let model = root().join("tests/fixtures/gpt2_d01_aot.onnx");
-    let original = decode(&model);
-    let before = random_ops(&original);
-    assert!(!before.is_empty(), "the fixture has dropout");
-    assert!(before.iter().all(|(_, i, f)| i.is_none() && f.is_none()));
     let dir = tempfile::tempdir().unwrap();
-    for (flag, want) in [
-        (None, "ort_derived"),
-        (Some("--seed-random-ops"), "explicit"),
-    ] {
-        let out = dir.path().join(format!("{want}.onnx"));
-        let rec = dir.path().join(format!("{want}.json"));
-        let mut args = vec![
-            path_str(&model).to_string(),
-            "--ceiling".into(),
-            "80%".into(),
-            "-o".into(),
-            path_str(&out).into(),
-            "--seed".into(),
-            "5".into(),
-            "--receipt".into(),
-            path_str(&rec).into(),
-        ];
-        args.extend(flag.map(String::from));
-        let o = bin().args(&args).output().unwrap();
-        assert!(o.status.success(), "{want}: {}", stderr(&o));
-        let r = receipt(&rec);
-        assert_eq!(r["status"], "rewritten", "{want}");
-        assert_eq!(r["random_op_seeds"], want);
-        let written = decode(&out);
-        let after = random_ops(&written);
-        let names = |v: &[(String, Option<i64>, Option<f32>)]| -> Vec<String> {
-            v.iter().map(|x| x.0.clone()).collect()
-        };
-        assert_eq!(
-            names(&after),
-            names(&before),
-            "{want}: random ops reordered or cloned"
-        );
-        let mut expect = original.clone();
-        if flag.is_some() {
-            ckpt_opt::validate::seed_random_ops(&mut expect, 5);
-            assert_eq!(after, random_ops(&expect), "{want}");
-            assert!(after.iter().all(|(_, i, f)| i.is_some() || f.is_some()));
-        } else {
-            assert_eq!(after, before, "{want}");
+    // Dropout (ORT's global generator), RandomUniformLike (seeded by node index).
+    for (fixture, shifts) in [("gpt2_d01_aot", false), ("gpt2_d01_makefx", true)] {
+        let model = root().join(format!("tests/fixtures/{fixture}.onnx"));
+        let original = decode(&model);
+        let before = random_ops(&original);
+        assert!(!before.is_empty(), "{fixture} has dropout");
+        assert!(before.iter().all(|(_, i, f)| i.is_none() && f.is_none()));
+        for (flag, want) in [
+            (None, "ort_derived"),
+            (Some("--seed-random-ops"), "explicit"),
+        ] {
+            let out = dir.path().join(format!("{fixture}.{want}.onnx"));
+            let rec = dir.path().join(format!("{fixture}.{want}.json"));
+            let mut args = vec![
+                path_str(&model).to_string(),
+                "--ceiling".into(),
+                "90%".into(),
+                "-o".into(),
+                path_str(&out).into(),
+                "--seed".into(),
+                "5".into(),
+                "--receipt".into(),
+                path_str(&rec).into(),
+            ];
+            args.extend(flag.map(String::from));
+            let o = bin().args(&args).output().unwrap();
+            assert!(o.status.success(), "{fixture} {want}: {}", stderr(&o));
+            let r = receipt(&rec);
+            assert_eq!(r["status"], "rewritten", "{fixture} {want}");
+            assert_eq!(r["random_op_seeds"], want);
+            let written = decode(&out);
+            let after = random_ops(&written);
+            let names = |v: &[(String, Option<i64>, Option<f32>)]| -> Vec<String> {
+                v.iter().map(|x| x.0.clone()).collect()
+            };
+            assert_eq!(
+                names(&after),
+                names(&before),
+                "{fixture} {want}: random ops reordered or cloned"
+            );
+            let shifted = r["random_ops_shifted"].as_array().unwrap();
+            if flag.is_some() {
+                let mut expect = original.clone();
+                ckpt_opt::validate::seed_random_ops(&mut expect, 5);
+                assert_eq!(after, random_ops(&expect), "{fixture} {want}");
+                assert!(after.iter().all(|(_, i, f)| i.is_some() || f.is_some()));
+                assert!(shifted.is_empty());
+            } else {
+                assert_eq!(after, before, "{fixture} {want}");
+                assert_eq!(!shifted.is_empty(), shifts, "{fixture}: {shifted:?}");
+                let same = outputs_under_ort_seed(&model) == outputs_under_ort_seed(&out);
+                assert_eq!(
+                    same, !shifts,
+                    "{fixture}: the receipt's random_ops_shifted is {shifted:?}"
+                );
+            }
         }
     }
 }
