@@ -102,8 +102,11 @@ fn sha256_file(p: &Path) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The receipt at `p`, checked against its schema.
 fn receipt(p: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    let r = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    assert_receipt_valid(&r, &p.display().to_string());
+    r
 }
 
 /// Files in `dir`, sorted.

@@ -18,8 +18,11 @@ fn decode(p: &Path) -> onnx::ModelProto {
     onnx::ModelProto::decode(std::fs::read(p).unwrap().as_slice()).unwrap()
 }
 
+/// The receipt at `p`, checked against its schema.
 fn receipt(p: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    let r = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    assert_receipt_valid(&r, &p.display().to_string());
+    r
 }
 
 /// A value_info that declares an intermediate smaller than its producer computes (ORT still
