@@ -368,3 +368,28 @@ fn entry(key: &str, value: &str) -> onnx::StringStringEntryProto {
         value: Some(value.into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a signal handler calls removes a write's temporary file, and a published file is
+    /// no longer registered.
+    #[test]
+    fn temp_files_are_removed_on_request_and_published_ones_kept() {
+        let dir = std::env::temp_dir().join(format!("ckpt-ir-staged-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("m.onnx");
+        let staged = stage_bytes(&target, b"bytes").unwrap();
+        let tmp = staged.tmp.clone();
+        assert!(tmp.exists());
+        remove_temp_files();
+        assert!(!tmp.exists(), "the temporary file survived");
+        std::mem::forget(staged);
+        let staged = stage_bytes(&target, b"bytes").unwrap();
+        staged.publish().unwrap();
+        remove_temp_files();
+        assert_eq!(std::fs::read(&target).unwrap(), b"bytes");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
