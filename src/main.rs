@@ -108,7 +108,7 @@ fn run(cli: cli::Cli) -> Result<(), Failure> {
         }
         Some(Command::Export(a)) => {
             let g = model_io::load(&a.model)?;
-            ckpt_ir::write_atomic(&a.output, &ckpt_ir::export_bytes(&g), Some(&a.model))?;
+            ckpt_ir::write_model(ckpt_ir::export(&g), g.dir(), &a.output, Some(&a.model))?;
             Ok(())
         }
         Some(Command::Validate(a)) => main_job::run_validate(&a),

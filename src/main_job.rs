@@ -728,9 +728,12 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                     human(ceiling),
                     profile.describe(),
                     if receipt.output.is_some() {
-                        " (unchanged graph written, with the profile recorded)"
+                        format!(
+                            " (unchanged graph written, with the profile recorded{})",
+                            data_note(receipt.output_data.as_ref())
+                        )
                     } else {
-                        ""
+                        String::new()
                     }
                 );
             }
@@ -806,6 +809,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 print_summary(
                     &r,
                     receipt.output.is_some().then_some(out.as_path()),
+                    receipt.output_data.as_ref(),
                     ceiling,
                     step,
                     &profile,
@@ -829,9 +833,28 @@ fn record_profile(g: &mut ckpt_ir::Graph, profile: &ckpt_ir::Profile) -> Result<
     Ok(())
 }
 
+/// Where the output's external data went, for the line that names the output.
+fn data_note(data: Option<&OutputData>) -> String {
+    let files = |d: &OutputData| {
+        d.files
+            .iter()
+            .map(|f| f.path.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match data {
+        None => String::new(),
+        Some(d) if d.placement == DataPlacement::Copied => {
+            format!(" (external data copied to {})", files(d))
+        }
+        Some(d) => format!(" (external data: references {})", files(d)),
+    }
+}
+
 fn print_summary(
     r: &optimize::Rewritten,
     out: Option<&std::path::Path>,
+    data: Option<&OutputData>,
     ceiling: u64,
     step: u64,
     profile: &ckpt_ir::Profile,
@@ -867,7 +890,7 @@ fn print_summary(
     );
     match out {
         Some(out) => {
-            println!("wrote {}", out.display());
+            println!("wrote {}{}", out.display(), data_note(data));
             println!(
                 "run it under the profile recorded in its metadata_props (ckpt-opt.profile.*), with the session config entries ckpt-opt.session_config.* (CSE off: {}={}), or the ceiling does not hold",
                 ckpt_ir::profile::DISABLE_OPTIMIZERS_KEY,

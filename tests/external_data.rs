@@ -181,6 +181,7 @@ fn external_data_validates_from_any_cwd_and_output_elsewhere_is_complete() {
         sha256_file(&out_data)
     );
     assert_eq!(listing(&out_dir), ["x.onnx", "x.onnx.data"]);
+    assert!(stdout(&o).contains("data copied to"), "{}", stdout(&o));
     // The output is complete where it is: onnx's full check, and ORT from an unrelated cwd.
     let check = std::process::Command::new(python())
         .current_dir("/")
@@ -200,6 +201,19 @@ fn external_data_validates_from_any_cwd_and_output_elsewhere_is_complete() {
         stdout(&check),
         stderr(&check)
     );
+    // `validate` from the decoy's directory: both graphs' data found beside each.
+    let v = bin()
+        .current_dir(&cwd)
+        .args(["validate", path_str(&model), path_str(&out), "--runs", "1"])
+        .output()
+        .unwrap();
+    assert!(v.status.success(), "{}\n{}", stdout(&v), stderr(&v));
+    // `export` elsewhere writes a complete model too.
+    let exported = out_dir.join("e.onnx");
+    let e = run(&["export", path_str(&model), "-o", path_str(&exported)]);
+    assert!(e.status.success(), "{}", stderr(&e));
+    assert!(out_dir.join("e.onnx.data").exists());
+    ckpt_ir::import_file(&exported).unwrap();
     // ckpt-opt reads it back too, and its weights are the original's.
     let g = ckpt_ir::import_file(&out).unwrap();
     assert!(g.initializers().count() > 0);
