@@ -384,39 +384,41 @@ fn failed_validation_leaves_no_file() {
     assert!(stdout(&o).contains("nothing written"), "{}", stdout(&o));
 }
 
-/// SIGTERM mid-job: the handler runs (exit 130) and no file, temporary or not, is left in
-/// the output directory.
+/// SIGTERM or SIGINT mid-job: the handler runs (exit 130) and no file, temporary or not, is
+/// left in the output directory.
 #[test]
-fn sigterm_leaves_no_file() {
+fn sigterm_and_sigint_leave_no_file() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src");
-    let out_dir = tmp.path().join("out");
     std::fs::create_dir_all(&src).unwrap();
-    std::fs::create_dir_all(&out_dir).unwrap();
     let (model, _) = externalize(&example(), &src, "w.data");
-    let mut child = bin()
-        .args([
-            path_str(&model),
-            "--ceiling",
-            "36MiB",
-            "-o",
-            path_str(&out_dir.join("x.onnx")),
-            "--validate",
-            "--runs",
-            "50",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    // SAFETY: signalling the child this test spawned, by its pid.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let out_dir = tmp.path().join(format!("out{signal}"));
+        std::fs::create_dir_all(&out_dir).unwrap();
+        let mut child = bin()
+            .args([
+                path_str(&model),
+                "--ceiling",
+                "36MiB",
+                "-o",
+                path_str(&out_dir.join("x.onnx")),
+                "--validate",
+                "--runs",
+                "50",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        // SAFETY: signalling the child this test spawned, by its pid.
+        unsafe {
+            libc::kill(child.id() as i32, signal);
+        }
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(130), "signal {signal}: {status:?}");
+        assert_eq!(listing(&out_dir), Vec::<String>::new(), "signal {signal}");
     }
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130), "{status:?}");
-    assert_eq!(listing(&out_dir), Vec::<String>::new());
 }
 
 /// With the process's cwd holding a `w.data` of the same size but other weights, a session
