@@ -125,8 +125,8 @@ pub struct ValidateArgs {
     pub model_args: ModelArgs,
     #[command(flatten)]
     pub run: RunArgs,
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output_args: OutputArgs,
 }
 
 /// The deployment profile: how the model will be run, which decides what the device must hold.
@@ -235,11 +235,29 @@ pub struct OptimizeArgs {
     /// Write the receipt (JSON) here.
     #[arg(long)]
     pub receipt: Option<PathBuf>,
+    /// Write an explicit `seed` attribute (from --seed and the node's name) into every random
+    /// op of the output (Dropout, RandomNormal, …). Without it the output's random ops keep no
+    /// seed, and ORT derives theirs as it does for the original.
+    #[arg(long = "seed-random-ops")]
+    pub seed_random_ops: bool,
     #[command(flatten)]
     pub run: RunArgs,
-    /// Emit JSON on stdout.
+    #[command(flatten)]
+    pub output_args: OutputArgs,
+}
+
+/// How much is printed.
+#[derive(Args, Debug, Clone)]
+pub struct OutputArgs {
+    /// Emit JSON on stdout (with every output's comparison).
     #[arg(long)]
     pub json: bool,
+    /// Print every output's comparison, not only the worst of each group.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
+    /// No progress on stderr (it is shown only when stderr is a terminal).
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
 }
 
 #[derive(Args, Debug)]

@@ -6,6 +6,7 @@ pub mod inputs;
 pub mod mutate;
 pub mod optimize;
 pub mod profile;
+pub mod progress;
 pub mod receipt;
 pub mod size;
 pub mod validate;

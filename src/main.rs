@@ -56,13 +56,45 @@ fn main() -> ExitCode {
             };
         }
     };
-    match run(args) {
+    // SIGINT/SIGTERM: no temporary file of a write in progress is left behind (130: the
+    // shell's code for an interrupted command).
+    let _ = ctrlc::set_handler(|| {
+        ckpt_ir::remove_temp_files();
+        ckpt_opt::progress::finish();
+        std::process::exit(130);
+    });
+    let quiet = match &args.command {
+        None => args.optimize.output_args.quiet,
+        Some(cli::Command::Validate(a)) => a.output_args.quiet,
+        Some(_) => true,
+    };
+    ckpt_opt::progress::enable(quiet);
+    let result = run(args);
+    ckpt_opt::progress::finish();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("error: {:#}", f.error);
+            eprintln!("error: {}", error_text(&f.error));
             ExitCode::from(f.code)
         }
     }
+}
+
+/// An error and its causes joined by `: `, each cause once: a message that already ends
+/// with its cause's text (`cannot write x: No space left on device`, with the OS error as
+/// its source) does not repeat it.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let c = cause.to_string();
+        if text.is_empty() {
+            text = c;
+        } else if !text.ends_with(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
 }
 
 fn run(cli: cli::Cli) -> Result<(), Failure> {
@@ -76,7 +108,7 @@ fn run(cli: cli::Cli) -> Result<(), Failure> {
         }
         Some(Command::Export(a)) => {
             let g = model_io::load(&a.model)?;
-            ckpt_ir::write_atomic(&a.output, &ckpt_ir::export_bytes(&g), Some(&a.model))?;
+            ckpt_ir::write_model(ckpt_ir::export(&g), g.dir(), &a.output, Some(&a.model))?;
             Ok(())
         }
         Some(Command::Validate(a)) => main_job::run_validate(&a),

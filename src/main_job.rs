@@ -10,7 +10,9 @@ use serde_json::json;
 use ckpt_opt::inputs::{make_inputs, InputOverrides};
 use ckpt_opt::optimize::{self, Job, Outcome};
 use ckpt_opt::profile::session_config;
-use ckpt_opt::receipt::{BeforeAfter, FileHash, Receipt, Status, Tool};
+use ckpt_opt::receipt::{
+    BeforeAfter, DataPlacement, FileHash, OutputData, RandomOpSeeds, Receipt, Status, Tool,
+};
 use ckpt_opt::size::{human, parse_size};
 use ckpt_opt::validate::{
     check_memory, validate, MemoryCheck, MemoryExpectation, ValidateOptions, Validation,
@@ -62,6 +64,8 @@ fn run_validation(
         warmup: 2,
         runs: r.runs.max(1),
         locate_peak: r.locate_peak,
+        original_dir: original.dir().map(std::path::Path::to_path_buf),
+        rewritten_dir: rewritten.dir().map(std::path::Path::to_path_buf),
     };
     let v = validate(
         &ckpt_ir::export(original),
@@ -112,6 +116,43 @@ fn validate_analyses(
     Ok((v, m))
 }
 
+/// Validate `after` against `before` into the receipt, printing the result unless `--json`
+/// (the value comparison only with `values`). `Some`: the failure (exit 3), or why validation
+/// could not run (exit 4, or 1); the receipt's status and reason say which.
+fn validate_into(
+    receipt: &mut Receipt,
+    (before, after): (&optimize::Analysis, &optimize::Analysis),
+    bindings: &ckpt_ir::Bindings,
+    args: &OptimizeArgs,
+    profile: &ckpt_ir::Profile,
+    ceiling: u64,
+    values: bool,
+) -> Result<Option<Failure>, Failure> {
+    let result = validate_analyses(before, after, bindings, &args.run, profile, Some(ceiling));
+    ckpt_opt::progress::finish();
+    match result {
+        Ok((v, m)) => {
+            if !args.output_args.json {
+                if values {
+                    print_validation(&v, args.output_args.verbose);
+                }
+                print_memory_check(&m);
+            }
+            let failed = record_validation(receipt, &v, m)?;
+            if let Some(f) = &failed {
+                receipt.status = Status::ValidationFailed;
+                receipt.reason = Some(format!("{:#}", f.error));
+            }
+            Ok(failed)
+        }
+        Err(f) => {
+            receipt.status = Status::NotValidated;
+            receipt.reason = Some(format!("{:#}", f.error));
+            Ok(Some(f))
+        }
+    }
+}
+
 /// Put a validation into the receipt; the failure, if it failed.
 fn record_validation(
     receipt: &mut Receipt,
@@ -125,17 +166,90 @@ fn record_validation(
     Ok(failed)
 }
 
-/// Write `graph` to `out` (never over `model`), with its hash for the receipt.
+/// Write `graph` to `out` (never over `model`) with its external data, into the receipt: its
+/// hash, and where its data lives with each data file's hash. With `seed`, every random op
+/// gets an explicit `seed` attribute first (`--seed-random-ops`).
 fn write_output(
+    receipt: &mut Receipt,
+    original: &ckpt_ir::onnx::ModelProto,
     graph: &ckpt_ir::Graph,
     out: &std::path::Path,
     model: &std::path::Path,
-) -> Result<FileHash, Failure> {
-    let bytes = optimize::write(graph, out, model)?;
-    Ok(FileHash {
+    seed: Option<u64>,
+) -> Result<(), Failure> {
+    let mut proto = ckpt_ir::export(graph);
+    match seed {
+        Some(seed) => {
+            ckpt_opt::validate::seed_random_ops(&mut proto, seed);
+        }
+        None => receipt.random_ops_shifted = shifted_random_ops(original, &proto),
+    }
+    let written = ckpt_ir::write_model(proto, graph.dir(), out, Some(model))
+        .with_context(|| format!("writing {}", out.display()))?;
+    receipt.output = Some(FileHash {
         path: out.display().to_string(),
-        sha256: optimize::sha256_hex(&bytes),
-    })
+        sha256: optimize::sha256_hex(&written.bytes),
+    });
+    let placement = match written.placement {
+        ckpt_ir::DataPlacement::None => None,
+        ckpt_ir::DataPlacement::Referenced => Some(DataPlacement::Referenced),
+        ckpt_ir::DataPlacement::Copied => Some(DataPlacement::Copied),
+    };
+    receipt.output_data = match placement {
+        None => None,
+        Some(placement) => Some(OutputData {
+            placement,
+            files: hash_files(&written.data_files)?,
+        }),
+    };
+    Ok(())
+}
+
+/// The random ops of `written` without a `seed` that ORT seeds by node index
+/// ([`ckpt_ir::ops::seeded_by_node_index`]) and whose index differs from the one their
+/// first output had in `original`.
+fn shifted_random_ops(
+    original: &ckpt_ir::onnx::ModelProto,
+    written: &ckpt_ir::onnx::ModelProto,
+) -> Vec<String> {
+    let nodes = |m: &ckpt_ir::onnx::ModelProto| m.graph.as_ref().map(|g| g.node.clone());
+    let (Some(before), Some(after)) = (nodes(original), nodes(written)) else {
+        return Vec::new();
+    };
+    let index_of = |out: &str| {
+        before
+            .iter()
+            .position(|n| n.output.first().is_some_and(|o| o == out))
+    };
+    after
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| {
+            let d = ckpt_ir::normalise_domain(n.domain.as_deref().unwrap_or(""));
+            ckpt_ir::ops::seeded_by_node_index(&d, n.op_type.as_deref().unwrap_or(""))
+                && !n
+                    .attribute
+                    .iter()
+                    .any(|a| a.name.as_deref() == Some("seed"))
+        })
+        .filter(|(i, n)| n.output.first().and_then(|o| index_of(o)) != Some(*i))
+        .map(|(_, n)| {
+            n.name
+                .clone()
+                .filter(|s| !s.is_empty())
+                .or_else(|| n.output.first().cloned())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// Each file's SHA-256, naming the file that could not be read.
+fn hash_files(files: &[std::path::PathBuf]) -> Result<Vec<FileHash>, Failure> {
+    files
+        .iter()
+        .map(|f| FileHash::of_file(f).with_context(|| format!("hashing {}", f.display())))
+        .map(|r| r.map_err(Failure::input))
+        .collect()
 }
 
 /// Measure both graphs' device memory under the profile against their analyses.
@@ -152,6 +266,8 @@ fn run_memory_check(
         original_arena_bytes: before.device.arena_bytes,
         rewritten_arena_bytes: after.device.arena_bytes,
         ceiling_bytes: ceiling,
+        original_dir: before.graph.dir().map(std::path::Path::to_path_buf),
+        rewritten_dir: after.graph.dir().map(std::path::Path::to_path_buf),
     };
     Ok(check_memory(
         &ckpt_ir::export(&before.graph),
@@ -198,26 +314,78 @@ fn print_memory_check(m: &MemoryCheck) {
     }
 }
 
-fn print_validation(v: &Validation) {
-    println!("validation: {}", if v.passed { "PASSED" } else { "FAILED" });
-    for o in &v.outputs {
-        println!(
-            "  {:<44} max abs {:<10.3e} max rel {:<10.3e} {}{}",
-            o.name,
-            o.max_abs_err,
-            o.max_rel_err,
-            if o.bitwise_equal {
-                "bitwise identical"
-            } else if o.passed {
-                "within tolerance"
-            } else {
-                "MISMATCH"
-            },
-            o.message
-                .as_ref()
-                .map(|m| format!(" ({m})"))
-                .unwrap_or_default()
-        );
+/// The group an output's comparison is summarised in: the first output (the loss), the
+/// gradients, everything else.
+fn output_group(index: usize, name: &str) -> &'static str {
+    if index == 0 {
+        "loss"
+    } else if name.to_ascii_lowercase().contains("grad") {
+        "gradients"
+    } else {
+        "other outputs"
+    }
+}
+
+fn print_comparison(o: &ckpt_runtime::OutputComparison) {
+    println!(
+        "  {:<44} max abs {:<10.3e} max rel {:<10.3e} {}{}",
+        o.name,
+        o.max_abs_err,
+        o.max_rel_err,
+        if o.bitwise_equal {
+            "bitwise identical"
+        } else if o.passed {
+            "within tolerance"
+        } else {
+            "MISMATCH"
+        },
+        o.message
+            .as_ref()
+            .map(|m| format!(" ({m})"))
+            .unwrap_or_default()
+    );
+}
+
+/// The value comparison: with `verbose` every output; else one line per group (its worst
+/// relative error, and how many outputs are bitwise identical) and every mismatch.
+fn print_validation(v: &Validation, verbose: bool) {
+    println!(
+        "validation: {} ({} outputs compared, computed under deterministic compute)",
+        if v.passed { "PASSED" } else { "FAILED" },
+        v.outputs.len()
+    );
+    if verbose {
+        v.outputs.iter().for_each(print_comparison);
+    } else {
+        for group in ["loss", "gradients", "other outputs"] {
+            let members: Vec<&ckpt_runtime::OutputComparison> = v
+                .outputs
+                .iter()
+                .enumerate()
+                .filter(|(i, o)| output_group(*i, &o.name) == group)
+                .map(|(_, o)| o)
+                .collect();
+            let Some(worst) = members
+                .iter()
+                .max_by(|a, b| a.max_rel_err.total_cmp(&b.max_rel_err))
+            else {
+                continue;
+            };
+            let bitwise = members.iter().filter(|o| o.bitwise_equal).count();
+            let failed = members.iter().filter(|o| !o.passed).count();
+            println!(
+                "  {group:<14} {:>4} outputs, {bitwise} bitwise identical, {failed} mismatched; worst: `{}`, relative error {:.3e}, absolute {:.3e}",
+                members.len(),
+                worst.name,
+                worst.max_rel_err,
+                worst.max_abs_err
+            );
+        }
+        v.outputs
+            .iter()
+            .filter(|o| !o.passed)
+            .for_each(print_comparison);
+        println!("  (--verbose or --json: every output)");
     }
     println!(
         "  control (`{}` scaled by 1+1e-3): {}",
@@ -281,15 +449,17 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
         .transpose()?;
     let before = optimize::analyse(original, &options)?;
     let after = optimize::analyse(rewritten, &options)?;
-    let (v, m) = validate_analyses(&before, &after, &b, &a.run, &options.profile, ceiling)?;
-    if a.json {
+    let result = validate_analyses(&before, &after, &b, &a.run, &options.profile, ceiling);
+    ckpt_opt::progress::finish();
+    let (v, m) = result?;
+    if a.output_args.json {
         let out = json!({"validation": v, "memory": m});
         println!(
             "{}",
             serde_json::to_string_pretty(&out).map_err(Failure::input)?
         );
     } else {
-        print_validation(&v);
+        print_validation(&v, a.output_args.verbose);
         print_memory_check(&m);
     }
     verdict(&v, &m)
@@ -392,9 +562,14 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
     {
         ckpt_ir::check_output_target(target).map_err(Failure::input)?;
     }
+    ckpt_opt::progress::stage(format!("importing {}", model.display()));
     let input_bytes =
         std::fs::read(&model).with_context(|| format!("reading {}", model.display()))?;
     let graph = load(&model)?;
+    let model_data = match graph.dir() {
+        Some(dir) => hash_files(&ckpt_ir::external_data_files(graph.model(), dir))?,
+        None => Vec::new(),
+    };
     let bindings = parse_bindings(&args.model_args.dims, &graph)?;
     let options = crate::model_io::analyse_options(&args.model_args, &bindings)?;
     let profile = options.profile.clone();
@@ -417,12 +592,14 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         reserve_pct: args.reserve,
         time_limit: Duration::from_secs_f64(args.time_limit),
     };
+    ckpt_opt::progress::stage("searching for a plan");
     let outcome = optimize::plan_analysed(&job, before, t_plan)?;
     let before = match &outcome {
         Outcome::AlreadyFits { before } | Outcome::CannotFit { before, .. } => before,
         Outcome::Rewritten(r) => &r.before,
     };
     let recorded = job.recorded_profile(before.ledger.fixed_bytes);
+    let random_seed = args.seed_random_ops.then_some(args.run.seed);
     let mut receipt = Receipt {
         tool: Tool {
             name: "ckpt-opt".into(),
@@ -434,6 +611,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             path: model.display().to_string(),
             sha256: optimize::sha256_hex(&input_bytes),
         },
+        model_data,
         bindings: bindings.iter().map(|(k, v)| (k.clone(), *v)).collect(),
         input_shapes: input_shapes(&before.graph, &bindings),
         ceiling: ceiling_spec.to_string(),
@@ -443,10 +621,18 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         profile_description: recorded.describe(),
         session_config: profile.session_config.clone(),
         rng_policy: ckpt_opt::validate::RNG_POLICY.into(),
+        random_op_seeds: if args.seed_random_ops {
+            RandomOpSeeds::Explicit
+        } else {
+            RandomOpSeeds::OrtDerived
+        },
+        random_ops_shifted: Vec::new(),
         status: Status::AlreadyFits,
+        reason: None,
         diagnosis: None,
         lowest_reachable_total_bytes: None,
         output: None,
+        output_data: None,
         predicted_peak_bytes: None,
         predicted_device_arena_bytes: None,
         predicted_in_use_bytes: None,
@@ -503,35 +689,38 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         }
         Outcome::AlreadyFits { before } => {
             fill_peaks(&mut receipt, &before, &before);
-            let mut validation_failed = None;
-            if args.validate {
+            let validation_failed = if args.validate {
                 // Nothing was rewritten: what is validated is that the unchanged graph holds
                 // under the ceiling on ONNX Runtime (the values are compared with themselves).
-                let (v, m) = validate_analyses(
-                    &before,
-                    &before,
+                validate_into(
+                    &mut receipt,
+                    (&before, &before),
                     &bindings,
-                    &args.run,
+                    &args,
                     &profile,
-                    Some(ceiling),
-                )?;
-                if !args.json {
-                    print_memory_check(&m);
-                }
-                validation_failed = record_validation(&mut receipt, &v, m)?;
-            }
+                    ceiling,
+                    false,
+                )?
+            } else {
+                None
+            };
             if validation_failed.is_none() {
                 if let Some(out) = &args.output {
                     let mut g = before.graph.clone();
                     record_profile(&mut g, &recorded)?;
-                    receipt.output = Some(write_output(&g, out, &model)?);
+                    write_output(
+                        &mut receipt,
+                        before.graph.model(),
+                        &g,
+                        out,
+                        &model,
+                        random_seed,
+                    )?;
                 }
-            } else {
-                receipt.status = Status::ValidationFailed;
             }
             receipt.seconds = t0.elapsed().as_secs_f64();
             emit(&args, &receipt)?;
-            if !args.json {
+            if !args.output_args.json {
                 println!(
                     "{}: predicted device total {} already fits the ceiling of {} under the profile ({}); nothing to recompute{}",
                     model.display(),
@@ -539,9 +728,12 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                     human(ceiling),
                     profile.describe(),
                     if receipt.output.is_some() {
-                        " (unchanged graph written, with the profile recorded)"
+                        format!(
+                            " (unchanged graph written, with the profile recorded{})",
+                            data_note(receipt.output_data.as_ref())
+                        )
                     } else {
-                        ""
+                        String::new()
                     }
                 );
             }
@@ -588,33 +780,36 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 "ilp": r.ilp,
             }));
             receipt.patch = Some(r.patch_text.clone());
-            let mut validation_failed = None;
-            if args.validate {
-                let (v, m) = validate_analyses(
-                    &r.before,
-                    &r.after,
+            let validation_failed = if args.validate {
+                validate_into(
+                    &mut receipt,
+                    (&r.before, &r.after),
                     &bindings,
-                    &args.run,
+                    &args,
                     &profile,
-                    Some(ceiling),
-                )?;
-                if !args.json {
-                    print_validation(&v);
-                    print_memory_check(&m);
-                }
-                validation_failed = record_validation(&mut receipt, &v, m)?;
-            }
-            if validation_failed.is_some() {
-                receipt.status = Status::ValidationFailed;
+                    ceiling,
+                    true,
+                )?
             } else {
-                receipt.output = Some(write_output(&r.after.graph, &out, &model)?);
+                None
+            };
+            if validation_failed.is_none() {
+                write_output(
+                    &mut receipt,
+                    r.before.graph.model(),
+                    &r.after.graph,
+                    &out,
+                    &model,
+                    random_seed,
+                )?;
             }
             receipt.seconds = t0.elapsed().as_secs_f64();
             emit(&args, &receipt)?;
-            if !args.json {
+            if !args.output_args.json {
                 print_summary(
                     &r,
                     receipt.output.is_some().then_some(out.as_path()),
+                    receipt.output_data.as_ref(),
                     ceiling,
                     step,
                     &profile,
@@ -638,9 +833,28 @@ fn record_profile(g: &mut ckpt_ir::Graph, profile: &ckpt_ir::Profile) -> Result<
     Ok(())
 }
 
+/// Where the output's external data went, for the line that names the output.
+fn data_note(data: Option<&OutputData>) -> String {
+    let files = |d: &OutputData| {
+        d.files
+            .iter()
+            .map(|f| f.path.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match data {
+        None => String::new(),
+        Some(d) if d.placement == DataPlacement::Copied => {
+            format!(" (external data copied to {})", files(d))
+        }
+        Some(d) => format!(" (external data: references {})", files(d)),
+    }
+}
+
 fn print_summary(
     r: &optimize::Rewritten,
     out: Option<&std::path::Path>,
+    data: Option<&OutputData>,
     ceiling: u64,
     step: u64,
     profile: &ckpt_ir::Profile,
@@ -676,7 +890,7 @@ fn print_summary(
     );
     match out {
         Some(out) => {
-            println!("wrote {}", out.display());
+            println!("wrote {}{}", out.display(), data_note(data));
             println!(
                 "run it under the profile recorded in its metadata_props (ckpt-opt.profile.*), with the session config entries ckpt-opt.session_config.* (CSE off: {}={}), or the ceiling does not hold",
                 ckpt_ir::profile::DISABLE_OPTIMIZERS_KEY,
@@ -689,12 +903,13 @@ fn print_summary(
 
 /// Write the receipt (`--receipt`) and print it (`--json`).
 fn emit(args: &OptimizeArgs, receipt: &Receipt) -> Result<(), Failure> {
+    ckpt_opt::progress::finish();
     let text = serde_json::to_string_pretty(receipt).map_err(Failure::input)?;
     if let Some(path) = &args.receipt {
         ckpt_ir::write_atomic(path, text.as_bytes(), args.model.as_deref())
             .with_context(|| format!("writing receipt {}", path.display()))?;
     }
-    if args.json {
+    if args.output_args.json {
         println!("{text}");
     }
     Ok(())

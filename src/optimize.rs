@@ -102,6 +102,9 @@ pub fn with_inferred_types(mut graph: Graph) -> Result<(Graph, ckpt_ir::ops::Typ
         .flat_map(|s| s.symbols())
         .collect();
     let ids: Vec<_> = graph.tensor_ids().collect();
+    for &t in &ids {
+        check_declared(&graph, t, types.shape(t))?;
+    }
     for t in ids {
         let tensor = graph.tensor(t);
         let stray = tensor
@@ -118,9 +121,38 @@ pub fn with_inferred_types(mut graph: Graph) -> Result<(Graph, ckpt_ir::ops::Typ
     Ok((graph, types))
 }
 
+/// A shape the file declares (value_info, graph outputs) must agree with what inference
+/// derives from the ops: the same rank, and the same size on every axis where both are
+/// numbers. A model that declares smaller intermediates than its ops produce would otherwise
+/// be planned on the lie.
+fn check_declared(
+    graph: &Graph,
+    t: ckpt_ir::TensorId,
+    inferred: Option<&ckpt_ir::Shape>,
+) -> Result<()> {
+    let tensor = graph.tensor(t);
+    let (Some(declared), Some(inferred)) = (&tensor.shape, inferred) else {
+        return Ok(());
+    };
+    let differs = declared.rank() != inferred.rank()
+        || declared
+            .dims()
+            .iter()
+            .zip(inferred.dims())
+            .any(|(d, i)| matches!((d.known(), i.known()), (Some(a), Some(b)) if a != b));
+    if differs {
+        return Err(anyhow!(
+            "tensor `{}` is declared with shape {declared}, but its producer computes {inferred}; the file's value_info is wrong (plans are never made on a declared shape the ops do not produce)",
+            tensor.name
+        ));
+    }
+    Ok(())
+}
+
 /// The analysis of a graph: types, phases, ORT's schedule, the simulation, the device need
 /// under the profile, and the ledger.
 pub fn analyse(graph: Graph, o: &AnalyseOptions) -> Result<Analysis> {
+    crate::progress::stage("analysing: shape inference, ORT's schedule, the simulated arena");
     let (graph, types) = with_inferred_types(graph)?;
     let class = classify(&graph, o.loss.as_deref())?;
     let sched = schedule(&graph)?;
@@ -625,6 +657,7 @@ impl LocalSearch<'_> {
             if *trials >= MAX_TRIALS || Instant::now() >= self.deadline {
                 break;
             }
+            crate::progress::trials(*trials, current);
             // Flips worth trying: every chosen candidate (drop it) and the unchosen ones with
             // the most bytes·window per FLOP (add one), those absent at the simulated peak first.
             let covers = |i: usize| {

@@ -21,8 +21,11 @@ pub enum Status {
     Rewritten,
     /// No plan fits: see `diagnosis`.
     CeilingCannotBeMet,
-    /// Validation ran and failed: see `validation` and `memory`.
+    /// Validation ran and failed: see `reason`, `validation` and `memory`. Nothing written.
     ValidationFailed,
+    /// `--validate` was asked for but could not run (no ONNX Runtime, no training ops, ORT
+    /// refused the graph): see `reason`. Nothing written.
+    NotValidated,
 }
 
 /// Why no plan fits, as data.
@@ -65,6 +68,60 @@ pub struct FileHash {
     pub sha256: String,
 }
 
+impl FileHash {
+    /// The SHA-256 of the file at `path`, read in 1 MiB pieces (data files can be large).
+    pub fn of_file(path: &std::path::Path) -> std::io::Result<FileHash> {
+        use sha2::Digest;
+        use std::io::Read;
+        let mut f = std::fs::File::open(path)?;
+        let mut h = sha2::Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = f.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+        }
+        Ok(FileHash {
+            path: path.display().to_string(),
+            sha256: h.finalize().iter().map(|b| format!("{b:02x}")).collect(),
+        })
+    }
+}
+
+/// Where the output model's external data lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DataPlacement {
+    /// The output was written in its input's directory and references the input's data files.
+    Referenced,
+    /// The data the output uses was copied into one file beside it (`<output>.data`).
+    Copied,
+}
+
+/// The output model's external data: where it lives and each file's hash.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct OutputData {
+    pub placement: DataPlacement,
+    pub files: Vec<FileHash>,
+}
+
+/// How random ops (Dropout, RandomNormal, …) of the output are seeded when it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RandomOpSeeds {
+    /// No seed is written; ORT derives them as for any model. Random ops are never cloned
+    /// and keep their order among themselves, so Dropouts (ORT's global generator, in
+    /// execution order) draw what the original's draw under the same `onnxruntime.set_seed`;
+    /// Random*/Bernoulli/Multinomial seed from their node's index, and those whose index the
+    /// rewrite shifted are listed in `random_ops_shifted`: their draws differ.
+    OrtDerived,
+    /// `--seed-random-ops`: every random op carries an explicit `seed` attribute, derived
+    /// from `--seed` and the node's name, as validation sets them.
+    Explicit,
+}
+
 /// The tool that wrote the receipt.
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Tool {
@@ -81,6 +138,8 @@ pub struct Receipt {
     /// The seed of inputs and random ops.
     pub seed: u64,
     pub model: FileHash,
+    /// The input model's external data files, hashed (empty: it has none).
+    pub model_data: Vec<FileHash>,
     pub bindings: BTreeMap<String, u64>,
     /// Graph input shapes under the bindings (`null` dims: not bound).
     pub input_shapes: BTreeMap<String, Vec<Option<u64>>>,
@@ -95,7 +154,16 @@ pub struct Receipt {
     /// Session config entries a run of the output needs.
     pub session_config: BTreeMap<String, String>,
     pub rng_policy: String,
+    /// How the output's random ops are seeded.
+    pub random_op_seeds: RandomOpSeeds,
+    /// With `ort_derived`: the output's random ops that ORT seeds by node index whose index
+    /// differs from the original's (their draws differ from the original's; empty with
+    /// `explicit`, or when nothing was written).
+    pub random_ops_shifted: Vec<String>,
     pub status: Status,
+    /// Why validation failed or could not run, in one sentence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diagnosis: Option<Diagnosis>,
     /// `diagnosis.lowest_reachable_total_bytes`, for scripts.
@@ -103,6 +171,9 @@ pub struct Receipt {
     pub lowest_reachable_total_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<FileHash>,
+    /// The output's external data (absent: none, or nothing written).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_data: Option<OutputData>,
     /// What the device must hold under the profile (fixed + arena need): the ceiling's number.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub predicted_peak_bytes: Option<BeforeAfter<u64>>,

@@ -2,6 +2,12 @@
 //! the same seeded inputs, the same seeds for random ops (set in memory, never in the
 //! user's files), every output compared within dtype-aware tolerances, a deliberately
 //! broken control that must be rejected, measured peaks and step times side by side.
+//!
+//! Values are compared under ORT's deterministic compute (`session.use_deterministic_compute`),
+//! so kernels that sum across threads in any order (CPU `ScatterND` with `reduction="add"`, the
+//! embedding gradient) cannot fail a comparison by chance; tolerances are never loosened for
+//! them. Every session is told the model's directory, so external data never resolves against
+//! the current directory.
 
 use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
@@ -181,12 +187,14 @@ pub struct MemoryCheck {
 /// The largest |relative error| of a predicted arena need a validation accepts.
 pub const MEMORY_TOLERANCE: f64 = 0.01;
 
-/// Measure one graph's device memory under the expectation's profile for its steps and
+/// Measure one graph's device memory (its external data in `dir`) under the expectation's
+/// profile for its steps and
 /// compare it with `predicted_arena_bytes`; with a ceiling, also run it with the arena capped
 /// at the ceiling less what the caller feeds.
 pub fn measure_device(
     label: &str,
     model: &onnx::ModelProto,
+    dir: Option<&std::path::Path>,
     inputs: &[HostTensor],
     e: &MemoryExpectation,
     predicted_arena_bytes: u64,
@@ -194,14 +202,18 @@ pub fn measure_device(
     let (profile, fixed_bytes) = (&e.profile, e.fixed_bytes);
     let cfg = &crate::profile::session_config(profile);
     let arena_budget = e.arena_budget();
-    let bytes = model.encode_to_vec();
+    let bytes = ort_ready(model, dir).encode_to_vec();
     let steps = profile.steps as usize;
     let hold = profile.caller_outputs == ckpt_ir::profile::CallerOutputs::Held;
-    let need = ckpt_runtime::measure_need(Model::new(label, &bytes), inputs, cfg, steps, hold)
+    let m = Model::new(label, &bytes).in_dir(dir);
+    crate::progress::stage(format!(
+        "validation: measuring the {label} graph's device need under the profile"
+    ));
+    let need = ckpt_runtime::measure_need(m, inputs, cfg, steps, hold)
         .with_context(|| format!("measuring the {label} graph's device need"))?;
     let runs_under_ceiling = match arena_budget {
         Some(budget) => Some(ckpt_runtime::runs_under(
-            Model::new(label, &bytes),
+            m,
             inputs,
             cfg,
             steps,
@@ -233,6 +245,10 @@ pub struct MemoryExpectation {
     pub original_arena_bytes: u64,
     pub rewritten_arena_bytes: u64,
     pub ceiling_bytes: Option<u64>,
+    /// The directory the original's external data resolves against.
+    pub original_dir: Option<std::path::PathBuf>,
+    /// The directory the rewritten graph's external data resolves against.
+    pub rewritten_dir: Option<std::path::PathBuf>,
 }
 
 impl MemoryExpectation {
@@ -253,8 +269,22 @@ pub fn check_memory(
     e: &MemoryExpectation,
 ) -> Result<MemoryCheck> {
     let budget = e.arena_budget();
-    let o = measure_device("original", original, inputs, e, e.original_arena_bytes)?;
-    let r = measure_device("rewritten", rewritten, inputs, e, e.rewritten_arena_bytes)?;
+    let o = measure_device(
+        "original",
+        original,
+        e.original_dir.as_deref(),
+        inputs,
+        e,
+        e.original_arena_bytes,
+    )?;
+    let r = measure_device(
+        "rewritten",
+        rewritten,
+        e.rewritten_dir.as_deref(),
+        inputs,
+        e,
+        e.rewritten_arena_bytes,
+    )?;
     let mut failures = Vec::new();
     if let Some(c) = e.ceiling_bytes {
         if r.measured_total_bytes > c {
@@ -318,6 +348,8 @@ pub struct Validation {
     pub control_tensor: String,
     pub rng_policy: &'static str,
     pub random_ops_seeded: usize,
+    /// Values were computed under `session.use_deterministic_compute=1`.
+    pub deterministic_compute: bool,
     pub original: Measured,
     pub rewritten: Measured,
     /// The rewritten graph's peak under ORT's default optimizer set (CSE on), exact arena.
@@ -339,11 +371,16 @@ pub struct ValidateOptions {
     pub runs: usize,
     /// Name the node at which ORT peaks (exact CPU arena; ~log2(peak/256) extra runs per graph).
     pub locate_peak: bool,
+    /// The directory the original's external data resolves against.
+    pub original_dir: Option<std::path::PathBuf>,
+    /// The directory the rewritten graph's external data resolves against.
+    pub rewritten_dir: Option<std::path::PathBuf>,
 }
 
 fn measure(
     label: &str,
     bytes: &[u8],
+    dir: Option<&std::path::Path>,
     inputs: &[HostTensor],
     o: &ValidateOptions,
 ) -> Result<Measured> {
@@ -351,15 +388,19 @@ fn measure(
         arena: Arena::Exact,
         ..o.cfg.clone()
     };
+    crate::progress::stage(format!(
+        "validation: measuring the {label} graph's peak and step times"
+    ));
+    let m = Model::new(label, bytes).in_dir(dir);
     let exact = if o.cfg.provider == ckpt_runtime::Provider::Cpu {
-        measure_peak(Model::new(label, bytes), inputs, &exact_cfg)?.peak_bytes
+        measure_peak(m, inputs, &exact_cfg)?.peak_bytes
     } else {
         0
     };
-    let default_arena = measure_peak(Model::new(label, bytes), inputs, &o.cfg)?.peak_bytes;
-    let t = time_steps(Model::new(label, bytes), inputs, &o.cfg, o.warmup, o.runs)?;
+    let default_arena = measure_peak(m, inputs, &o.cfg)?.peak_bytes;
+    let t = time_steps(m, inputs, &o.cfg, o.warmup, o.runs)?;
     let peak_node = if o.locate_peak && o.cfg.provider == ckpt_runtime::Provider::Cpu {
-        Some(locate_peak(Model::new(label, bytes), inputs, &exact_cfg)?)
+        Some(locate_peak(m, inputs, &exact_cfg)?)
     } else {
         None
     };
@@ -372,6 +413,26 @@ fn measure(
     })
 }
 
+/// `model` as ONNX Runtime can load it from bytes: its small external constants embedded
+/// (read from `dir`; see [`ckpt_ir::embed_small_external`]), its weights left where they are.
+pub fn ort_ready(model: &onnx::ModelProto, dir: Option<&std::path::Path>) -> onnx::ModelProto {
+    let mut m = model.clone();
+    if let Some(dir) = dir {
+        ckpt_ir::embed_small_external(&mut m, dir);
+    }
+    m
+}
+
+/// The session config values are compared under: `cfg` with deterministic compute on.
+pub fn deterministic(cfg: &SessionConfig) -> SessionConfig {
+    let mut c = cfg.clone();
+    c.config_entries
+        .retain(|(k, _)| k != ckpt_runtime::DETERMINISTIC_COMPUTE_KEY);
+    c.config_entries
+        .push((ckpt_runtime::DETERMINISTIC_COMPUTE_KEY.into(), "1".into()));
+    c
+}
+
 /// Validate `rewritten` against `original` (both already imported from these models).
 pub fn validate(
     original: &onnx::ModelProto,
@@ -380,29 +441,43 @@ pub fn validate(
     input_generation: Vec<String>,
     o: &ValidateOptions,
 ) -> Result<Validation> {
-    let mut a = original.clone();
-    let mut b = rewritten.clone();
+    let (a_dir, b_dir) = (o.original_dir.as_deref(), o.rewritten_dir.as_deref());
+    let mut a = ort_ready(original, a_dir);
+    let mut b = ort_ready(rewritten, b_dir);
     let seeded = seed_random_ops(&mut a, o.seed);
     seed_random_ops(&mut b, o.seed);
     let (a_bytes, b_bytes) = (a.encode_to_vec(), b.encode_to_vec());
     let info = ckpt_runtime::init(None)
         .context("finding ONNX Runtime")?
         .clone();
-    let ref_out = run(Model::new("original", &a_bytes), inputs, &o.cfg)
-        .context("running the original graph")?;
-    let cand_out = run(Model::new("rewritten", &b_bytes), inputs, &o.cfg)
-        .context("running the rewritten graph")?;
+    let values_cfg = deterministic(&o.cfg);
+    crate::progress::stage("validation: running the original graph");
+    let ref_out = run(
+        Model::new("original", &a_bytes).in_dir(a_dir),
+        inputs,
+        &values_cfg,
+    )
+    .context("running the original graph")?;
+    crate::progress::stage("validation: running the rewritten graph");
+    let cand_out = run(
+        Model::new("rewritten", &b_bytes).in_dir(b_dir),
+        inputs,
+        &values_cfg,
+    )
+    .context("running the rewritten graph")?;
     let cmp: Comparison = compare(&ref_out, &cand_out, &o.tol);
     let (control, control_tensor) = broken_control(&b)?;
+    let control_bytes = control.encode_to_vec();
+    crate::progress::stage("validation: running the broken control");
     let control_out = run(
-        Model::new("control", &control.encode_to_vec()),
+        Model::new("control", &control_bytes).in_dir(b_dir),
         inputs,
-        &o.cfg,
+        &values_cfg,
     )
     .context("running the control")?;
     let control_rejected = !compare(&ref_out, &control_out, &o.tol).passed;
-    let original_m = measure("original", &a_bytes, inputs, o)?;
-    let rewritten_m = measure("rewritten", &b_bytes, inputs, o)?;
+    let original_m = measure("original", &a_bytes, a_dir, inputs, o)?;
+    let rewritten_m = measure("rewritten", &b_bytes, b_dir, inputs, o)?;
     let cse_cfg = SessionConfig {
         disable_cse: false,
         opt_level: ckpt_runtime::OptLevel::Basic,
@@ -415,8 +490,18 @@ pub fn validate(
     };
     let (with_cse, without_cse) = if o.cfg.provider == ckpt_runtime::Provider::Cpu {
         (
-            measure_peak(Model::new("rewritten", &b_bytes), inputs, &cse_cfg)?.peak_bytes,
-            measure_peak(Model::new("rewritten", &b_bytes), inputs, &no_cse_cfg)?.peak_bytes,
+            measure_peak(
+                Model::new("rewritten", &b_bytes).in_dir(b_dir),
+                inputs,
+                &cse_cfg,
+            )?
+            .peak_bytes,
+            measure_peak(
+                Model::new("rewritten", &b_bytes).in_dir(b_dir),
+                inputs,
+                &no_cse_cfg,
+            )?
+            .peak_bytes,
         )
     } else {
         (0, 0)
@@ -433,12 +518,13 @@ pub fn validate(
         control_tensor,
         rng_policy: RNG_POLICY,
         random_ops_seeded: seeded,
+        deterministic_compute: true,
         original: original_m,
         rewritten: rewritten_m,
         rewritten_peak_bytes_with_cse: with_cse,
         cse_warning,
         ort: serde_json::json!({"library": info.library.display().to_string(), "version": info.version}),
-        session: serde_json::to_value(&o.cfg).unwrap_or_default(),
+        session: serde_json::to_value(&values_cfg).unwrap_or_default(),
         input_generation,
     })
 }

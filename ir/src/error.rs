@@ -74,6 +74,17 @@ pub enum ExportError {
     WouldOverwriteInput { path: PathBuf },
     #[error("refusing to write {path}: it is {kind}, not a regular file (a rename would replace it); choose a file path")]
     NotARegularFile { path: PathBuf, kind: &'static str },
+    #[error(
+        "cannot write {path}: the graph has external data but no model directory to read it from"
+    )]
+    NoExternalDataDir { path: PathBuf },
+    #[error("cannot copy external data of `{tensor}` from {from} to {to}: {source}")]
+    ExternalCopy {
+        tensor: String,
+        from: PathBuf,
+        to: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// A broken graph invariant, found by [`crate::verify`].

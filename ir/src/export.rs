@@ -1,9 +1,18 @@
 //! [`Graph`] → ModelProto → file. The imported model is the template: only the node list
 //! (in the graph's file order, names from its tensors) and the value_info of tensors that
 //! patches created are regenerated, so an unchanged import exports to the same message.
+//!
+//! Files are written atomically (a temporary file beside the target, then a rename), and a
+//! temporary file is registered while it exists, so that [`remove_temp_files`] (called on
+//! SIGINT/SIGTERM) leaves none behind. A model with external data is written by
+//! [`write_model`]: its small constants are embedded ([`crate::embed_small_external`]: ONNX
+//! Runtime cannot load a model whose shape constants are external); beside its original's
+//! directory the output references the original data files; anywhere else the data it uses is
+//! copied into one file beside the output, so the output is correct wherever it is written.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use prost::Message;
 
@@ -43,8 +52,6 @@ pub fn export_bytes(graph: &Graph) -> Vec<u8> {
     export(graph).encode_to_vec()
 }
 
-/// Write `bytes` to `path` atomically (temporary file in the same directory, then rename).
-/// Refuses to overwrite `input` (the model the bytes were derived from).
 /// Whether `path` may be written by [`write_atomic`]: absent, or a regular file (a symlink,
 /// FIFO, device or directory would be replaced by the rename, or never be written at all).
 pub fn check_output_target(path: &Path) -> Result<(), ExportError> {
@@ -72,40 +79,317 @@ pub fn check_output_target(path: &Path) -> Result<(), ExportError> {
     })
 }
 
-pub fn write_atomic(path: &Path, bytes: &[u8], input: Option<&Path>) -> Result<(), ExportError> {
-    check_output_target(path)?;
-    if let Some(input) = input {
-        let same = match (path.canonicalize(), input.canonicalize()) {
-            (Ok(a), Ok(b)) => a == b,
-            _ => path == input,
-        };
-        if same {
-            return Err(ExportError::WouldOverwriteInput {
-                path: path.to_path_buf(),
-            });
+/// Temporary files that exist now, for [`remove_temp_files`].
+static TEMP_FILES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn register_temp(p: &Path) {
+    if let Ok(mut v) = TEMP_FILES.lock() {
+        v.push(p.to_path_buf());
+    }
+}
+
+fn unregister_temp(p: &Path) {
+    if let Ok(mut v) = TEMP_FILES.lock() {
+        v.retain(|x| x != p);
+    }
+}
+
+/// Remove every temporary file a write in progress holds (for a signal handler: the process
+/// is about to exit, and no published file is touched).
+pub fn remove_temp_files() {
+    if let Ok(mut v) = TEMP_FILES.lock() {
+        for p in v.drain(..) {
+            let _ = std::fs::remove_file(p);
         }
     }
-    let io = |source| ExportError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let dir = match path.parent() {
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
-    };
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "out".into());
-    let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
     }
-    result.map_err(io)
+}
+
+/// A temporary file beside `path`, registered until it is renamed into place or removed.
+struct Staged {
+    tmp: PathBuf,
+    path: PathBuf,
+}
+
+impl Staged {
+    fn create(path: &Path) -> Result<(Staged, std::fs::File), ExportError> {
+        let file_name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "out".into());
+        let tmp = parent_dir(path).join(format!(".{file_name}.tmp-{}", std::process::id()));
+        register_temp(&tmp);
+        let staged = Staged {
+            tmp,
+            path: path.to_path_buf(),
+        };
+        let f = std::fs::File::create(&staged.tmp).map_err(|source| staged.io(source))?;
+        Ok((staged, f))
+    }
+
+    fn io(&self, source: std::io::Error) -> ExportError {
+        ExportError::Io {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn publish(self) -> Result<(), ExportError> {
+        let r = std::fs::rename(&self.tmp, &self.path).map_err(|source| self.io(source));
+        if r.is_ok() {
+            unregister_temp(&self.tmp);
+        }
+        r
+    }
+}
+
+impl Drop for Staged {
+    /// An unpublished temporary file is removed.
+    fn drop(&mut self) {
+        if self.tmp.exists() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+        unregister_temp(&self.tmp);
+    }
+}
+
+fn stage_bytes(path: &Path, bytes: &[u8]) -> Result<Staged, ExportError> {
+    let (staged, mut f) = Staged::create(path)?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(|source| staged.io(source))?;
+    Ok(staged)
+}
+
+/// Write `bytes` to `path` atomically (temporary file in the same directory, then rename).
+/// Refuses to overwrite `input` (the model the bytes were derived from) and targets that are
+/// not regular files.
+pub fn write_atomic(path: &Path, bytes: &[u8], input: Option<&Path>) -> Result<(), ExportError> {
+    check_output_target(path)?;
+    if input.is_some_and(|input| same_file(path, input)) {
+        return Err(ExportError::WouldOverwriteInput {
+            path: path.to_path_buf(),
+        });
+    }
+    stage_bytes(path, bytes)?.publish()
+}
+
+/// Where a written model's external data lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataPlacement {
+    /// The model has no external data.
+    None,
+    /// The output is in its original's directory and references the original data files.
+    Referenced,
+    /// The data the output uses was copied into one file beside it.
+    Copied,
+}
+
+/// What [`write_model`] wrote.
+#[derive(Clone, Debug)]
+pub struct Written {
+    /// The model file's bytes.
+    pub bytes: Vec<u8>,
+    pub placement: DataPlacement,
+    /// The data files the output reads (absent unless it has external data).
+    pub data_files: Vec<PathBuf>,
+}
+
+/// The external data files a model's initializers name, in first-use order, under `dir`.
+pub fn external_data_files(model: &onnx::ModelProto, dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = Vec::new();
+    for t in model.graph.iter().flat_map(|g| &g.initializer) {
+        if let Some(loc) = external_entry(t, "location") {
+            let p = dir.join(loc);
+            if !files.contains(&p) {
+                files.push(p);
+            }
+        }
+    }
+    files
+}
+
+fn external_entry<'a>(t: &'a onnx::TensorProto, key: &str) -> Option<&'a str> {
+    if t.data_location != Some(onnx::tensor_proto::DataLocation::External as i32) {
+        return None;
+    }
+    t.external_data
+        .iter()
+        .find(|e| e.key.as_deref() == Some(key))
+        .and_then(|e| e.value.as_deref())
+}
+
+/// Offsets of copied tensors are aligned to this (ONNX's and ORT's page alignment, so that
+/// ORT may map them).
+const DATA_ALIGN: u64 = 4096;
+
+/// Write `model` (exported from a graph read from `src_dir`) to `out` atomically with its
+/// external data (see the module doc): the data file (`<out file name>.data`, when copied) is
+/// renamed into place just before the model, and neither temporary file survives a failure.
+/// Refuses to overwrite `input` or any data file the model reads.
+pub fn write_model(
+    mut model: onnx::ModelProto,
+    src_dir: Option<&Path>,
+    out: &Path,
+    input: Option<&Path>,
+) -> Result<Written, ExportError> {
+    if let Some(dir) = src_dir {
+        crate::embed_small_external(&mut model, dir);
+    }
+    let has_external = model
+        .graph
+        .iter()
+        .flat_map(|g| &g.initializer)
+        .any(|t| external_entry(t, "location").is_some());
+    if !has_external {
+        let bytes = model.encode_to_vec();
+        write_atomic(out, &bytes, input)?;
+        return Ok(Written {
+            bytes,
+            placement: DataPlacement::None,
+            data_files: Vec::new(),
+        });
+    }
+    let src_dir = src_dir.ok_or_else(|| ExportError::NoExternalDataDir {
+        path: out.to_path_buf(),
+    })?;
+    let sources = external_data_files(&model, src_dir);
+    if same_file(&parent_dir(out), src_dir) {
+        let bytes = model.encode_to_vec();
+        if sources.iter().any(|s| same_file(out, s)) {
+            return Err(ExportError::WouldOverwriteInput {
+                path: out.to_path_buf(),
+            });
+        }
+        write_atomic(out, &bytes, input)?;
+        return Ok(Written {
+            bytes,
+            placement: DataPlacement::Referenced,
+            data_files: sources,
+        });
+    }
+    check_output_target(out)?;
+    if input.is_some_and(|input| same_file(out, input)) {
+        return Err(ExportError::WouldOverwriteInput {
+            path: out.to_path_buf(),
+        });
+    }
+    let data_name = format!(
+        "{}.data",
+        out.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "out".into())
+    );
+    let data_path = parent_dir(out).join(&data_name);
+    check_output_target(&data_path)?;
+    if sources.iter().any(|s| same_file(&data_path, s)) {
+        return Err(ExportError::WouldOverwriteInput { path: data_path });
+    }
+    let (staged_data, mut f) = Staged::create(&data_path)?;
+    let mut end = 0u64;
+    for t in model
+        .graph
+        .iter_mut()
+        .flat_map(|g| g.initializer.iter_mut())
+    {
+        let Some(loc) = external_entry(t, "location").map(str::to_string) else {
+            continue;
+        };
+        let offset: u64 = external_entry(t, "offset")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let length: Option<u64> = external_entry(t, "length").and_then(|v| v.parse().ok());
+        let name = t.name.clone().unwrap_or_default();
+        let from = src_dir.join(&loc);
+        let copy_err = |source| ExportError::ExternalCopy {
+            tensor: name.clone(),
+            from: from.clone(),
+            to: data_path.clone(),
+            source,
+        };
+        let start = end.div_ceil(DATA_ALIGN) * DATA_ALIGN;
+        let copied = (|| -> std::io::Result<u64> {
+            use std::io::{Read, Seek, SeekFrom};
+            f.seek(SeekFrom::Start(start))?;
+            let mut src = std::fs::File::open(&from)?;
+            src.seek(SeekFrom::Start(offset))?;
+            let n = match length {
+                Some(l) => {
+                    let n = std::io::copy(&mut (&mut src).take(l), &mut f)?;
+                    if n != l {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::UnexpectedEof,
+                            format!("{n} of {l} bytes at offset {offset}"),
+                        ));
+                    }
+                    n
+                }
+                None => std::io::copy(&mut src, &mut f)?,
+            };
+            Ok(n)
+        })()
+        .map_err(copy_err)?;
+        end = start + copied;
+        t.external_data = vec![
+            entry("location", &data_name),
+            entry("offset", &start.to_string()),
+            entry("length", &copied.to_string()),
+        ];
+    }
+    f.sync_all().map_err(|source| staged_data.io(source))?;
+    drop(f);
+    let bytes = model.encode_to_vec();
+    let staged_model = stage_bytes(out, &bytes)?;
+    staged_data.publish()?;
+    staged_model.publish()?;
+    Ok(Written {
+        bytes,
+        placement: DataPlacement::Copied,
+        data_files: vec![data_path],
+    })
+}
+
+fn entry(key: &str, value: &str) -> onnx::StringStringEntryProto {
+    onnx::StringStringEntryProto {
+        key: Some(key.into()),
+        value: Some(value.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a signal handler calls removes a write's temporary file, and a published file is
+    /// no longer registered.
+    #[test]
+    fn temp_files_are_removed_on_request_and_published_ones_kept() {
+        let dir = std::env::temp_dir().join(format!("ckpt-ir-staged-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("m.onnx");
+        let staged = stage_bytes(&target, b"bytes").unwrap();
+        let tmp = staged.tmp.clone();
+        assert!(tmp.exists());
+        remove_temp_files();
+        assert!(!tmp.exists(), "the temporary file survived");
+        std::mem::forget(staged);
+        let staged = stage_bytes(&target, b"bytes").unwrap();
+        staged.publish().unwrap();
+        remove_temp_files();
+        assert_eq!(std::fs::read(&target).unwrap(), b"bytes");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -1,7 +1,12 @@
 //! File → [`Graph`]. Decodes the ModelProto without copying raw tensor bytes, builds
 //! first-class tensors with dtypes and (symbolic) shapes from inputs, outputs,
 //! initializers and value_info, and rejects malformed graphs with an error that names
-//! the node or tensor. External data is located and checked, never read.
+//! the node or tensor. External data is located and checked: its location must name a
+//! regular file inside the model's directory (lexically, `x/../w.data` stays inside; and
+//! canonically, so a symlink cannot leave), other than the model file itself, holding the
+//! bytes the tensor claims. Only the few bytes of small integer constants that shape
+//! inference needs (axes, shapes, pads, slice bounds; at most [`MAX_EXTERNAL_VALUE_BYTES`])
+//! are ever read, by [`read_external_value`], never a whole weight file.
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
@@ -105,7 +110,7 @@ pub fn import_model(
         let dtype = tensor_dtype(&name, init.data_type.unwrap_or(0))?;
         let shape = dims_shape(&name, &init.dims)?;
         check_size(&name, dtype, &shape)?;
-        let data = init_data(&name, init, graph.dir.as_deref())?;
+        let data = init_data(&name, init, path, graph.dir.as_deref())?;
         match graph.by_name.get(&name).copied() {
             Some(id) => {
                 let t = &mut graph.tensors[id.index()];
@@ -366,6 +371,7 @@ fn check_size(tensor: &str, dtype: Option<DType>, shape: &Shape) -> Result<(), I
 fn init_data(
     name: &str,
     init: &onnx::TensorProto,
+    model_path: &Path,
     dir: Option<&Path>,
 ) -> Result<InitData, ImportError> {
     if init.data_location != Some(onnx::tensor_proto::DataLocation::External as i32) {
@@ -400,31 +406,37 @@ fn init_data(
     let location = location.ok_or_else(|| malformed("no `location` entry".to_string()))?;
     let dir =
         dir.ok_or_else(|| malformed("external data needs the model's directory".to_string()))?;
-    let rel = Path::new(&location);
-    let escapes = rel.is_absolute()
-        || rel.components().any(|c| {
-            matches!(
-                c,
-                Component::ParentDir | Component::RootDir | Component::Prefix(_)
-            )
-        });
     let outside = || ImportError::ExternalOutsideDir {
         tensor: name.to_string(),
         location: location.clone(),
         dir: dir.to_path_buf(),
     };
-    if escapes {
-        return Err(outside());
+    let inside = normalise_location(&location).ok_or_else(outside)?;
+    if inside.as_os_str().is_empty() {
+        return Err(malformed(format!(
+            "location `{location}` names the model's directory, not a data file"
+        )));
     }
-    let full: PathBuf = dir.join(rel);
+    let full: PathBuf = dir.join(Path::new(&location));
     let meta = std::fs::metadata(&full).map_err(|_| ImportError::ExternalMissing {
         tensor: name.to_string(),
         path: full.clone(),
     })?;
+    if !meta.is_file() {
+        return Err(malformed(format!(
+            "location `{location}` ({}) is not a regular file",
+            full.display()
+        )));
+    }
     // A symlink may still point outside: compare canonical paths.
     if let (Ok(cdir), Ok(cfile)) = (dir.canonicalize(), full.canonicalize()) {
         if !cfile.starts_with(&cdir) {
             return Err(outside());
+        }
+        if model_path.canonicalize().is_ok_and(|m| m == cfile) {
+            return Err(malformed(format!(
+                "location `{location}` is the model file itself"
+            )));
         }
     }
     let end = offset
@@ -442,6 +454,94 @@ fn init_data(
         offset,
         length,
     })
+}
+
+/// An external-data location as a path inside the model's directory, resolved lexically
+/// (`x/../w.data` is `w.data`); `None` when it is absolute or climbs out.
+pub fn normalise_location(location: &str) -> Option<PathBuf> {
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    for c in Path::new(location).components() {
+        match c {
+            Component::Normal(p) => parts.push(p),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                parts.pop()?;
+            }
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(parts.iter().collect())
+}
+
+/// Embed every external initializer of at most [`MAX_EXTERNAL_VALUE_BYTES`] (its exact byte
+/// range read from `dir`), leaving larger ones external. ONNX Runtime (1.31) cannot create a
+/// session for a model whose shape constants (Slice bounds, Reshape shapes, axes) are
+/// external ("Cannot parse data from external tensors"), so every model handed to it, and
+/// every model written, has them embedded. Returns how many were embedded.
+pub fn embed_small_external(model: &mut onnx::ModelProto, dir: &Path) -> usize {
+    let mut count = 0;
+    for t in model
+        .graph
+        .iter_mut()
+        .flat_map(|g| g.initializer.iter_mut())
+    {
+        if t.data_location != Some(onnx::tensor_proto::DataLocation::External as i32) {
+            continue;
+        }
+        let entry = |key: &str| {
+            t.external_data
+                .iter()
+                .find(|e| e.key.as_deref() == Some(key))
+                .and_then(|e| e.value.clone())
+        };
+        let Some(location) = entry("location") else {
+            continue;
+        };
+        let offset = entry("offset").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let length = entry("length").and_then(|v| v.parse().ok());
+        if let Some(raw) = read_external_value(dir, t, &location, offset, length) {
+            t.raw_data = Some(raw.into());
+            t.data_location = None;
+            t.external_data.clear();
+            count += 1;
+        }
+    }
+    count
+}
+
+/// The most bytes of external data [`read_external_value`] reads for one tensor.
+pub const MAX_EXTERNAL_VALUE_BYTES: u64 = 64 * 8;
+
+/// The raw bytes of an external initializer small enough for shape inference to track (at
+/// most [`MAX_EXTERNAL_VALUE_BYTES`], fixed-width element type): exactly its byte range of the
+/// data file, read from `dir` (import checked the location). `None` for anything larger, or a
+/// file that no longer holds the bytes.
+pub fn read_external_value(
+    dir: &Path,
+    t: &onnx::TensorProto,
+    location: &str,
+    offset: u64,
+    length: Option<u64>,
+) -> Option<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let dtype = DType::from_code(t.data_type?)?;
+    let bits = dtype.bits();
+    if dtype == DType::String || bits % 8 != 0 {
+        return None;
+    }
+    let elems = t
+        .dims
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(u64::try_from(d).ok()?))?;
+    let bytes = elems.checked_mul(bits / 8)?;
+    if bytes > MAX_EXTERNAL_VALUE_BYTES || length.is_some_and(|l| l != bytes) {
+        return None;
+    }
+    let mut f = std::fs::File::open(dir.join(location)).ok()?;
+    f.seek(SeekFrom::Start(offset)).ok()?;
+    let mut buf = vec![0u8; bytes as usize];
+    f.read_exact(&mut buf).ok()?;
+    Some(buf)
 }
 
 /// Names of nodes on some cycle, for the error message.

@@ -32,12 +32,18 @@ mod verify;
 
 pub use dtype::DType;
 pub use error::{ExportError, ImportError, VerifyError};
-pub use export::{check_output_target, export, export_bytes, write_atomic};
+pub use export::{
+    check_output_target, export, export_bytes, external_data_files, remove_temp_files,
+    write_atomic, write_model, DataPlacement, Written,
+};
 pub use graph::{
     normalise_domain, Graph, InitData, Node, NodeOrigin, Tensor, TensorSource, ONNX_DOMAIN,
 };
 pub use ids::{NodeId, TensorId};
-pub use import::{import_bytes, import_file, import_model, MAX_IR_VERSION};
+pub use import::{
+    embed_small_external, import_bytes, import_file, import_model, normalise_location,
+    read_external_value, MAX_EXTERNAL_VALUE_BYTES, MAX_IR_VERSION,
+};
 pub use parse::{parse_graph, ParseError};
 pub use patch::{Applied, Move, NewNode, NewTensor, Patch, PatchError, Rewire, TensorRef};
 pub use profile::Profile;

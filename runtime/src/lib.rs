@@ -39,5 +39,8 @@ pub use ckpt_ir::ort::CSE_OPTIMIZER;
 pub use model::Model;
 pub use npy::{encode_npy, read_npy, write_npy};
 pub use offline::optimize_offline;
-pub use session::{input_specs, run, Arena, InputSpec, OptLevel, Provider, SessionConfig};
+pub use session::{
+    input_specs, run, Arena, InputSpec, OptLevel, Provider, SessionConfig,
+    DETERMINISTIC_COMPUTE_KEY, EXTERNAL_DATA_DIR_KEY,
+};
 pub use tensor::{DType, Element, HostTensor};

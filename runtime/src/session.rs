@@ -17,6 +17,14 @@ use crate::model::Model;
 use crate::model_ops::node_ops;
 use crate::tensor::{DType, HostTensor};
 
+/// The session config entry that names the directory external data resolves against when a
+/// session is created from bytes.
+pub const EXTERNAL_DATA_DIR_KEY: &str = "session.model_external_initializers_file_folder_path";
+
+/// The session config entry that makes ORT's CPU kernels deterministic (ScatterND with
+/// `reduction="add"`, the embedding gradient, otherwise sums across threads in any order).
+pub const DETERMINISTIC_COMPUTE_KEY: &str = "session.use_deterministic_compute";
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Provider {
@@ -248,6 +256,14 @@ pub(crate) fn create_session_saving(
     }
     if cfg.arena != Arena::Session {
         builder = builder.with_env_allocators().map_err(|e| fail(e.into()))?;
+    }
+    // External data resolves against the model's directory, never the process's cwd (the
+    // session is created from bytes, which have no location of their own).
+    if let Some(dir) = model.dir {
+        let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+        builder = builder
+            .with_config_entry(EXTERNAL_DATA_DIR_KEY, dir.to_string_lossy())
+            .map_err(|e| fail(e.into()))?;
     }
     for (key, value) in &cfg.config_entries {
         builder = builder

@@ -401,6 +401,15 @@ pub fn seed_attr(domain: &str, op_type: &str) -> Option<SeedAttr> {
     lookup(domain, op_type, None)?.seed
 }
 
+/// Whether ONNX Runtime seeds `domain::op_type`, when it has no `seed` attribute, from its
+/// node's index in the graph: the ONNX Random* ops and Bernoulli/Multinomial (float seeds;
+/// CPU kernels seed `GetRandomSeed() + node index`), so a node inserted before one changes
+/// its draws. Dropouts (int seeds) draw from ORT's process-wide Philox generator in
+/// execution order instead: their draws depend only on their order among themselves.
+pub fn seeded_by_node_index(domain: &str, op_type: &str) -> bool {
+    seed_attr(domain, op_type) == Some(SeedAttr::Float)
+}
+
 /// Whether ONNX Runtime folds the node into an initializer at load (`Constant`): it is
 /// never an execution step.
 pub fn folded_at_load(graph: &Graph, node: NodeId) -> bool {

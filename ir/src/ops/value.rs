@@ -1,6 +1,6 @@
 //! Constant tensor contents (initializers with embedded data, `Constant` nodes) and the
-//! integers-as-[`Dim`] arithmetic that symbolic shape values use. External data is never
-//! read.
+//! integers-as-[`Dim`] arithmetic that symbolic shape values use. Of external data, only a
+//! small integer constant's own bytes are read (see [`crate::read_external_value`]).
 
 use crate::dtype::DType;
 use crate::graph::{Graph, ONNX_DOMAIN};
@@ -180,8 +180,33 @@ pub(crate) fn constant(graph: &Graph, t: TensorId) -> Option<ConstData> {
     let tensor = graph.tensor(t);
     match &tensor.source {
         crate::graph::TensorSource::Initializer {
-            overridable: false, ..
-        } => decode(initializer_proto(graph, &tensor.name)?),
+            overridable: false,
+            data,
+        } => {
+            let proto = initializer_proto(graph, &tensor.name)?;
+            match data {
+                crate::graph::InitData::Embedded => decode(proto),
+                crate::graph::InitData::External {
+                    location,
+                    offset,
+                    length,
+                } => {
+                    let raw = crate::read_external_value(
+                        graph.dir()?,
+                        proto,
+                        location,
+                        *offset,
+                        *length,
+                    )?;
+                    decode(&onnx::TensorProto {
+                        raw_data: Some(raw.into()),
+                        data_location: None,
+                        external_data: Vec::new(),
+                        ..proto.clone()
+                    })
+                }
+            }
+        }
         crate::graph::TensorSource::Node(n) => {
             let node = graph.node(*n);
             if node.domain == ONNX_DOMAIN && node.op_type == "Constant" {
