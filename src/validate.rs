@@ -339,6 +339,9 @@ pub struct ValidateOptions {
     pub runs: usize,
     /// Name the node at which ORT peaks (exact CPU arena; ~log2(peak/256) extra runs per graph).
     pub locate_peak: bool,
+    /// The original's session where it differs from `cfg`: a rewrite of a graph optimized
+    /// offline is compared with its original run online at the level ORT optimized it at.
+    pub original_cfg: Option<SessionConfig>,
 }
 
 fn measure(
@@ -346,7 +349,12 @@ fn measure(
     bytes: &[u8],
     inputs: &[HostTensor],
     o: &ValidateOptions,
+    cfg: &SessionConfig,
 ) -> Result<Measured> {
+    let o = &ValidateOptions {
+        cfg: cfg.clone(),
+        ..o.clone()
+    };
     let exact_cfg = SessionConfig {
         arena: Arena::Exact,
         ..o.cfg.clone()
@@ -388,7 +396,8 @@ pub fn validate(
     let info = ckpt_runtime::init(None)
         .context("finding ONNX Runtime")?
         .clone();
-    let ref_out = run(Model::new("original", &a_bytes), inputs, &o.cfg)
+    let original_cfg = o.original_cfg.as_ref().unwrap_or(&o.cfg);
+    let ref_out = run(Model::new("original", &a_bytes), inputs, original_cfg)
         .context("running the original graph")?;
     let cand_out = run(Model::new("rewritten", &b_bytes), inputs, &o.cfg)
         .context("running the rewritten graph")?;
@@ -401,8 +410,8 @@ pub fn validate(
     )
     .context("running the control")?;
     let control_rejected = !compare(&ref_out, &control_out, &o.tol).passed;
-    let original_m = measure("original", &a_bytes, inputs, o)?;
-    let rewritten_m = measure("rewritten", &b_bytes, inputs, o)?;
+    let original_m = measure("original", &a_bytes, inputs, o, original_cfg)?;
+    let rewritten_m = measure("rewritten", &b_bytes, inputs, o, &o.cfg)?;
     let cse_cfg = SessionConfig {
         disable_cse: false,
         opt_level: ckpt_runtime::OptLevel::Basic,
