@@ -24,17 +24,18 @@ fn recorded_profile(g: &ckpt_ir::Graph) -> Profile {
     .expect("a recorded profile")
 }
 
-/// The main job at `level` with `--validate` on `model` at 90% of its predicted device total:
+/// The main job at `level` with `--validate` on `model` at `ceiling` (a share of its
+/// predicted device total at that level):
 /// exit 0, rewritten, validation and the memory check passed, both predictions within 1%,
 /// and the output records level `disable`, optimized offline at `level`.
-fn job_passes_at(model: &std::path::Path, level: &str) {
+fn job_passes_at(model: &std::path::Path, level: &str, ceiling: &str) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.onnx");
     let receipt = dir.path().join("receipt.json");
-    let o = run(&[
+    let mut args = vec![
         path_str(model),
         "--ceiling",
-        "90%",
+        ceiling,
         "--ort-opt-level",
         level,
         "-o",
@@ -44,7 +45,12 @@ fn job_passes_at(model: &std::path::Path, level: &str) {
         "1",
         "--receipt",
         path_str(&receipt),
-    ]);
+    ];
+    // The HF models' attention mask has no consumer that bounds it.
+    if model.to_string_lossy().contains("hfgpt2") || model.to_string_lossy().contains("llama") {
+        args.extend(["--int-range", "attention_mask=1:2"]);
+    }
+    let o = run(&args);
     let label = format!("{} at level {level}", model.display());
     assert_eq!(
         o.status.code(),
@@ -121,28 +127,28 @@ fn fixture(name: &str) -> std::path::PathBuf {
 #[test]
 fn example_passes_at_every_level() {
     for level in LEVELS {
-        job_passes_at(&root().join("examples/gpt2_4l_train.onnx"), level);
+        job_passes_at(&root().join("examples/gpt2_4l_train.onnx"), level, "90%");
     }
 }
 
 #[test]
 fn gpt2_passes_at_every_level() {
     for level in LEVELS {
-        job_passes_at(&fixture("gpt2_d0_aot"), level);
+        job_passes_at(&fixture("hfgpt2_d0_aot"), level, "95%");
     }
 }
 
 #[test]
 fn llama_passes_at_every_level() {
     for level in LEVELS {
-        job_passes_at(&fixture("llama_d0_makefx"), level);
+        job_passes_at(&fixture("llama_d0_makefx"), level, "95%");
     }
 }
 
 #[test]
 fn vit_passes_at_every_level() {
     for level in LEVELS {
-        job_passes_at(&fixture("vit_d0_aot"), level);
+        job_passes_at(&fixture("vit_d0_aot"), level, "95%");
     }
 }
 
