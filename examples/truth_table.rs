@@ -86,9 +86,11 @@ fn level_rows(
             continue;
         };
         let b = Bindings::new();
-        let sim = simulate(&o.graph, &schedule(&o.graph)?, &b)?;
+        // ORT writes no value_info for some tensors it creates: inference gives them.
+        let (graph, _) = ckpt_opt::optimize::with_inferred_types(o.graph)?;
+        let sim = simulate(&graph, &schedule(&graph)?, &b)?;
         let pred = device_need(&sim, &o.profile);
-        let saved = ckpt_ir::export_bytes(&o.graph);
+        let saved = ckpt_ir::export_bytes(&graph);
         let m = measure(&saved, name, inputs, &o.profile)?;
         let on = measure(bytes, name, inputs, &online)?;
         let err = pred.arena_bytes as f64 / m.arena_bytes as f64 - 1.0;
