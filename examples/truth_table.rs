@@ -1,27 +1,150 @@
-//! The memory model's truth table, for every standard fixture (and the bundled example) at
-//! level `disable`:
-//! - one step: the predicted peak against ORT's on the always-splitting arena (live tensors
-//!   rounded to 256 B) and on ORT's own session arena (the BFC replay);
+//! The memory model's truth table, for every standard fixture (and the bundled example):
+//! - one step at level `disable`: the predicted peak against ORT's on the always-splitting
+//!   arena (live tensors rounded to 256 B) and on ORT's own session arena (the BFC replay);
 //! - the device: under the default deployment profile and eight variants (memory pattern on
 //!   and off × power-of-two or request-sized regions × outputs released or held), the
 //!   predicted arena need (the smallest `max_mem` under which the profile's steps run, from
-//!   the replay) against ORT's (bisection on `max_mem`), with in-use and reserved bytes.
+//!   the replay) against ORT's (bisection on `max_mem`), with in-use and reserved bytes;
+//! - the optimization levels: the default profile at levels extended and all, and ORT's
+//!   defaults (level all, memory pattern on, ORT's 1 MiB first region, CSE on). At a level
+//!   above `disable` the prediction is of the graph ORT saves at that level (its offline mode,
+//!   what the main job plans), measured on that graph at `disable` (`ORT need`: how the
+//!   output is run) and on the original run online at the level (`online`: as a user runs it).
 //!
-//!     cargo run --release --example truth_table [FILTER]
+//! With `--levels`, instead: the side-by-side cost of each level (disable, basic, extended,
+//! all) × memory pattern off/on, measured online on the original: the device need, ORT's
+//! in-use and reserved peaks, and the step time (p50 of 5 runs after 2 warm-ups).
+//!
+//!     cargo run --release --example truth_table [FILTER] [--levels]
 
 use std::path::PathBuf;
 
 use anyhow::Result;
-use ckpt_ir::profile::{CallerOutputs, ExtendStrategy, InitialChunk, Profile};
+use ckpt_ir::profile::{CallerOutputs, ExtendStrategy, InitialChunk, OptLevel as Level, Profile};
 use ckpt_ir::Bindings;
 use ckpt_opt::inputs::{make_inputs, InputOverrides};
+use ckpt_opt::offline::optimize_for_level;
 use ckpt_opt::profile::session_config;
 use ckpt_passes::device::device_need;
 use ckpt_passes::memory::{schedule, simulate};
-use ckpt_runtime::{measure_need, measure_peak, Arena, Model, OptLevel, SessionConfig};
+use ckpt_runtime::{
+    measure_need, measure_peak, time_steps, Arena, HostTensor, Model, OptLevel, SessionConfig,
+};
+
+/// ORT's own defaults: level all, memory pattern on, a power-of-two arena from 1 MiB, CSE on.
+fn ort_defaults() -> Profile {
+    Profile {
+        graph_optimization_level: Level::All,
+        enable_mem_pattern: true,
+        initial_chunk: InitialChunk::OrtDefault,
+        session_config: Default::default(),
+        ..Profile::default()
+    }
+}
+
+fn measure(
+    bytes: &[u8],
+    name: &str,
+    inputs: &[HostTensor],
+    p: &Profile,
+) -> Result<ckpt_runtime::MeasuredNeed> {
+    Ok(measure_need(
+        Model::new(name, bytes),
+        inputs,
+        &session_config(p),
+        p.steps as usize,
+        p.caller_outputs == CallerOutputs::Held,
+    )?)
+}
+
+/// The rows of one model at the levels above `disable`.
+fn level_rows(
+    f: &std::path::Path,
+    name: &str,
+    bytes: &[u8],
+    inputs: &[HostTensor],
+    worst: &mut f64,
+) -> Result<()> {
+    let mut profiles: Vec<(String, Profile)> = [Level::Extended, Level::All]
+        .into_iter()
+        .map(|l| {
+            (
+                format!("default profile at level {l}"),
+                Profile {
+                    graph_optimization_level: l,
+                    ..Profile::default()
+                },
+            )
+        })
+        .collect();
+    profiles.push((
+        "ORT's defaults (level all, pattern on)".into(),
+        ort_defaults(),
+    ));
+    for (short, online) in profiles {
+        let Some(o) = optimize_for_level(bytes, f, &online)? else {
+            continue;
+        };
+        let b = Bindings::new();
+        // ORT writes no value_info for some tensors it creates: inference gives them.
+        let (graph, _) = ckpt_opt::optimize::with_inferred_types(o.graph)?;
+        let sim = simulate(&graph, &schedule(&graph)?, &b)?;
+        let pred = device_need(&sim, &o.profile);
+        let saved = ckpt_ir::export_bytes(&graph);
+        let m = measure(&saved, name, inputs, &o.profile)?;
+        let on = measure(bytes, name, inputs, &online)?;
+        let err = pred.arena_bytes as f64 / m.arena_bytes as f64 - 1.0;
+        let err_online = pred.arena_bytes as f64 / on.arena_bytes as f64 - 1.0;
+        *worst = worst.max(err.abs());
+        println!(
+            "{name:<24} {short:<46} {:>11} {:>11} {:>7.2}% {:>11} {:>11} {:>11} {:>11} {:>11} {:>7.2}%",
+            pred.arena_bytes,
+            m.arena_bytes,
+            100.0 * err,
+            pred.uncapped.in_use_peak,
+            m.uncapped.in_use_peak(),
+            pred.uncapped.reserved,
+            m.uncapped.reserved(),
+            on.arena_bytes,
+            100.0 * err_online
+        );
+    }
+    Ok(())
+}
+
+/// The cost of each level, online on the original, memory pattern off and on.
+fn level_costs(name: &str, bytes: &[u8], inputs: &[HostTensor]) -> Result<()> {
+    for level in [Level::Disable, Level::Basic, Level::Extended, Level::All] {
+        for pattern in [false, true] {
+            let p = Profile {
+                graph_optimization_level: level,
+                enable_mem_pattern: pattern,
+                ..Profile::default()
+            };
+            let m = measure(bytes, name, inputs, &p)?;
+            let t = time_steps(Model::new(name, bytes), inputs, &session_config(&p), 2, 5)?;
+            println!(
+                "{name:<24} {:<9} {:<8} {:>11} {:>11} {:>11} {:>9.2}",
+                level.as_str(),
+                if pattern { "on" } else { "off" },
+                m.arena_bytes,
+                m.uncapped.in_use_peak(),
+                m.uncapped.reserved(),
+                t.p50_ms
+            );
+        }
+    }
+    Ok(())
+}
 
 fn main() -> Result<()> {
-    let filter = std::env::args().nth(1).unwrap_or_default();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let levels = args.iter().any(|a| a == "--levels");
+    let filter = args
+        .iter()
+        .find(|a| !a.starts_with("--"))
+        .cloned()
+        .unwrap_or_default();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("tests/fixtures"))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -53,8 +176,25 @@ fn main() -> Result<()> {
             }
         }
     }
+    if levels {
+        println!(
+            "{:<24} {:<9} {:<8} {:>11} {:>11} {:>11} {:>9}",
+            "model", "level", "pattern", "ORT need", "ORT inuse", "ORT resv", "p50 ms"
+        );
+        for f in files {
+            let g = ckpt_ir::import_file(&f)?;
+            let overrides = InputOverrides::parse(&[], &["attention_mask=1:2".to_string()])?;
+            let (inputs, _) = make_inputs(&g, &Bindings::new(), 1, &overrides, &[])?;
+            let name = f
+                .file_stem()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            level_costs(&name, &std::fs::read(&f)?, &inputs)?;
+        }
+        return Ok(());
+    }
     println!(
-        "{:<24} {:<46} {:>11} {:>11} {:>8} {:>11} {:>11} {:>11} {:>11}",
+        "{:<24} {:<46} {:>11} {:>11} {:>8} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8}",
         "model",
         "profile",
         "pred need",
@@ -63,7 +203,9 @@ fn main() -> Result<()> {
         "pred inuse",
         "ORT inuse",
         "pred resv",
-        "ORT resv"
+        "ORT resv",
+        "online",
+        "error"
     );
     let mut worst: f64 = 0.0;
     for f in files {
@@ -132,6 +274,7 @@ fn main() -> Result<()> {
                 m.uncapped.reserved()
             );
         }
+        level_rows(&f, &name, &bytes, &inputs, &mut worst)?;
     }
     println!("worst deviation: {:.2}%", worst * 100.0);
     Ok(())

@@ -135,8 +135,9 @@ pub struct ProfileArgs {
     /// Execution provider.
     #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
     pub provider: String,
-    /// ORT graph optimization level of the deployment. Plans are made for `disable`: the graph
-    /// ORT runs is then the graph that was planned (levels basic and above fuse and reorder).
+    /// ORT graph optimization level of the deployment. At `basic`, `extended` or `all` ORT
+    /// optimizes the model first (its offline mode) and that graph is planned; the output is
+    /// then loaded at `disable`, so that no optimizer undoes the recompute.
     #[arg(long = "ort-opt-level", default_value = "disable", value_parser = ["disable", "basic", "extended", "all"])]
     pub ort_opt_level: String,
     /// ORT's memory pattern (`enable_mem_pattern`): from the second step on, one block of the

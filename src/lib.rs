@@ -4,6 +4,7 @@
 
 pub mod inputs;
 pub mod mutate;
+pub mod offline;
 pub mod optimize;
 pub mod profile;
 pub mod progress;

@@ -41,7 +41,8 @@ fn tolerances(r: &RunArgs) -> Tolerances {
 
 /// Validate `rewritten` against `original`; both are analysed graphs (their types inferred
 /// once, by the analysis: input ranges and shapes read them, and symbolic graphs name dims
-/// `unk__N` in the file).
+/// `unk__N` in the file). With a `reference` (a graph optimized offline), the values are
+/// compared against the reference run online at its level instead.
 fn run_validation(
     original: &ckpt_ir::Graph,
     rewritten: &ckpt_ir::Graph,
@@ -49,6 +50,7 @@ fn run_validation(
     params: &[ckpt_ir::TensorId],
     r: &RunArgs,
     profile: &ckpt_ir::Profile,
+    reference: Option<&Reference>,
 ) -> Result<(Validation, Vec<ckpt_runtime::HostTensor>), Failure> {
     if let Some(lib) = &r.ort_lib {
         ckpt_runtime::init(Some(lib))
@@ -66,9 +68,10 @@ fn run_validation(
         locate_peak: r.locate_peak,
         original_dir: original.dir().map(std::path::Path::to_path_buf),
         rewritten_dir: rewritten.dir().map(std::path::Path::to_path_buf),
+        original_cfg: reference.map(|x| session_config(&x.profile)),
     };
     let v = validate(
-        &ckpt_ir::export(original),
+        &ckpt_ir::export(reference.map_or(original, |x| &x.graph)),
         &ckpt_ir::export(rewritten),
         &inputs,
         how,
@@ -109,9 +112,18 @@ fn validate_analyses(
     r: &RunArgs,
     profile: &ckpt_ir::Profile,
     ceiling: Option<u64>,
+    reference: Option<&Reference>,
 ) -> Result<(Validation, MemoryCheck), Failure> {
     let params: Vec<_> = before.class.of_kind(TensorKind::Parameter).collect();
-    let (v, inputs) = run_validation(&before.graph, &after.graph, bindings, &params, r, profile)?;
+    let (v, inputs) = run_validation(
+        &before.graph,
+        &after.graph,
+        bindings,
+        &params,
+        r,
+        profile,
+        reference,
+    )?;
     let m = run_memory_check(before, after, &inputs, profile, ceiling)?;
     Ok((v, m))
 }
@@ -127,8 +139,17 @@ fn validate_into(
     profile: &ckpt_ir::Profile,
     ceiling: u64,
     values: bool,
+    reference: Option<&Reference>,
 ) -> Result<Option<Failure>, Failure> {
-    let result = validate_analyses(before, after, bindings, &args.run, profile, Some(ceiling));
+    let result = validate_analyses(
+        before,
+        after,
+        bindings,
+        &args.run,
+        profile,
+        Some(ceiling),
+        reference,
+    );
     ckpt_opt::progress::finish();
     match result {
         Ok((v, m)) => {
@@ -447,9 +468,18 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
         .as_deref()
         .map(|c| parse_size(c).map_err(|e| Failure::input(anyhow!("--ceiling {e}"))))
         .transpose()?;
+    let (original, reference) = original_at_level(original, &a.original, &options.profile, &a.run)?;
     let before = optimize::analyse(original, &options)?;
     let after = optimize::analyse(rewritten, &options)?;
-    let result = validate_analyses(&before, &after, &b, &a.run, &options.profile, ceiling);
+    let result = validate_analyses(
+        &before,
+        &after,
+        &b,
+        &a.run,
+        &options.profile,
+        ceiling,
+        reference.as_ref(),
+    );
     ckpt_opt::progress::finish();
     let (v, m) = result?;
     if a.output_args.json {
@@ -571,15 +601,9 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         None => Vec::new(),
     };
     let bindings = parse_bindings(&args.model_args.dims, &graph)?;
-    let options = crate::model_io::analyse_options(&args.model_args, &bindings)?;
+    let mut options = crate::model_io::analyse_options(&args.model_args, &bindings)?;
+    let (graph, reference) = graph_at_level(graph, &input_bytes, &model, &mut options, &args.run)?;
     let profile = options.profile.clone();
-    if profile.graph_optimization_level != ckpt_ir::profile::OptLevel::Disable {
-        return Err(Failure::input(anyhow!(
-            "--ort-opt-level {}: plans are made for the graph ORT runs at level disable; at level {} ORT fuses and reorders the graph first, which ckpt-opt does not model yet. Optimize the model offline (ORT's optimized_model_filepath) and plan that graph at level disable",
-            profile.graph_optimization_level,
-            profile.graph_optimization_level
-        )));
-    }
     // A percentage ceiling is of the unmodified graph's predicted device total: analyse first.
     let t_plan = Instant::now();
     let before = optimize::analyse(graph, &options)?;
@@ -700,6 +724,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                     &profile,
                     ceiling,
                     false,
+                    reference.as_ref(),
                 )?
             } else {
                 None
@@ -789,6 +814,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                     &profile,
                     ceiling,
                     true,
+                    reference.as_ref(),
                 )?
             } else {
                 None
@@ -818,6 +844,71 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             validation_failed.map_or(Ok(()), Err)
         }
     }
+}
+
+/// What values are validated against when the planned graph is not the one given: the
+/// original graph and the profile it runs online at (level basic, extended or all).
+struct Reference {
+    graph: ckpt_ir::Graph,
+    profile: ckpt_ir::Profile,
+}
+
+/// The graph to plan under the flags' profile: at level `disable` the model as given; at
+/// basic, extended or all the graph ORT runs at that level (`ckpt_opt::offline`), with
+/// `options` switched to the profile it is loaded at (`disable`, optimized offline) and the
+/// original kept as the reference for validation.
+fn graph_at_level(
+    graph: ckpt_ir::Graph,
+    bytes: &[u8],
+    model: &std::path::Path,
+    options: &mut optimize::AnalyseOptions,
+    r: &RunArgs,
+) -> Result<(ckpt_ir::Graph, Option<Reference>), Failure> {
+    if options.profile.graph_optimization_level == ckpt_ir::profile::OptLevel::Disable {
+        return Ok((graph, None));
+    }
+    if let Some(lib) = &r.ort_lib {
+        ckpt_runtime::init(Some(lib))
+            .context("loading ONNX Runtime")
+            .map_err(Failure::input)?;
+    }
+    let online = options.profile.clone();
+    let optimized = ckpt_opt::offline::optimize_for_level(bytes, model, &online)
+        .map_err(Failure::input)?
+        .ok_or_else(|| {
+            Failure::input(anyhow!(
+                "level {} has no offline graph",
+                online.graph_optimization_level
+            ))
+        })?;
+    options.profile = optimized.profile;
+    Ok((
+        optimized.graph,
+        Some(Reference {
+            graph,
+            profile: online,
+        }),
+    ))
+}
+
+/// `validate` of a rewrite that records an offline optimization level: its original is
+/// optimized the same way (the graph the rewrite was planned from, for the memory check) and
+/// kept, run online at that level, as the reference for the values.
+fn original_at_level(
+    original: ckpt_ir::Graph,
+    path: &std::path::Path,
+    recorded: &ckpt_ir::Profile,
+    r: &RunArgs,
+) -> Result<(ckpt_ir::Graph, Option<Reference>), Failure> {
+    if recorded.offline_optimization_level.is_none() {
+        return Ok((original, None));
+    }
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut options = optimize::AnalyseOptions {
+        profile: ckpt_opt::offline::online_profile(recorded),
+        ..optimize::AnalyseOptions::default()
+    };
+    graph_at_level(original, &bytes, path, &mut options, r)
 }
 
 /// Record the profile in an unchanged graph's metadata.

@@ -375,6 +375,9 @@ pub struct ValidateOptions {
     pub original_dir: Option<std::path::PathBuf>,
     /// The directory the rewritten graph's external data resolves against.
     pub rewritten_dir: Option<std::path::PathBuf>,
+    /// The original's session where it differs from `cfg`: a rewrite of a graph optimized
+    /// offline is compared with its original run online at the level ORT optimized it at.
+    pub original_cfg: Option<SessionConfig>,
 }
 
 fn measure(
@@ -383,7 +386,12 @@ fn measure(
     dir: Option<&std::path::Path>,
     inputs: &[HostTensor],
     o: &ValidateOptions,
+    cfg: &SessionConfig,
 ) -> Result<Measured> {
+    let o = &ValidateOptions {
+        cfg: cfg.clone(),
+        ..o.clone()
+    };
     let exact_cfg = SessionConfig {
         arena: Arena::Exact,
         ..o.cfg.clone()
@@ -451,11 +459,12 @@ pub fn validate(
         .context("finding ONNX Runtime")?
         .clone();
     let values_cfg = deterministic(&o.cfg);
+    let original_values_cfg = deterministic(o.original_cfg.as_ref().unwrap_or(&o.cfg));
     crate::progress::stage("validation: running the original graph");
     let ref_out = run(
         Model::new("original", &a_bytes).in_dir(a_dir),
         inputs,
-        &values_cfg,
+        &original_values_cfg,
     )
     .context("running the original graph")?;
     crate::progress::stage("validation: running the rewritten graph");
@@ -476,8 +485,9 @@ pub fn validate(
     )
     .context("running the control")?;
     let control_rejected = !compare(&ref_out, &control_out, &o.tol).passed;
-    let original_m = measure("original", &a_bytes, a_dir, inputs, o)?;
-    let rewritten_m = measure("rewritten", &b_bytes, b_dir, inputs, o)?;
+    let original_cfg = o.original_cfg.as_ref().unwrap_or(&o.cfg);
+    let original_m = measure("original", &a_bytes, a_dir, inputs, o, original_cfg)?;
+    let rewritten_m = measure("rewritten", &b_bytes, b_dir, inputs, o, &o.cfg)?;
     let cse_cfg = SessionConfig {
         disable_cse: false,
         opt_level: ckpt_runtime::OptLevel::Basic,

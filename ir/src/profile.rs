@@ -8,7 +8,8 @@
 //!
 //! What the fields decide (`docs/ort-internals.md`):
 //! - the optimization level decides which graph ORT runs (an offline-optimized graph is
-//!   loaded at `disable`);
+//!   loaded at `disable`, and records the level ORT optimized it at as
+//!   `offline_optimization_level`);
 //! - the memory pattern, from the second run on, pre-allocates one block of the first run's
 //!   traced peak inside the arena;
 //! - the arena's extend strategy decides the regions the arena reserves from the device
@@ -107,7 +108,11 @@ pub enum CallerOutputs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Profile {
     pub execution_provider: ExecutionProvider,
+    /// The level the model must be loaded at.
     pub graph_optimization_level: OptLevel,
+    /// The level ORT optimized the model at before it was planned (ORT's offline mode,
+    /// `optimized_model_filepath`); such a model is loaded at `disable`. `None`: planned as given.
+    pub offline_optimization_level: Option<OptLevel>,
     pub enable_mem_pattern: bool,
     pub arena_extend_strategy: ExtendStrategy,
     /// The arena's first region.
@@ -128,6 +133,7 @@ impl Default for Profile {
         Profile {
             execution_provider: ExecutionProvider::Cpu,
             graph_optimization_level: OptLevel::Disable,
+            offline_optimization_level: None,
             enable_mem_pattern: false,
             arena_extend_strategy: ExtendStrategy::NextPowerOfTwo,
             initial_chunk: InitialChunk::ArenaBudget,
@@ -227,6 +233,7 @@ parse_enum!(CallerOutputs, "`released` or `held`",
 
 const KEYS: &[&str] = &[
     "graph_optimization_level",
+    "offline_optimization_level",
     "enable_mem_pattern",
     "arena_extend_strategy",
     "initial_chunk_size_bytes",
@@ -277,6 +284,9 @@ impl Profile {
             ),
             ("steps", self.steps.to_string()),
         ];
+        if let Some(l) = self.offline_optimization_level {
+            out.push(("offline_optimization_level", l.to_string()));
+        }
         match self.initial_chunk {
             InitialChunk::OrtDefault => {}
             InitialChunk::Bytes(c) => out.push(("initial_chunk_size_bytes", c.to_string())),
@@ -317,6 +327,12 @@ impl Profile {
         match key {
             "graph_optimization_level" => {
                 self.graph_optimization_level = value.parse().map_err(named)?
+            }
+            "offline_optimization_level" => {
+                self.offline_optimization_level = match value.parse().map_err(named)? {
+                    OptLevel::Disable => None,
+                    l => Some(l),
+                }
             }
             "enable_mem_pattern" => {
                 self.enable_mem_pattern = match value {
@@ -389,12 +405,17 @@ impl Profile {
         Ok(any.then_some(p))
     }
 
-    /// One line for reports: `cpu, level disable, memory pattern off, kSameAsRequested arena, outputs released, 3 steps`.
+    /// One line for reports: `cpu, level disable, memory pattern off, kSameAsRequested arena, outputs released, 3 steps`
+    /// (`level disable (optimized offline at all)` for an offline-optimized model).
     pub fn describe(&self) -> String {
         format!(
-            "{}, level {}, memory pattern {}, {} arena{}, outputs {}, {} intra-op thread{}, {} steps",
+            "{}, level {}{}, memory pattern {}, {} arena{}, outputs {}, {} intra-op thread{}, {} steps",
             self.execution_provider,
             self.graph_optimization_level,
+            match self.offline_optimization_level {
+                Some(l) => format!(" (optimized offline at {l})"),
+                None => String::new(),
+            },
             if self.enable_mem_pattern { "on" } else { "off" },
             self.arena_extend_strategy,
             match self.initial_chunk {
@@ -440,6 +461,44 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(back, p);
+    }
+
+    #[test]
+    fn offline_level_reads_back_and_is_described() {
+        let mut p = Profile::default();
+        assert!(!p
+            .metadata()
+            .iter()
+            .any(|(k, _)| k.ends_with("offline_optimization_level")));
+        p.set("offline_optimization_level", "extended").unwrap();
+        assert_eq!(p.offline_optimization_level, Some(OptLevel::Extended));
+        let md = p.metadata();
+        assert!(md.contains(&(
+            "ckpt-opt.profile.offline_optimization_level".into(),
+            "extended".into()
+        )));
+        assert!(md.contains(&(
+            "ckpt-opt.profile.graph_optimization_level".into(),
+            "disable".into()
+        )));
+        let back = Profile::from_metadata(md.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .unwrap()
+            .unwrap();
+        assert_eq!(back, p);
+        assert!(
+            p.describe().starts_with(
+                "cpu, level disable (optimized offline at extended), memory pattern off"
+            ),
+            "{}",
+            p.describe()
+        );
+        p.set("offline_optimization_level", "disable").unwrap();
+        assert_eq!(p.offline_optimization_level, None);
+        let e = p.set("offline_optimization_level", "max").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "profile setting `offline_optimization_level` = `max`: expected one of `disable`, `basic`, `extended` or `all`"
+        );
     }
 
     #[test]

@@ -98,7 +98,7 @@ fn fused_matmul(ctx: &InferCtx<'_>) -> Out {
     Ok(vec![out(ctx.dtype(0)?, s)])
 }
 
-fn gemm(ctx: &InferCtx<'_>) -> Out {
+pub(super) fn gemm(ctx: &InferCtx<'_>) -> Out {
     let (a, b) = (ctx.shape(0)?, ctx.shape(1)?);
     if a.rank() != 2 || b.rank() != 2 {
         return Err(format!("Gemm needs 2-D operands, got {a} and {b}"));
@@ -593,7 +593,7 @@ fn matmul_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
     ctx.product(&[2, out, k])
 }
 
-fn gemm_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
+pub(super) fn gemm_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
     let mnk2 = matmul_flops(ctx)?;
     let bias = if ctx.has_input(2) {
         ctx.numel(ctx.out_shape(0)?)?

@@ -22,6 +22,7 @@ use std::sync::OnceLock;
 use crate::graph::{Graph, ONNX_DOMAIN};
 use crate::ids::{NodeId, TensorId};
 
+mod contrib;
 pub mod cost;
 mod ctx;
 mod elementwise;
@@ -301,6 +302,7 @@ fn reg() -> &'static Registry {
         entries.extend(random::ops());
         entries.extend(loss::ops());
         entries.extend(training::ops());
+        entries.extend(contrib::ops());
         let mut by_key: HashMap<(&'static str, &'static str), Vec<usize>> = HashMap::new();
         for (i, e) in entries.iter().enumerate() {
             by_key.entry((e.domain, e.op_type)).or_default().push(i);

@@ -1,0 +1,155 @@
+//! Optimization levels: at levels basic, extended and all the job plans the graph ORT will
+//! really run, not the graph it was given.
+//!
+//! ORT's offline mode (`optimized_model_filepath`) saves the graph ORT runs after its
+//! optimizers for the profile's provider: fusions (`FusedMatMul`, `FusedGemm`, …), constant
+//! folding, eliminations, the NCHWc layout at level all. That graph is imported and planned
+//! like any other, and the result is written for loading at level `disable`, so that no
+//! optimizer (CSE, a later fusion) runs on the rewrite and undoes a recompute. The profile
+//! planned and recorded is the user's with `graph_optimization_level = disable` and
+//! `offline_optimization_level` = the level asked for.
+//!
+//! Rules:
+//! - the optimization runs under the user's profile (its level and session config entries),
+//!   so the saved graph is the one a user's session at that level runs;
+//! - every node of the saved graph must be in the op registry: an op ORT emitted that the
+//!   registry does not model is an error naming the node and op, never a guess;
+//! - values are validated against the original run online at the level asked for (as a user
+//!   would run it); memory is predicted and measured on the saved graph at level `disable`.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Context, Result};
+
+use ckpt_ir::profile::OptLevel;
+use ckpt_ir::{Graph, Profile, ONNX_DOMAIN};
+use ckpt_runtime::Model;
+
+use crate::profile::session_config;
+
+/// The graph ORT runs under a profile at level basic, extended or all, ready to plan.
+pub struct Optimized {
+    /// The graph as ORT saved it.
+    pub graph: Graph,
+    /// The profile to plan and record: level `disable`, optimized offline at `level`.
+    pub profile: Profile,
+    /// The level ORT optimized the graph at.
+    pub level: OptLevel,
+}
+
+/// The profile a model optimized offline under `online` is loaded at.
+pub fn loaded_profile(online: &Profile) -> Profile {
+    Profile {
+        graph_optimization_level: OptLevel::Disable,
+        offline_optimization_level: match online.graph_optimization_level {
+            OptLevel::Disable => online.offline_optimization_level,
+            l => Some(l),
+        },
+        ..online.clone()
+    }
+}
+
+/// The profile the original of a model optimized offline runs at online (its level back).
+pub fn online_profile(loaded: &Profile) -> Profile {
+    match loaded.offline_optimization_level {
+        Some(l) => Profile {
+            graph_optimization_level: l,
+            offline_optimization_level: None,
+            ..loaded.clone()
+        },
+        None => loaded.clone(),
+    }
+}
+
+/// Let ORT optimize `bytes` (the model at `path`) at the profile's level for its provider and
+/// import what it saves; `None` at level `disable` (the graph is planned as given).
+pub fn optimize_for_level(
+    bytes: &[u8],
+    path: &Path,
+    online: &Profile,
+) -> Result<Option<Optimized>> {
+    let level = online.graph_optimization_level;
+    if level == OptLevel::Disable {
+        return Ok(None);
+    }
+    let label = path.display().to_string();
+    let saved = ckpt_runtime::optimize_offline(Model::new(&label, bytes), &session_config(online))
+        .with_context(|| {
+            format!(
+                "letting ONNX Runtime optimize {} at level {level} (ORT's offline mode) to plan the graph it runs",
+                path.display()
+            )
+        })?;
+    let saved_path = path.with_extension(format!("{level}.onnx"));
+    let graph = ckpt_ir::import_bytes(saved.into(), &saved_path, None).with_context(|| {
+        format!(
+            "importing the graph ONNX Runtime saved for {} at level {level}",
+            path.display()
+        )
+    })?;
+    check_modelled(&graph, level)?;
+    Ok(Some(Optimized {
+        graph,
+        profile: loaded_profile(online),
+        level,
+    }))
+}
+
+/// Every node outside the ONNX domain that ORT wrote must be in the op registry: its shapes,
+/// aliasing, in-place sharing and scratch decide the prediction.
+pub fn check_modelled(graph: &Graph, level: OptLevel) -> Result<()> {
+    for &n in graph.nodes() {
+        let node = graph.node(n);
+        if node.domain != ONNX_DOMAIN && ckpt_ir::ops::op_def(graph, n).is_none() {
+            return Err(anyhow!(
+                "at level {level} ONNX Runtime rewrote the graph with node `{}` ({}::{}), which ckpt-opt's op registry does not model (its memory cannot be predicted); plan at a lower --ort-opt-level, or at `disable`",
+                node.display_name(n),
+                node.domain,
+                node.op_type
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loaded_and_online_profiles_swap_the_level() {
+        let online = Profile {
+            graph_optimization_level: OptLevel::All,
+            enable_mem_pattern: true,
+            ..Profile::default()
+        };
+        let loaded = loaded_profile(&online);
+        assert_eq!(loaded.graph_optimization_level, OptLevel::Disable);
+        assert_eq!(loaded.offline_optimization_level, Some(OptLevel::All));
+        assert!(loaded.enable_mem_pattern);
+        assert_eq!(online_profile(&loaded), online);
+        assert_eq!(online_profile(&Profile::default()), Profile::default());
+    }
+
+    #[test]
+    fn an_unmodelled_contrib_op_names_the_node() {
+        let m = ckpt_ir::build::ModelBuilder::new(17)
+            .opset("com.microsoft.nchwc", 1)
+            .input("x", ckpt_ir::DType::F32, "1,8,4,4")
+            .node_in(
+                "com.microsoft.nchwc",
+                "ReorderInput",
+                &["x"],
+                &["y"],
+                vec![],
+            )
+            .output("y", ckpt_ir::DType::F32, "1,8,4,4")
+            .build();
+        let g = ckpt_ir::import_model(m, Path::new("nchwc.onnx"), None).unwrap();
+        let e = check_modelled(&g, OptLevel::All).unwrap_err().to_string();
+        assert!(
+            e.contains("com.microsoft.nchwc::ReorderInput") && e.contains("level all"),
+            "{e}"
+        );
+    }
+}
