@@ -8,4 +8,5 @@ pub mod optimize;
 pub mod profile;
 pub mod receipt;
 pub mod size;
+pub mod training;
 pub mod validate;

@@ -86,6 +86,7 @@ fn could_not_validate(e: anyhow::Error) -> Failure {
                     | R::OrtPathMissing { .. }
                     | R::MissingTrainingOps { .. }
                     | R::CudaUnavailable { .. }
+                    | R::TrainingRuntime { .. }
             )
         )
     });
@@ -262,6 +263,7 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
     same_interface(&original, &rewritten, a)?;
     let b = parse_bindings(&a.model_args.dims, &original)?;
     let mut options = crate::model_io::analyse_options(&a.model_args, &b)?;
+    options.profile.ort_version = ckpt_opt::training::ort_version_for(&original);
     // The profile the rewritten model records is the one it promises to hold under.
     let recorded = ckpt_ir::Profile::from_metadata(
         rewritten
@@ -396,7 +398,8 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         std::fs::read(&model).with_context(|| format!("reading {}", model.display()))?;
     let graph = load(&model)?;
     let bindings = parse_bindings(&args.model_args.dims, &graph)?;
-    let options = crate::model_io::analyse_options(&args.model_args, &bindings)?;
+    let mut options = crate::model_io::analyse_options(&args.model_args, &bindings)?;
+    options.profile.ort_version = ckpt_opt::training::ort_version_for(&graph);
     let profile = options.profile.clone();
     if profile.graph_optimization_level != ckpt_ir::profile::OptLevel::Disable {
         return Err(Failure::input(anyhow!(

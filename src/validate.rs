@@ -191,6 +191,9 @@ pub fn measure_device(
     e: &MemoryExpectation,
     predicted_arena_bytes: u64,
 ) -> Result<DeviceMemory> {
+    if crate::training::needs_training_runtime(model) {
+        return crate::training::measure_device(label, model, inputs, e, predicted_arena_bytes);
+    }
     let (profile, fixed_bytes) = (&e.profile, e.fixed_bytes);
     let cfg = &crate::profile::session_config(profile);
     let arena_budget = e.arena_budget();
@@ -380,6 +383,9 @@ pub fn validate(
     input_generation: Vec<String>,
     o: &ValidateOptions,
 ) -> Result<Validation> {
+    if crate::training::needs_training_runtime(original) {
+        return crate::training::validate(original, rewritten, inputs, input_generation, o);
+    }
     let mut a = original.clone();
     let mut b = rewritten.clone();
     let seeded = seed_random_ops(&mut a, o.seed);
