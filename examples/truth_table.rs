@@ -16,6 +16,10 @@
 //! in-use and reserved peaks, and the step time (p50 of 5 runs after 2 warm-ups).
 //!
 //!     cargo run --release --example truth_table [FILTER] [--levels]
+//!
+//! With `TRUTH_TABLE_PROVIDER=cuda` (a build with `--features cuda`, scripts/gpu_check.sh) every profile runs on
+//! the CUDA provider with ORT's default first region (the CUDA EP's options take no initial chunk), the need is
+//! bisected on `gpu_mem_limit`, and the one-step rows are ORT's CUDA session arena only.
 
 use std::path::PathBuf;
 
@@ -159,6 +163,7 @@ fn main() -> Result<()> {
     files.sort();
     files.push(root.join("examples/gpt2_4l_train.onnx"));
     files.retain(|f| f.to_string_lossy().contains(&filter));
+    let cuda = std::env::var("TRUTH_TABLE_PROVIDER").is_ok_and(|p| p == "cuda");
     let mut profiles = vec![Profile::default()];
     for pattern in [false, true] {
         for extend in [
@@ -192,6 +197,13 @@ fn main() -> Result<()> {
             level_costs(&name, &std::fs::read(&f)?, &inputs)?;
         }
         return Ok(());
+    }
+    if cuda {
+        for p in &mut profiles {
+            p.execution_provider = ckpt_ir::profile::ExecutionProvider::Cuda;
+            p.initial_chunk = InitialChunk::OrtDefault;
+        }
+        profiles.dedup();
     }
     println!(
         "{:<24} {:<46} {:>11} {:>11} {:>8} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8}",
@@ -228,9 +240,17 @@ fn main() -> Result<()> {
                 "one step, ORT session arena",
             ),
         ] {
+            if cuda && arena == Arena::Exact {
+                continue;
+            }
             let cfg = SessionConfig {
                 opt_level: OptLevel::Disable,
                 arena,
+                provider: if cuda {
+                    ckpt_runtime::Provider::Cuda
+                } else {
+                    ckpt_runtime::Provider::Cpu
+                },
                 ..Default::default()
             };
             let measured = measure_peak(Model::new(&name, &bytes), &inputs, &cfg)?.peak_bytes;

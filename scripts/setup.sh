@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what ckpt-opt needs to build and test, skipping what is already there:
 #   - Debian packages: coinor-libcbc-dev (the MILP solver) and pkg-config
-#   - a project-local venv (.venv) holding the pinned ONNX Runtime wheel
+#   - a project-local venv (.venv) holding the pinned ONNX Runtime wheel and the onnx package
 # Idempotent; safe to run on every test run.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ORT_VERSION="1.31.1"
+ONNX_VERSION="1.23.2"
 
 need_apt=()
 for pkg in coinor-libcbc-dev pkg-config; do
@@ -26,4 +27,9 @@ if ! ls $lib >/dev/null 2>&1; then
   echo "setup: creating $venv with onnxruntime==$ORT_VERSION"
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check "onnxruntime==$ORT_VERSION" "numpy<3"
+fi
+# The onnx package: tests check outputs with onnx.checker (full check) and write external data with it.
+if ! "$venv/bin/python" -c "import onnx" >/dev/null 2>&1; then
+  echo "setup: installing onnx==$ONNX_VERSION into $venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "onnx==$ONNX_VERSION"
 fi

@@ -10,4 +10,5 @@ pub mod profile;
 pub mod progress;
 pub mod receipt;
 pub mod size;
+pub mod training;
 pub mod validate;

@@ -30,16 +30,15 @@ pub fn session_config(profile: &Profile) -> SessionConfig {
         },
         disable_cse: cse_off,
         memory_pattern: profile.enable_mem_pattern,
-        arena: match profile.execution_provider {
-            ExecutionProvider::Cpu => Arena::Bfc {
-                power_of_two: profile.arena_extend_strategy == ExtendStrategy::NextPowerOfTwo,
-                initial_chunk: match profile.initial_chunk {
-                    InitialChunk::Bytes(b) => Some(b),
-                    InitialChunk::OrtDefault | InitialChunk::ArenaBudget => None,
-                },
-                initial_chunk_is_cap: profile.initial_chunk == InitialChunk::ArenaBudget,
+        // CPU: an environment arena capped with `max_mem`; CUDA: the EP's arena capped with
+        // `gpu_mem_limit` (its options take no initial chunk).
+        arena: Arena::Bfc {
+            power_of_two: profile.arena_extend_strategy == ExtendStrategy::NextPowerOfTwo,
+            initial_chunk: match profile.initial_chunk {
+                InitialChunk::Bytes(b) => Some(b),
+                InitialChunk::OrtDefault | InitialChunk::ArenaBudget => None,
             },
-            ExecutionProvider::Cuda => Arena::Session,
+            initial_chunk_is_cap: profile.initial_chunk == InitialChunk::ArenaBudget,
         },
         intra_threads: Some(profile.intra_op_num_threads as usize),
         ..SessionConfig::default()

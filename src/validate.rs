@@ -199,6 +199,9 @@ pub fn measure_device(
     e: &MemoryExpectation,
     predicted_arena_bytes: u64,
 ) -> Result<DeviceMemory> {
+    if crate::training::needs_training_runtime(model) {
+        return crate::training::measure_device(label, model, inputs, e, predicted_arena_bytes);
+    }
     let (profile, fixed_bytes) = (&e.profile, e.fixed_bytes);
     let cfg = &crate::profile::session_config(profile);
     let arena_budget = e.arena_budget();
@@ -449,6 +452,9 @@ pub fn validate(
     input_generation: Vec<String>,
     o: &ValidateOptions,
 ) -> Result<Validation> {
+    if crate::training::needs_training_runtime(original) {
+        return crate::training::validate(original, rewritten, inputs, input_generation, o);
+    }
     let (a_dir, b_dir) = (o.original_dir.as_deref(), o.rewritten_dir.as_deref());
     let mut a = ort_ready(original, a_dir);
     let mut b = ort_ready(rewritten, b_dir);

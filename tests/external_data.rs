@@ -18,17 +18,13 @@ fn example() -> PathBuf {
 
 /// The Python with `onnx` and `onnxruntime` the checks below need.
 fn python() -> PathBuf {
-    let p = PathBuf::from("/work/venvs/main/bin/python");
-    let local = root().join(".venv-fixtures/main/bin/python");
-    if p.exists() {
-        p
-    } else if local.exists() {
-        local
-    } else {
-        panic!(
-            "this test needs a Python with onnx and onnxruntime at /work/venvs/main/bin/python or .venv-fixtures/main/bin/python"
-        )
-    }
+    let p = root().join(".venv/bin/python");
+    assert!(
+        p.exists(),
+        "this test needs the project venv's Python with onnx and onnxruntime at {} (scripts/setup.sh makes it)",
+        p.display()
+    );
+    p
 }
 
 /// An initializer's bytes, little-endian, whatever field holds them.

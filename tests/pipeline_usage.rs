@@ -131,15 +131,13 @@ fn random_ops(m: &onnx::ModelProto) -> Vec<(String, Option<i64>, Option<f32>)> {
 
 /// The Python with `onnxruntime` the seed check needs.
 fn python() -> PathBuf {
-    let p = PathBuf::from("/work/venvs/main/bin/python");
-    let local = root().join(".venv-fixtures/main/bin/python");
-    if p.exists() {
-        p
-    } else if local.exists() {
-        local
-    } else {
-        panic!("this test needs a Python with onnxruntime at /work/venvs/main/bin/python or .venv-fixtures/main/bin/python")
-    }
+    let p = root().join(".venv/bin/python");
+    assert!(
+        p.exists(),
+        "this test needs the project venv's Python with onnxruntime at {} (scripts/setup.sh makes it)",
+        p.display()
+    );
+    p
 }
 
 /// Every output of `model` as ORT computes it after `onnxruntime.set_seed(1)`, in a fresh

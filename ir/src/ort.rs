@@ -16,3 +16,10 @@ pub const DISABLE_OPTIMIZERS_KEY: &str = "optimization.disable_specified_optimiz
 pub fn alloc_rounded(bytes: u64) -> u64 {
     bytes.div_ceil(ALLOC_ALIGN) * ALLOC_ALIGN
 }
+
+/// The ONNX Runtime whose planner and arena the simulator models, and that runs standard graphs.
+pub const ORT_VERSION: &str = "1.31.1";
+
+/// The ONNX Runtime that runs ORT training artifacts (`generate_artifacts`' `training_model.onnx`, whose
+/// training ops only onnxruntime-training has), through its Python package.
+pub const TRAINING_ORT_VERSION: &str = "1.19.2";

@@ -26,7 +26,7 @@ use std::fmt;
 pub const PROFILE_KEY_PREFIX: &str = "ckpt-opt.profile.";
 /// Prefix of the session config entries a run of the model needs.
 pub const SESSION_CONFIG_KEY_PREFIX: &str = "ckpt-opt.session_config.";
-pub use crate::ort::{CSE_OPTIMIZER, DISABLE_OPTIMIZERS_KEY};
+pub use crate::ort::{CSE_OPTIMIZER, DISABLE_OPTIMIZERS_KEY, ORT_VERSION, TRAINING_ORT_VERSION};
 
 /// Why a profile could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -126,6 +126,9 @@ pub struct Profile {
     pub steps: u32,
     /// Session config entries the run needs (e.g. CSE off), key → value.
     pub session_config: BTreeMap<String, String>,
+    /// The ONNX Runtime version the model runs on: [`ORT_VERSION`], or [`TRAINING_ORT_VERSION`]
+    /// for ORT training artifacts (its planner version decides the peak).
+    pub ort_version: &'static str,
 }
 
 impl Default for Profile {
@@ -144,6 +147,7 @@ impl Default for Profile {
                 DISABLE_OPTIMIZERS_KEY.to_string(),
                 CSE_OPTIMIZER.to_string(),
             )]),
+            ort_version: ORT_VERSION,
         }
     }
 }
@@ -241,6 +245,7 @@ const KEYS: &[&str] = &[
     "caller_outputs",
     "intra_op_num_threads",
     "steps",
+    "ort_version",
 ];
 
 impl Profile {
@@ -283,6 +288,7 @@ impl Profile {
                 self.intra_op_num_threads.to_string(),
             ),
             ("steps", self.steps.to_string()),
+            ("ort_version", self.ort_version.to_string()),
         ];
         if let Some(l) = self.offline_optimization_level {
             out.push(("offline_optimization_level", l.to_string()));
@@ -373,6 +379,12 @@ impl Profile {
                 }
                 self.steps = v;
             }
+            "ort_version" => {
+                self.ort_version = [ORT_VERSION, TRAINING_ORT_VERSION]
+                    .into_iter()
+                    .find(|v| *v == value)
+                    .ok_or_else(|| bad("`1.31.1` or `1.19.2` (training artifacts)"))?
+            }
             _ => {
                 return Err(ProfileError::UnknownKey {
                     key: key.to_string(),
@@ -409,8 +421,13 @@ impl Profile {
     /// (`level disable (optimized offline at all)` for an offline-optimized model).
     pub fn describe(&self) -> String {
         format!(
-            "{}, level {}{}, memory pattern {}, {} arena{}, outputs {}, {} intra-op thread{}, {} steps",
+            "{}{}, level {}{}, memory pattern {}, {} arena{}, outputs {}, {} intra-op thread{}, {} steps",
             self.execution_provider,
+            if self.ort_version == ORT_VERSION {
+                String::new()
+            } else {
+                format!(" (ONNX Runtime {})", self.ort_version)
+            },
             self.graph_optimization_level,
             match self.offline_optimization_level {
                 Some(l) => format!(" (optimized offline at {l})"),
@@ -448,7 +465,10 @@ mod tests {
         p.set("initial_chunk_size_bytes", "4096").unwrap();
         assert_eq!(p.initial_chunk, InitialChunk::Bytes(4096));
         p.set("caller_outputs", "held").unwrap();
+        p.set("ort_version", "1.19.2").unwrap();
+        assert_eq!(p.ort_version, TRAINING_ORT_VERSION);
         let md = p.metadata();
+        assert!(md.contains(&("ckpt-opt.profile.ort_version".into(), "1.19.2".into())));
         assert!(md.contains(&(
             "ckpt-opt.profile.arena_extend_strategy".into(),
             "kNextPowerOfTwo".into()
@@ -510,6 +530,7 @@ mod tests {
             "profile setting `arena_extend_strategy` = `kDouble`: expected one of `kNextPowerOfTwo` or `kSameAsRequested`"
         );
         assert!(p.set("steps", "0").is_err());
+        assert!(p.set("ort_version", "1.20.0").is_err());
         assert!(p.set("initial_chunk_size_bytes", "0").is_err());
         assert!(matches!(
             p.set("arena", "x"),

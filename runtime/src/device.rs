@@ -1,6 +1,10 @@
 //! What the device needs for several steps of one session, measured: per-step arena statistics, and the smallest
 //! arena cap (`max_mem`) under which every step runs, found by bisection — the quantity a ceiling is compared with.
 //!
+//! The cap is the CPU arena's `max_mem` (an environment arena, [`crate::Arena::Bfc`] or [`crate::Arena::Exact`]),
+//! or with [`Provider::Cuda`] and [`crate::Arena::Bfc`] the CUDA EP arena's `gpu_mem_limit` (its extend strategy
+//! from the same `Arena`; built with the `cuda` feature); the statistics are then the CUDA arena's.
+//!
 //! A step is one `run` of the same session with the same feeds (the memory pattern acts from the second on). With
 //! `hold_outputs` the previous step's outputs stay alive until the next step has returned (the usual
 //! `outs = sess.run(...)` loop); otherwise they are dropped before the next step.
@@ -8,7 +12,7 @@
 use crate::error::{Result, RuntimeError};
 use crate::measure::{allocator_stats, arena_allocator, stat};
 use crate::model::Model;
-use crate::session::{feeds, with_session, Arena, SessionConfig};
+use crate::session::{feeds, with_session, Arena, Provider, SessionConfig};
 use crate::tensor::HostTensor;
 
 /// Arena statistics of several steps of one session.
@@ -56,7 +60,8 @@ pub fn measure_steps<'a>(
     if cfg.arena == Arena::Session {
         return Err(RuntimeError::SessionCreate {
             model: model.label.to_string(),
-            message: "measuring steps needs a configured CPU arena (exact or BFC)".into(),
+            message: "measuring steps needs a configured arena (CPU: exact or BFC; CUDA: BFC)"
+                .into(),
         });
     }
     with_session(model, cfg, |session| {
@@ -140,11 +145,12 @@ fn runs_under_cap(
     base: u64,
 ) -> Result<bool> {
     let arena = match cfg.arena {
+        // The CUDA EP's options set no initial chunk (`register_provider`).
         Arena::Bfc {
             power_of_two,
             initial_chunk_is_cap: true,
             ..
-        } => Arena::Bfc {
+        } if cfg.provider == Provider::Cpu => Arena::Bfc {
             power_of_two,
             initial_chunk: Some(cap.saturating_sub(base).max(crate::ALIGN_BYTES)),
             initial_chunk_is_cap: true,

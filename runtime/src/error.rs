@@ -42,6 +42,15 @@ pub enum RuntimeError {
         message: String,
     },
 
+    #[error(
+        "the training runtime (onnxruntime-training {}, venv {}) is unavailable: {message}; it runs ORT \
+         training artifacts: let ckpt-opt create it (needs PyPI and Python 3.8-3.12), or point {} at a venv \
+         with onnxruntime-training-cpu=={}",
+        ckpt_ir::ort::TRAINING_ORT_VERSION, venv.display(), crate::training::VENV_ENV,
+        ckpt_ir::ort::TRAINING_ORT_VERSION
+    )]
+    TrainingRuntime { venv: PathBuf, message: String },
+
     #[error("CUDA execution provider unavailable: {reason}; {CUDA_HINT}")]
     CudaUnavailable { reason: String },
 

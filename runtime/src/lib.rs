@@ -19,6 +19,7 @@ mod npy;
 mod offline;
 mod session;
 mod tensor;
+pub mod training;
 
 pub use compare::{compare, Comparison, OutputComparison, Tol, Tolerances};
 pub use device::{

@@ -192,6 +192,9 @@ pub(crate) fn with_session<T>(
 ) -> Result<T> {
     match cfg.arena {
         Arena::Session => f(&mut create_session(model, cfg)?),
+        // The CUDA EP's own BFC arena takes the profile's extend strategy and the cap
+        // (`gpu_mem_limit`) as provider options (`register_provider`).
+        Arena::Bfc { .. } if cfg.provider == Provider::Cuda => f(&mut create_session(model, cfg)?),
         Arena::Exact | Arena::Bfc { .. } => {
             if cfg.provider != Provider::Cpu {
                 return Err(RuntimeError::SessionCreate {
@@ -278,27 +281,43 @@ pub(crate) fn create_session_saving(
     if let Some(prefix) = &cfg.profiling {
         builder = builder.with_profiling(prefix).map_err(|e| fail(e.into()))?;
     }
-    builder = register_provider(builder, cfg.provider)?;
+    builder = register_provider(builder, cfg)?;
     builder
         .commit_from_memory(model.bytes)
         .map_err(|e| classify_create_error(model, cfg.provider, e))
 }
 
+/// Registers `cfg.provider`. CUDA: with [`Arena::Bfc`], the EP's arena extends by the arena's strategy, and
+/// `arena_limit` becomes its `gpu_mem_limit` (the cap a bisection moves). The EP's options have no initial chunk:
+/// its first region is ORT's default (1 MiB).
 #[cfg(feature = "cuda")]
-fn register_provider(builder: SessionBuilder, provider: Provider) -> Result<SessionBuilder> {
-    match provider {
+fn register_provider(builder: SessionBuilder, cfg: &SessionConfig) -> Result<SessionBuilder> {
+    match cfg.provider {
         Provider::Cpu => Ok(builder),
-        Provider::Cuda => builder
-            .with_execution_providers([ort::ep::CUDA::default().build().error_on_failure()])
-            .map_err(|e| RuntimeError::CudaUnavailable {
-                reason: e.to_string(),
-            }),
+        Provider::Cuda => {
+            let mut ep = ort::ep::CUDA::default().with_device_id(0);
+            if let Arena::Bfc { power_of_two, .. } = cfg.arena {
+                ep = ep.with_arena_extend_strategy(if power_of_two {
+                    ort::ep::ArenaExtendStrategy::NextPowerOfTwo
+                } else {
+                    ort::ep::ArenaExtendStrategy::SameAsRequested
+                });
+            }
+            if let Some(limit) = cfg.arena_limit {
+                ep = ep.with_memory_limit(usize::try_from(limit).unwrap_or(usize::MAX));
+            }
+            builder
+                .with_execution_providers([ep.build().error_on_failure()])
+                .map_err(|e| RuntimeError::CudaUnavailable {
+                    reason: e.to_string(),
+                })
+        }
     }
 }
 
 #[cfg(not(feature = "cuda"))]
-fn register_provider(builder: SessionBuilder, provider: Provider) -> Result<SessionBuilder> {
-    match provider {
+fn register_provider(builder: SessionBuilder, cfg: &SessionConfig) -> Result<SessionBuilder> {
+    match cfg.provider {
         Provider::Cpu => Ok(builder),
         Provider::Cuda => Err(RuntimeError::CudaUnavailable {
             reason: "this build of ckpt-runtime has no CUDA support (feature `cuda` is off)"
