@@ -2,9 +2,13 @@
 //!
 //! Stage by stage, from `main` to the receipt: `docs/pipeline.md`.
 
+pub mod buckets;
+pub mod capacity;
+pub mod frontier;
 pub mod inputs;
 pub mod mutate;
 pub mod optimize;
+pub mod plot;
 pub mod profile;
 pub mod receipt;
 pub mod size;

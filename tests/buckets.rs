@@ -1,0 +1,177 @@
+//! `ckpt-opt buckets`: plans only the over-ceiling buckets of a trace, writes a model and a
+//! receipt per planned bucket, prices the policy below the blanket one, names the buckets that
+//! cannot be admitted, and states its decision.
+
+mod common;
+
+use common::{path_str, root, run, stderr};
+use serde_json::Value;
+
+fn model() -> std::path::PathBuf {
+    root().join("tests/fixtures/symbolic/gpt2_d0_dynamic.onnx")
+}
+
+fn buckets(
+    trace: &std::path::Path,
+    ceiling: &str,
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> (Value, Value) {
+    let m = model();
+    let mut args = vec![
+        "buckets",
+        path_str(&m),
+        "--dim-map",
+        "seq=max_seq_len,batch=microbatch_size",
+        "--trace",
+        path_str(trace),
+        "--ceiling",
+        ceiling,
+        "--out",
+        path_str(dir),
+        "--time-limit",
+        "3",
+    ];
+    args.extend(extra);
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let read = |n: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join(n)).expect(n)).expect(n)
+    };
+    (read("buckets.json"), read("manifest.json"))
+}
+
+#[test]
+fn only_over_ceiling_buckets_are_planned_and_cost_less_than_blanket() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = root().join("examples/trace.csv");
+    let (r, manifest) = buckets(&trace, "3300000", dir.path(), &[]);
+    let bs = r["buckets"].as_array().unwrap();
+    assert_eq!(bs.len(), 4, "p50, p90, p99, max: {r}");
+    let share: f64 = bs.iter().map(|b| b["share"].as_f64().unwrap()).sum();
+    assert!((share - 1.0).abs() < 1e-9, "{r}");
+    let effective = r["effective_ceiling_bytes"].as_u64().unwrap();
+    let mut planned = 0;
+    for b in bs {
+        let over = b["predicted_peak_bytes"].as_u64().unwrap() > effective;
+        assert_eq!(b["planned"].as_bool(), Some(over), "{b}");
+        if over {
+            planned += 1;
+            assert!(b["added_flops"].as_u64().unwrap() > 0, "{b}");
+            assert!(
+                b["predicted_peak_after_bytes"].as_u64().unwrap() <= effective,
+                "{b}"
+            );
+            for k in ["output", "receipt"] {
+                let p = b[k].as_str().unwrap();
+                assert!(std::path::Path::new(p).is_file(), "{k} {p}");
+            }
+            let receipt: Value = serde_json::from_str(
+                &std::fs::read_to_string(b["receipt"].as_str().unwrap()).unwrap(),
+            )
+            .unwrap();
+            assert_eq!(receipt["added_flops"], b["added_flops"]);
+        } else {
+            assert_eq!(b["added_flops"].as_u64(), Some(0), "{b}");
+            assert!(b["output"].is_null(), "{b}");
+        }
+    }
+    assert!(planned >= 1 && planned < bs.len(), "{r}");
+    let weighted = r["weighted_added_flops"].as_f64().unwrap();
+    let blanket = r["blanket_added_flops"].as_f64().unwrap();
+    assert!(
+        weighted > 0.0 && weighted < blanket,
+        "weighted {weighted} vs blanket {blanket}"
+    );
+    // The manifest carries each bucket's range, model, plan hash and envelope.
+    let mb = manifest["buckets"].as_array().unwrap();
+    assert_eq!(mb.len(), bs.len());
+    for (m, b) in mb.iter().zip(bs) {
+        assert_eq!(m["share"], b["share"]);
+        assert_eq!(m["plan_hash"].is_null(), !b["planned"].as_bool().unwrap());
+        assert!(
+            m["envelope"]["peak_bytes"].as_u64().unwrap() <= effective,
+            "{m}"
+        );
+    }
+    // Without --validate the replay and step times are unmeasured: the rule rejects, saying so.
+    assert_eq!(r["decision"]["accept"].as_bool(), Some(false));
+    let md = std::fs::read_to_string(dir.path().join("buckets.md")).unwrap();
+    assert!(
+        md.contains("## Decision: REJECT") && md.contains("not validated"),
+        "{md}"
+    );
+}
+
+#[test]
+fn a_bucket_above_the_floor_cannot_be_admitted() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.jsonl");
+    let mut text = String::new();
+    for (seq, n) in [(8, 6), (16, 3), (32, 1)] {
+        for _ in 0..n {
+            text.push_str(&format!(
+                "{{\"max_seq_len\": {seq}, \"microbatch_size\": 4, \"oom_retry\": false}}\n"
+            ));
+        }
+    }
+    std::fs::write(&trace, text).unwrap();
+    // seq=32 cannot get under 2.5 MB with any recompute; seq=16 peaks under it.
+    let out = dir.path().join("out");
+    let (r, _) = buckets(&trace, "2500000", &out, &["--boundaries", "8,16"]);
+    let bs = r["buckets"].as_array().unwrap();
+    assert_eq!(bs.len(), 3, "{r}");
+    assert_eq!(r["cannot_be_admitted"], serde_json::json!([2]), "{r}");
+    assert_eq!(bs[2]["admitted"].as_bool(), Some(false));
+    assert!(
+        bs[2]["policy"]
+            .as_str()
+            .unwrap()
+            .starts_with("cannot be admitted: input validation, not recompute"),
+        "{r}"
+    );
+    assert_eq!(r["max_supported"].as_f64(), Some(16.0));
+    assert!(
+        bs[..2].iter().all(|b| !b["planned"].as_bool().unwrap()),
+        "{r}"
+    );
+}
+
+#[test]
+fn buckets_validate_and_decide() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = root().join("examples/trace.csv");
+    let (r, manifest) = buckets(
+        &trace,
+        "3300000",
+        dir.path(),
+        &["--validate", "--runs", "5", "--max-p99-regression", "1000"],
+    );
+    assert_eq!(r["validated"].as_bool(), Some(true));
+    for b in r["buckets"].as_array().unwrap() {
+        let m = &b["measured"];
+        let measured = m["measured_peak_bytes"].as_u64().unwrap();
+        let predicted = b["predicted_peak_after_bytes"].as_u64().unwrap();
+        assert!(
+            (measured as f64 / predicted as f64 - 1.0).abs() <= 0.01,
+            "{b}"
+        );
+        if b["planned"].as_bool().unwrap() {
+            assert_eq!(m["replay_passed"].as_bool(), Some(true), "{b}");
+        }
+    }
+    // The tail is under 5% of the steps: the trace's p50 step time is an unplanned bucket's.
+    let d = &r["decision"];
+    let reasons = d["reasons"].to_string();
+    assert!(reasons.contains("p50 step time"), "{d}");
+    assert!(
+        d["deciding_bucket"].is_u64() || !d["accept"].as_bool().unwrap(),
+        "{d}"
+    );
+    assert!(
+        manifest["buckets"][0]["envelope"]["p50_ms"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+}
