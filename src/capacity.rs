@@ -8,7 +8,9 @@
 //!   cheapest of the two is the answer's plan).
 //! - The search assumes the device total grows with the dim: it doubles from 1 until a value
 //!   does not fit (or passes `--max`), then bisects. Each answer is then checked one step
-//!   above it: the value + 1 is planned and simulated and must not fit (or must exceed `max`).
+//!   above it: the value + 1 is planned and simulated and must not fit (or must exceed `max`);
+//!   where it fits after all (the planner's search is not monotone in the dim), the answer
+//!   moves up to it and is checked again, so a reported answer always has a failing step above.
 //! - Step time is estimated from FLOPs (step time ∝ the step's FLOPs, added FLOPs included);
 //!   throughput is items (tokens for a seq dim, samples otherwise) per FLOP, relative to no
 //!   recompute at its own largest value.
@@ -214,34 +216,35 @@ pub fn capacity(
         method: crate::frontier::NO_RECOMPUTE.into(),
         above: above_nr,
     };
-    // With recompute.
-    let (plan, wr_step) = match wr {
-        Some(v) => (
-            best_with_recompute(graph, &options_at(o, &q.dim, v), q)?.ok(),
-            Some(flops_at(v)?),
-        ),
-        None => (None, None),
+    // With recompute: checked one step above; where that fits (the planner's search is not
+    // monotone in the dim, and a search cut by the time limit depends on the clock), the
+    // answer moves up to it and is checked again.
+    let mut wr = wr;
+    let mut plan = match wr {
+        Some(v) => best_with_recompute(graph, &options_at(o, &q.dim, v), q)?.ok(),
+        None => None,
     };
-    let check_at = match wr {
-        Some(v) if v < q.max_value => Some(v + 1),
-        None => Some(1),
-        _ => None,
-    };
-    let above_wr = match check_at {
-        Some(v) => Some(
-            match best_with_recompute(graph, &options_at(o, &q.dim, v), q)? {
-                Ok(p) => Above {
-                    value: v,
-                    predicted_peak_bytes: p.total_bytes,
-                    fits: true,
-                },
-                Err(lowest) => Above {
+    let above_wr = loop {
+        let v = wr.map_or(1, |v| v + 1);
+        if v > q.max_value {
+            break None;
+        }
+        match best_with_recompute(graph, &options_at(o, &q.dim, v), q)? {
+            Ok(p) => {
+                wr = Some(v);
+                plan = Some(p);
+            }
+            Err(lowest) => {
+                break Some(Above {
                     value: v,
                     predicted_peak_bytes: lowest,
                     fits: false,
-                },
-            },
-        ),
+                })
+            }
+        }
+    };
+    let wr_step = match wr {
+        Some(v) => Some(flops_at(v)?),
         None => None,
     };
     let added = plan.as_ref().map_or(0, |p| p.added_flops);

@@ -104,10 +104,12 @@ pub fn run_capacity(a: &CapacityArgs) -> Result<(), Failure> {
     plannable(&o)?;
     let dim = match bare.as_slice() {
         [d] => d.clone(),
-        [] => return Err(Failure::input(anyhow!(
+        [] => {
+            return Err(Failure::input(anyhow!(
             "capacity needs the dim to search as a bare name: --dim batch (dims of the model: {})",
             crate::model_io::required_dims(&graph).join(", ")
-        ))),
+        )))
+        }
         more => {
             return Err(Failure::input(anyhow!(
                 "capacity searches one dim; got {} bare --dim names ({})",

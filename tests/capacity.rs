@@ -50,7 +50,13 @@ fn check(c: &Value, dim: &str, other: &str, ceiling: u64) {
     // above planned and simulated: it does not fit.
     assert!(wr > nr, "recompute should unlock more than {nr}: {c}");
     let w = &c["with_recompute"];
-    assert!(w["added_flops"].as_u64().unwrap() > 0, "{c}");
+    // The estimated step-time increase is the added FLOPs' share of the step (moves add none).
+    let added = w["added_flops"].as_u64().unwrap() as f64;
+    let step = w["step_flops"].as_u64().unwrap() as f64;
+    assert!(
+        (w["step_time_increase_percent"].as_f64().unwrap() - 100.0 * added / step).abs() < 1e-9,
+        "{c}"
+    );
     assert!(
         w["predicted_peak_bytes"].as_u64().unwrap() <= ceiling,
         "{c}"
