@@ -164,10 +164,12 @@ fn buckets_validate_and_decide() {
     let d = &r["decision"];
     let reasons = d["reasons"].to_string();
     assert!(reasons.contains("p50 step time"), "{d}");
-    assert!(
-        d["deciding_bucket"].is_u64() || !d["accept"].as_bool().unwrap(),
-        "{d}"
-    );
+    // Only the buckets above p90 are planned: the trace's p50 is an unplanned bucket's time,
+    // unchanged; with the p99 limit loosened past timing noise the policy is accepted, and
+    // the bucket at the p99 decides it.
+    assert!(reasons.contains("(+0.00%, limit 2%)"), "{d}");
+    assert_eq!(d["accept"].as_bool(), Some(true), "{d}");
+    assert!(d["deciding_bucket"].is_u64(), "{d}");
     assert!(
         manifest["buckets"][0]["envelope"]["p50_ms"]
             .as_f64()
