@@ -502,7 +502,7 @@ pub fn plan_buckets(
         if peak > effective {
             let mut pool = baselines(&before, &m.options)?;
             if let Planned::Plan(p) = plan_at(&m.graph, &m.options, effective, job.time_limit)? {
-                pool.push(p);
+                pool.push(*p);
             }
             match cheapest_fitting(&pool, effective) {
                 Some(k) => {

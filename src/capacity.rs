@@ -143,7 +143,7 @@ fn best_with_recompute(
     let mut lowest = pool.iter().map(|p| p.total_bytes).min().unwrap_or(u64::MAX);
     if cheapest_fitting(&pool, q.ceiling_bytes) != Some(0) {
         match plan_at(graph, o, q.ceiling_bytes, q.time_limit)? {
-            Planned::Plan(p) => pool.push(p),
+            Planned::Plan(p) => pool.push(*p),
             Planned::CannotFit {
                 lowest_reachable_total_bytes,
             } => lowest = lowest.min(lowest_reachable_total_bytes),

@@ -374,7 +374,8 @@ pub struct BucketsArgs {
     /// Which trace column binds which dim: `seq=max_seq_len,batch=microbatch_size`.
     #[arg(long = "dim-map")]
     pub dim_map: Option<String>,
-    /// One static model per bucket: `{"key": COLUMN, "models": [{"up_to": N, "model": PATH}]}`.
+    /// One static model per bucket: `{"key": COLUMN, "models": [{"up_to": N, "model": PATH,
+    /// "dims": {..}}]}` (`dims` optional: bindings for a model with symbolic dims).
     #[arg(long, conflicts_with_all = ["model", "dim_map"])]
     pub manifest: Option<PathBuf>,
     /// The column buckets are cut on (default: the dim map's first column).

@@ -168,7 +168,7 @@ pub const RECOMPUTE_ALL: &str = "recompute-all";
 
 /// What the planner says at one ceiling.
 pub enum Planned {
-    Plan(KnownPlan),
+    Plan(Box<KnownPlan>),
     /// No plan: the lowest device total the planner reached.
     CannotFit {
         lowest_reachable_total_bytes: u64,
@@ -193,23 +193,23 @@ pub fn plan_at(
         time_limit,
     };
     Ok(match plan_analysed(&job, before, t0)? {
-        Outcome::AlreadyFits { before } => Planned::Plan(KnownPlan {
+        Outcome::AlreadyFits { before } => Planned::Plan(Box::new(KnownPlan {
             method: NO_RECOMPUTE.into(),
             found_at_ceiling_bytes: Some(ceiling),
             total_bytes: before.ledger.total_bytes,
             added_flops: 0,
             analysis: before,
-        }),
+        })),
         Outcome::CannotFit { diagnosis, .. } => Planned::CannotFit {
             lowest_reachable_total_bytes: diagnosis.lowest_reachable_total_bytes,
         },
-        Outcome::Rewritten(r) => Planned::Plan(KnownPlan {
+        Outcome::Rewritten(r) => Planned::Plan(Box::new(KnownPlan {
             method: method_label(&r.plan),
             found_at_ceiling_bytes: Some(ceiling),
             total_bytes: r.after.ledger.total_bytes,
             added_flops: r.counts.added_flops,
             analysis: r.after,
-        }),
+        })),
     })
 }
 
@@ -351,7 +351,7 @@ fn find_floor(
         }
         match plan_at(graph, options, target, time_limit)? {
             Planned::Plan(p) => {
-                pool.push(p);
+                pool.push(*p);
                 break;
             }
             Planned::CannotFit { .. } => target += (best - target).div_ceil(4),
@@ -391,7 +391,7 @@ pub fn sweep(
             continue;
         }
         match plan_at(graph, options, c, time_limit)? {
-            Planned::Plan(p) => pool.push(p),
+            Planned::Plan(p) => pool.push(*p),
             Planned::CannotFit {
                 lowest_reachable_total_bytes,
             } => floor = floor.min(lowest_reachable_total_bytes),

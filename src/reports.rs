@@ -124,7 +124,7 @@ pub fn run_capacity(a: &CapacityArgs) -> Result<(), Failure> {
             crate::model_io::required_dims(&graph).join(", ")
         )));
     }
-    if o.bindings.get(&dim).is_some() {
+    if o.bindings.contains_key(&dim) {
         return Err(Failure::input(anyhow!(
             "--dim {dim}: searched and bound at once; drop --dim {dim}=..."
         )));
@@ -149,7 +149,7 @@ pub fn run_capacity(a: &CapacityArgs) -> Result<(), Failure> {
     // The remaining symbolic dims must be bound (the search binds only `dim`).
     let unbound: Vec<String> = crate::model_io::required_dims(&graph)
         .into_iter()
-        .filter(|d| *d != dim && o.bindings.get(d).is_none())
+        .filter(|d| *d != dim && !o.bindings.contains_key(d))
         .collect();
     if !unbound.is_empty() {
         return Err(Failure::input(anyhow!(
@@ -296,7 +296,8 @@ pub fn run_buckets(a: &BucketsArgs) -> Result<(), Failure> {
 }
 
 /// `--manifest`: one static model per bucket, `{"key": COLUMN, "models": [{"up_to": N,
-/// "model": PATH}, ...]}` (paths relative to the manifest), the buckets cut at the `up_to`s.
+/// "model": PATH, "dims": {NAME: VALUE}}, ...]}` (paths relative to the manifest; `dims`, for
+/// a model with symbolic dims, binds them for that bucket), the buckets cut at the `up_to`s.
 fn manifest_models(
     path: &Path,
     rows: &[buckets::Row],
@@ -352,7 +353,7 @@ fn manifest_models(
     let all = buckets::bucket(
         rows,
         &key,
-        &[key.clone()],
+        std::slice::from_ref(&key),
         &Bucketing::Boundaries(bounds.clone()),
     )?;
     let mut ranges = Vec::new();
@@ -362,8 +363,26 @@ fn manifest_models(
             continue;
         };
         let graph = load(&files[k])?;
-        let (o, _) = options(r, &graph, false)?;
+        let (mut o, _) = options(r, &graph, false)?;
         plannable(&o)?;
+        if let Some(dims) = entries[k]["dims"].as_object() {
+            for (d, v) in dims {
+                let v = v.as_u64().filter(|&v| v > 0).ok_or_else(|| {
+                    Failure::input(anyhow!(
+                        "{}: models[{k}].dims.{d} is not a positive integer",
+                        path.display()
+                    ))
+                })?;
+                if !graph.symbols().contains(d) {
+                    return Err(Failure::input(anyhow!(
+                        "{}: models[{k}].dims.{d}: `{d}` is not a symbolic dim of {}",
+                        path.display(),
+                        files[k].display()
+                    )));
+                }
+                o.bindings.insert(d.clone(), v);
+            }
+        }
         ranges.push(rg);
         models.push(BucketModel {
             path: files[k].clone(),

@@ -177,3 +177,48 @@ fn buckets_validate_and_decide() {
             > 0.0
     );
 }
+
+#[test]
+fn a_manifest_of_one_model_per_bucket_plans_the_tail_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = model();
+    // One model per bucket, each bound to its bucket's largest shape (as static exports are).
+    let manifest = serde_json::json!({
+        "key": "max_seq_len",
+        "models": [
+            {"up_to": 13, "model": path_str(&m), "dims": {"seq": 13, "batch": 4}},
+            {"up_to": 22, "model": path_str(&m), "dims": {"seq": 22, "batch": 4}},
+            {"up_to": 32, "model": path_str(&m), "dims": {"seq": 32, "batch": 4}},
+        ]
+    });
+    let mpath = dir.path().join("models.json");
+    std::fs::write(&mpath, manifest.to_string()).unwrap();
+    let out = dir.path().join("out");
+    let trace = root().join("examples/trace.csv");
+    let o = run(&[
+        "buckets",
+        "--manifest",
+        path_str(&mpath),
+        "--trace",
+        path_str(&trace),
+        "--ceiling",
+        "3300000",
+        "--out",
+        path_str(&out),
+        "--time-limit",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("buckets.json")).unwrap()).unwrap();
+    let bs = r["buckets"].as_array().unwrap();
+    let planned: Vec<bool> = bs.iter().map(|b| b["planned"].as_bool().unwrap()).collect();
+    assert_eq!(planned, [false, false, true], "{r}");
+    assert_eq!(
+        bs[2]["bindings"],
+        serde_json::json!({"batch": 4, "seq": 32})
+    );
+    let weighted = r["weighted_added_flops"].as_f64().unwrap();
+    let blanket = r["blanket_added_flops"].as_f64().unwrap();
+    assert!(weighted > 0.0 && weighted < blanket, "{r}");
+}
