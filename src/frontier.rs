@@ -11,7 +11,8 @@
 //!   added FLOPs, then the lowest peak). A plan that fits a lower ceiling fits every higher one,
 //!   so added FLOPs never rise as the ceiling rises, and `fits` never turns false.
 //! - The floor is the lowest device total any plan of the pool reaches (recompute-all, or a
-//!   planner's plan, or a planner's diagnosis of the lowest it reached).
+//!   planner's plan found by probing below the lowest the planner reports), not a proven
+//!   bound: the planner's search is a heuristic.
 //! - Per-block checkpointing keeps each layer's residual-stream input and recomputes every
 //!   other candidate. The residual stream is found from the graph: a forward `Add` one of whose
 //!   operands is an ancestor of the other (the skip connection) makes that operand a block
@@ -328,7 +329,8 @@ const FLOOR_TRIES: usize = 4;
 /// The lowest total of a plan in `pool` after probing the planner: asked for the impossible
 /// (one byte above what the caller feeds), it reports the lowest total it reached; asked for
 /// that, it returns the plan (each retry asks a quarter of the way back up to the lowest plan
-/// known).
+/// known); then it is asked for less, step by step, until it finds none. The floor is the
+/// lowest plan found, not a proven bound.
 fn find_floor(
     graph: &Graph,
     options: &AnalyseOptions,
@@ -357,8 +359,29 @@ fn find_floor(
             Planned::CannotFit { .. } => target += (best - target).div_ceil(4),
         }
     }
+    // The diagnosis's lowest is where a search for the impossible stopped, not a bound: ask
+    // for less, in steps of a fortieth of the no-recompute total, while plans come back.
+    let step = (before.ledger.total_bytes / FLOOR_STEP_DIVISOR).max(1);
+    for _ in 0..FLOOR_DESCENT {
+        let best = known(pool);
+        let Some(target) = best
+            .checked_sub(step)
+            .filter(|&t| t > before.ledger.fixed_bytes)
+        else {
+            break;
+        };
+        match plan_at(graph, options, target, time_limit)? {
+            Planned::Plan(p) if p.total_bytes < best => pool.push(*p),
+            _ => break,
+        }
+    }
     Ok(known(pool))
 }
+
+/// Steps the floor search takes below the diagnosis's lowest, and their size (a fraction of
+/// the no-recompute total).
+const FLOOR_DESCENT: usize = 8;
+const FLOOR_STEP_DIVISOR: u64 = 40;
 
 /// Sweep `graph` over `ceilings` with the planner (see the module doc).
 pub fn sweep(
@@ -372,7 +395,7 @@ pub fn sweep(
     let step = step_flops(&before, &options.bindings).max(1);
     let mut pool = baselines(&before, options)?;
     let base_total = before.ledger.total_bytes;
-    let mut floor = find_floor(graph, options, &before, &mut pool, time_limit)?;
+    let floor = find_floor(graph, options, &before, &mut pool, time_limit)?;
     let mut list: Vec<u64> = match ceilings {
         Ceilings::Points(n) => {
             let n = (*n).max(2);
@@ -390,14 +413,11 @@ pub fn sweep(
         if c >= base_total {
             continue;
         }
-        match plan_at(graph, options, c, time_limit)? {
-            Planned::Plan(p) => pool.push(*p),
-            Planned::CannotFit {
-                lowest_reachable_total_bytes,
-            } => floor = floor.min(lowest_reachable_total_bytes),
+        if let Planned::Plan(p) = plan_at(graph, options, c, time_limit)? {
+            pool.push(*p);
         }
     }
-    floor = pool.iter().map(|p| p.total_bytes).fold(floor, u64::min);
+    let floor = pool.iter().map(|p| p.total_bytes).fold(floor, u64::min);
     let pct = |f: u64| 100.0 * f as f64 / step as f64;
     let points = list
         .iter()
