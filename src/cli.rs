@@ -332,7 +332,7 @@ impl ReportArgs {
 #[derive(Args, Debug)]
 pub struct FrontierArgs {
     pub model: PathBuf,
-    /// Ceilings evenly spaced from no recompute down to the floor (at least 2).
+    /// Ceilings evenly spaced from no recompute down to the floor (at least 2; default 6).
     #[arg(long, conflicts_with = "ceilings", value_parser = clap::value_parser!(u32).range(2..=200))]
     pub points: Option<u32>,
     /// Ceilings to sweep, e.g. `95%,90%,80%` (of the no-recompute total) or sizes.

@@ -222,3 +222,44 @@ fn a_manifest_of_one_model_per_bucket_plans_the_tail_only() {
     let blanket = r["blanket_added_flops"].as_f64().unwrap();
     assert!(weighted > 0.0 && weighted < blanket, "{r}");
 }
+
+#[test]
+fn traces_parse_strictly_and_bucket_by_quantile() {
+    use ckpt_opt::buckets::{bucket, parse_quantiles, read_trace, Bucketing};
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "max_seq_len,microbatch_size\n8,4\nlong,4\n").unwrap();
+    let e = format!("{:#}", read_trace(&bad).unwrap_err());
+    assert!(
+        e.contains("bad.csv:3") && e.contains("`max_seq_len`") && e.contains("`long`"),
+        "{e}"
+    );
+    let ragged = dir.path().join("ragged.csv");
+    std::fs::write(&ragged, "max_seq_len,microbatch_size\n8\n").unwrap();
+    assert!(format!("{:#}", read_trace(&ragged).unwrap_err()).contains("1 cells, the header has 2"));
+    let jsonl = dir.path().join("t.jsonl");
+    let text: String = (1..=100)
+        .map(|s| format!("{{\"max_seq_len\": {s}, \"microbatch_size\": 2}}\n"))
+        .collect();
+    std::fs::write(&jsonl, text).unwrap();
+    let rows = read_trace(&jsonl).unwrap();
+    assert_eq!(rows.len(), 100);
+    let q = parse_quantiles("p50,p90,p99,max").unwrap();
+    assert_eq!(q, [0.5, 0.9, 0.99, 1.0]);
+    assert!(parse_quantiles("p90,p50").is_err());
+    assert!(parse_quantiles("q50").is_err());
+    let cols = ["max_seq_len".to_string(), "microbatch_size".to_string()];
+    let b = bucket(&rows, "max_seq_len", &cols, &Bucketing::Quantiles(q)).unwrap();
+    let sizes: Vec<usize> = b.iter().map(|r| r.rows.len()).collect();
+    assert_eq!(sizes, [50, 40, 9, 1]);
+    let largest: Vec<u64> = b.iter().map(|r| r.largest["max_seq_len"]).collect();
+    assert_eq!(largest, [50, 90, 99, 100]);
+    let e = bucket(
+        &rows,
+        "valid_tokens",
+        &cols,
+        &Bucketing::Quantiles(vec![1.0]),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("no `valid_tokens` column"), "{e}");
+}
