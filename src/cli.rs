@@ -341,6 +341,7 @@ pub struct FrontierArgs {
     /// Measure each plan's device total and step time on ONNX Runtime under the profile.
     #[arg(long)]
     pub validate: bool,
+    /// Output folder: frontier.json, frontier.svg, frontier.md.
     #[arg(long)]
     pub out: PathBuf,
     #[command(flatten)]
@@ -350,6 +351,7 @@ pub struct FrontierArgs {
 #[derive(Args, Debug)]
 pub struct CapacityArgs {
     pub model: PathBuf,
+    /// The device ceiling (a size, or a percentage of the footprint at the searched dim = 1).
     #[arg(long, value_parser = CeilingSpec::parse, allow_hyphen_values = true)]
     pub ceiling: CeilingSpec,
     /// The largest value searched.
@@ -365,10 +367,13 @@ pub struct CapacityArgs {
 pub struct BucketsArgs {
     /// The symbolic model (with --dim-map); or give --manifest.
     pub model: Option<PathBuf>,
+    /// The trace: CSV with a header, or JSONL; one row per step.
     #[arg(long)]
     pub trace: PathBuf,
+    /// The device ceiling every admitted bucket must fit (a size).
     #[arg(long, value_parser = CeilingSpec::parse, allow_hyphen_values = true)]
     pub ceiling: CeilingSpec,
+    /// Output folder: manifest.json, buckets.json, buckets.md, a model and receipt per planned bucket.
     #[arg(long)]
     pub out: PathBuf,
     /// Which trace column binds which dim: `seq=max_seq_len,batch=microbatch_size`.
@@ -387,13 +392,16 @@ pub struct BucketsArgs {
     /// Quantiles of the key column as upper bounds (default p50,p90,p99,max).
     #[arg(long)]
     pub quantiles: Option<String>,
+    /// Keep this percentage of the ceiling free.
     #[arg(long, default_value_t = 0.0, value_parser = reserve, allow_hyphen_values = true)]
     pub reserve: f64,
     /// Measure every admitted bucket and replay every planned one on ONNX Runtime.
     #[arg(long)]
     pub validate: bool,
+    /// Largest accepted regression of the trace's p50 step time, in percent.
     #[arg(long = "max-p50-regression", default_value_t = 2.0, value_parser = tolerance)]
     pub max_p50_regression: f64,
+    /// Largest accepted regression of the trace's p99 step time, in percent.
     #[arg(long = "max-p99-regression", default_value_t = 5.0, value_parser = tolerance)]
     pub max_p99_regression: f64,
     #[command(flatten)]
