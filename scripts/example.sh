@@ -11,3 +11,12 @@ mkdir -p target/example
 "${CARGO_TARGET_DIR:-target}/release/ckpt-opt" examples/gpt2_4l_train.onnx --ceiling 90% \
   -o target/example/gpt2_4l_train.ckpt.onnx --validate --receipt target/example/receipt.json
 echo "receipt: target/example/receipt.json"
+
+# Decisions, not one plan: the frontier of the same example (plot in target/example/frontier/),
+# and tail-only plans for the shape buckets of a bundled trace on the symbolic GPT-2.
+"${CARGO_TARGET_DIR:-target}/release/ckpt-opt" frontier examples/gpt2_4l_train.onnx --points 6 \
+  --out target/example/frontier
+"${CARGO_TARGET_DIR:-target}/release/ckpt-opt" buckets tests/fixtures/symbolic/gpt2_d0_dynamic.onnx \
+  --dim-map seq=max_seq_len,batch=microbatch_size --trace examples/trace.csv --ceiling 3300000 \
+  --validate --out target/example/buckets
+echo "frontier: target/example/frontier/frontier.svg; buckets: target/example/buckets/manifest.json"

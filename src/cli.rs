@@ -80,6 +80,13 @@ pub enum Command {
     /// Compare a rewritten graph with its original on ONNX Runtime (exit 3 on mismatch).
     #[command(after_help = format!("{VALIDATE_HELP}\n\n{EXIT_CODES}"))]
     Validate(ValidateArgs),
+    // Decision reports (frontier, capacity, buckets): src/reports.rs.
+    /// Sweep ceilings from no recompute to the floor: DIR/frontier.{json,svg,md}.
+    Frontier(FrontierArgs),
+    /// The largest value of a symbolic dim that fits, with and without recompute.
+    Capacity(CapacityArgs),
+    /// Plan only the over-ceiling shape buckets of a trace: DIR/manifest.json, buckets.md.
+    Buckets(BucketsArgs),
 }
 
 /// How to run graphs on ONNX Runtime.
@@ -281,6 +288,143 @@ pub struct ExportArgs {
     pub model: PathBuf,
     #[arg(short = 'o', long = "output")]
     pub output: PathBuf,
+}
+
+// --- Decision reports (frontier, capacity, buckets) ---
+
+/// Flags the report commands share: planning and measuring.
+#[derive(Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// Bind a symbolic dim, `--dim seq=32` (repeatable); `capacity` also takes the dim it
+    /// searches as a bare name, `--dim batch`.
+    #[arg(long = "dim", value_name = "NAME[=VALUE]", allow_hyphen_values = true)]
+    pub dims: Vec<String>,
+    /// The loss output (default: the first floating-point scalar output).
+    #[arg(long)]
+    pub loss: Option<String>,
+    /// An optimizer that runs outside the graph, for its state in the ledger.
+    #[arg(long, default_value = "none", value_parser = ["none", "sgd", "adam", "adamw"])]
+    pub optimizer: String,
+    /// Element type of the optimizer state.
+    #[arg(long = "optimizer-dtype", default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
+    pub optimizer_dtype: String,
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    /// Solver time limit per plan, in seconds, in (0, 1e6].
+    #[arg(long = "time-limit", default_value_t = 10.0, value_parser = time_limit, allow_hyphen_values = true)]
+    pub time_limit: f64,
+    /// Seed for the measured runs' inputs.
+    #[arg(long, default_value_t = 1, allow_hyphen_values = true)]
+    pub seed: u64,
+    /// Timed runs per measured graph (after 2 warm-ups).
+    #[arg(long, default_value_t = 10, value_parser = runs, allow_hyphen_values = true)]
+    pub runs: usize,
+}
+
+impl ReportArgs {
+    /// The model flags, and the bare `--dim NAME`s (the dims to search).
+    pub fn model_args(&self) -> Result<(ModelArgs, Vec<String>), String> {
+        let mut dims = Vec::new();
+        let mut bare = Vec::new();
+        for d in &self.dims {
+            if d.contains('=') {
+                dims.push(dim_binding(d).map_err(|e| format!("--dim {e}"))?);
+            } else if d.trim().is_empty() {
+                return Err("--dim: no dim name".into());
+            } else {
+                bare.push(d.trim().to_string());
+            }
+        }
+        Ok((
+            ModelArgs {
+                dims,
+                loss: self.loss.clone(),
+                optimizer: self.optimizer.clone(),
+                optimizer_dtype: self.optimizer_dtype.clone(),
+                profile: self.profile.clone(),
+            },
+            bare,
+        ))
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct FrontierArgs {
+    pub model: PathBuf,
+    /// Ceilings evenly spaced from no recompute down to the floor (at least 2; default 6).
+    #[arg(long, conflicts_with = "ceilings", value_parser = clap::value_parser!(u32).range(2..=200))]
+    pub points: Option<u32>,
+    /// Ceilings to sweep, e.g. `95%,90%,80%` (of the no-recompute total) or sizes.
+    #[arg(long, value_delimiter = ',', value_parser = CeilingSpec::parse, allow_hyphen_values = true)]
+    pub ceilings: Vec<CeilingSpec>,
+    /// Measure each plan's device total and step time on ONNX Runtime under the profile.
+    #[arg(long)]
+    pub validate: bool,
+    /// Output folder: frontier.json, frontier.svg, frontier.md.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub report: ReportArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct CapacityArgs {
+    pub model: PathBuf,
+    /// The device ceiling (a size, or a percentage of the footprint at the searched dim = 1).
+    #[arg(long, value_parser = CeilingSpec::parse, allow_hyphen_values = true)]
+    pub ceiling: CeilingSpec,
+    /// The largest value searched.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max: u64,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub report: ReportArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct BucketsArgs {
+    /// The symbolic model (with --dim-map); or give --manifest.
+    pub model: Option<PathBuf>,
+    /// The trace: CSV with a header, or JSONL; one row per step.
+    #[arg(long)]
+    pub trace: PathBuf,
+    /// The device ceiling every admitted bucket must fit (a size).
+    #[arg(long, value_parser = CeilingSpec::parse, allow_hyphen_values = true)]
+    pub ceiling: CeilingSpec,
+    /// Output folder: manifest.json, buckets.json, buckets.md, a model and receipt per planned bucket.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Which trace column binds which dim: `seq=max_seq_len,batch=microbatch_size`.
+    #[arg(long = "dim-map")]
+    pub dim_map: Option<String>,
+    /// One static model per bucket: `{"key": COLUMN, "models": [{"up_to": N, "model": PATH,
+    /// "dims": {..}}]}` (`dims` optional: bindings for a model with symbolic dims).
+    #[arg(long, conflicts_with_all = ["model", "dim_map"])]
+    pub manifest: Option<PathBuf>,
+    /// The column buckets are cut on (default: the dim map's first column).
+    #[arg(long)]
+    pub by: Option<String>,
+    /// Inclusive upper bounds of the buckets, e.g. `16,24`.
+    #[arg(long, conflicts_with = "quantiles")]
+    pub boundaries: Option<String>,
+    /// Quantiles of the key column as upper bounds (default p50,p90,p99,max).
+    #[arg(long)]
+    pub quantiles: Option<String>,
+    /// Keep this percentage of the ceiling free.
+    #[arg(long, default_value_t = 0.0, value_parser = reserve, allow_hyphen_values = true)]
+    pub reserve: f64,
+    /// Measure every admitted bucket and replay every planned one on ONNX Runtime.
+    #[arg(long)]
+    pub validate: bool,
+    /// Largest accepted regression of the trace's p50 step time, in percent.
+    #[arg(long = "max-p50-regression", default_value_t = 2.0, value_parser = tolerance)]
+    pub max_p50_regression: f64,
+    /// Largest accepted regression of the trace's p99 step time, in percent.
+    #[arg(long = "max-p99-regression", default_value_t = 5.0, value_parser = tolerance)]
+    pub max_p99_regression: f64,
+    #[command(flatten)]
+    pub report: ReportArgs,
 }
 
 /// One `--dim NAME=VALUE`.

@@ -2,10 +2,14 @@
 //!
 //! Stage by stage, from `main` to the receipt: `docs/pipeline.md`.
 
+pub mod buckets;
+pub mod capacity;
+pub mod frontier;
 pub mod inputs;
 pub mod mutate;
 pub mod offline;
 pub mod optimize;
+pub mod plot;
 pub mod profile;
 pub mod progress;
 pub mod receipt;

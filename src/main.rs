@@ -4,12 +4,13 @@
 //! Exit codes: 0 success, 1 bad input or usage, 2 the ceiling cannot be met,
 //! 3 validation failed, 4 could not validate.
 //!
-//! Modules import one way: `main` → `inspect`, `main_job` → `model_io` → `cli` (flag types).
+//! Modules import one way: `main` → `inspect`, `main_job` → `model_io` → `cli` (flag types); `reports` (frontier, capacity, buckets) → `model_io`.
 
 mod cli;
 mod inspect;
 mod main_job;
 mod model_io;
+mod reports;
 
 use std::process::ExitCode;
 
@@ -112,6 +113,9 @@ fn run(cli: cli::Cli) -> Result<(), Failure> {
             Ok(())
         }
         Some(Command::Validate(a)) => main_job::run_validate(&a),
+        Some(Command::Frontier(a)) => reports::run_frontier(&a),
+        Some(Command::Capacity(a)) => reports::run_capacity(&a),
+        Some(Command::Buckets(a)) => reports::run_buckets(&a),
         None => main_job::run(cli.optimize),
     }
 }

@@ -130,7 +130,7 @@ fn validate_analyses(
 }
 
 /// Validate `after` against `before` into the receipt, printing the result unless `--json`
-/// (the value comparison only with `values`). `Some`: the failure (exit 3), or why validation
+/// (the value comparison only when `after` is not `before` itself). `Some`: the failure (exit 3), or why validation
 /// could not run (exit 4, or 1); the receipt's status and reason say which.
 fn validate_into(
     receipt: &mut Receipt,
@@ -139,9 +139,10 @@ fn validate_into(
     args: &OptimizeArgs,
     profile: &ckpt_ir::Profile,
     ceiling: u64,
-    values: bool,
     reference: Option<&Reference>,
 ) -> Result<Option<Failure>, Failure> {
+    // An unchanged graph is validated against itself: its values need no printing.
+    let values = !std::ptr::eq(before, after);
     let result = validate_analyses(
         before,
         after,
@@ -726,7 +727,6 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                     &args,
                     &profile,
                     ceiling,
-                    false,
                     reference.as_ref(),
                 )?
             } else {
@@ -816,7 +816,6 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                     &args,
                     &profile,
                     ceiling,
-                    true,
                     reference.as_ref(),
                 )?
             } else {

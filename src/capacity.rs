@@ -1,0 +1,380 @@
+//! Qualified capacity: the largest value of one symbolic dim (batch or seq) that fits a ceiling
+//! with no recompute, and with recompute, each with its cheapest plan and its estimated
+//! throughput, beside gradient accumulation.
+//!
+//! Rules:
+//! - A value fits with no recompute when the unmodified graph's predicted device total is at
+//!   most the ceiling; with recompute when the planner finds a plan or recompute-all fits (the
+//!   cheapest of the two is the answer's plan).
+//! - The search assumes the device total grows with the dim: it doubles from 1 until a value
+//!   does not fit (or passes `--max`), then bisects. Each answer is then checked one step
+//!   above it: the value + 1 is planned and simulated and must not fit (or must exceed `max`);
+//!   where it fits after all (the planner's search is not monotone in the dim), the answer
+//!   moves up to it and is checked again, so a reported answer always has a failing step above.
+//! - Step time is estimated from FLOPs (step time ∝ the step's FLOPs, added FLOPs included);
+//!   throughput is items (tokens for a seq dim, samples otherwise) per FLOP, relative to no
+//!   recompute at its own largest value.
+//! - Gradient accumulation reaches the recompute answer's effective batch with k microbatches
+//!   of the no-recompute answer, at no-recompute's per-item cost: throughput 1.0 relative. It
+//!   cannot lengthen a sequence, so for a seq dim it reaches the tokens per step, not the
+//!   sequence length.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use ckpt_ir::{Bindings, Graph};
+
+use crate::frontier::{baselines, cheapest_fitting, plan_at, KnownPlan, Planned};
+use crate::optimize::{analyse, step_flops, AnalyseOptions};
+
+/// What to search.
+#[derive(Clone, Debug)]
+pub struct CapacityQuery {
+    pub dim: String,
+    pub ceiling_bytes: u64,
+    /// The largest value searched.
+    pub max_value: u64,
+    pub time_limit: Duration,
+}
+
+/// The value one step above an answer, planned and simulated.
+#[derive(Clone, Debug, Serialize)]
+pub struct Above {
+    pub value: u64,
+    /// Its predicted device total (with recompute: the lowest any plan reached).
+    pub predicted_peak_bytes: u64,
+    pub fits: bool,
+}
+
+/// One answer: the largest value that fits one way.
+#[derive(Clone, Debug, Serialize)]
+pub struct Answer {
+    /// `None`: not even 1 fits.
+    pub max_value: Option<u64>,
+    pub predicted_peak_bytes: Option<u64>,
+    pub added_flops: u64,
+    pub step_flops: u64,
+    /// Added FLOPs as a percentage of the step: the estimated step-time increase.
+    pub step_time_increase_percent: f64,
+    /// Items per second relative to no recompute at its largest value (estimated from FLOPs).
+    pub throughput_relative: f64,
+    pub method: String,
+    /// The check one step above (`None` when the answer is `max_value` itself).
+    pub above: Option<Above>,
+}
+
+/// Gradient accumulation beside recompute.
+#[derive(Clone, Debug, Serialize)]
+pub struct Accumulation {
+    pub microbatch: Option<u64>,
+    /// Microbatches per optimizer step to reach the recompute answer's value.
+    pub steps: Option<u64>,
+    pub effective_value: Option<u64>,
+    pub throughput_relative: f64,
+    pub note: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Capacity {
+    pub model: String,
+    pub dim: String,
+    /// `tokens` for a seq dim, else `samples`.
+    pub items: String,
+    pub ceiling_bytes: u64,
+    pub profile: String,
+    pub bindings: std::collections::BTreeMap<String, u64>,
+    pub searched_up_to: u64,
+    pub no_recompute: Answer,
+    pub with_recompute: Answer,
+    pub accumulation: Accumulation,
+    /// Does recompute unlock a larger value, and is it cheaper per item than accumulation?
+    pub verdict: String,
+}
+
+fn options_at(o: &AnalyseOptions, dim: &str, v: u64) -> AnalyseOptions {
+    let mut b: Bindings = o.bindings.clone();
+    b.insert(dim.to_string(), v);
+    AnalyseOptions {
+        bindings: b,
+        ..o.clone()
+    }
+}
+
+/// The largest `v` in `1..=max` with `fits(v)`, assuming monotone (doubling, then bisection).
+fn largest(max: u64, mut fits: impl FnMut(u64) -> Result<bool>) -> Result<Option<u64>> {
+    if max == 0 || !fits(1)? {
+        return Ok(None);
+    }
+    let (mut lo, mut hi) = (1u64, None);
+    while hi.is_none() {
+        let next = lo.saturating_mul(2).min(max);
+        if next == lo {
+            return Ok(Some(lo));
+        }
+        if fits(next)? {
+            lo = next;
+        } else {
+            hi = Some(next);
+        }
+    }
+    let mut hi = hi.unwrap_or(max);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(Some(lo))
+}
+
+/// The cheapest plan known at one value: the planner's, and recompute-all; `Err` carries the
+/// lowest total reached.
+fn best_with_recompute(
+    graph: &Graph,
+    o: &AnalyseOptions,
+    q: &CapacityQuery,
+) -> Result<std::result::Result<KnownPlan, u64>> {
+    let before = analyse(graph.clone(), o)?;
+    let mut pool = baselines(&before, o)?;
+    let mut lowest = pool.iter().map(|p| p.total_bytes).min().unwrap_or(u64::MAX);
+    if cheapest_fitting(&pool, q.ceiling_bytes) != Some(0) {
+        match plan_at(graph, o, q.ceiling_bytes, q.time_limit)? {
+            Planned::Plan(p) => pool.push(*p),
+            Planned::CannotFit {
+                lowest_reachable_total_bytes,
+            } => lowest = lowest.min(lowest_reachable_total_bytes),
+        }
+    }
+    Ok(match cheapest_fitting(&pool, q.ceiling_bytes) {
+        Some(i) => Ok(pool.swap_remove(i)),
+        None => Err(lowest),
+    })
+}
+
+/// Search both answers (see the module doc).
+pub fn capacity(
+    model: &str,
+    graph: &Graph,
+    o: &AnalyseOptions,
+    q: &CapacityQuery,
+) -> Result<Capacity> {
+    let total_at = |v: u64| -> Result<u64> {
+        Ok(analyse(graph.clone(), &options_at(o, &q.dim, v))?
+            .ledger
+            .total_bytes)
+    };
+    let nr = largest(q.max_value, |v| Ok(total_at(v)? <= q.ceiling_bytes))?;
+    let fits_wr = |v: u64| -> Result<bool> {
+        Ok(best_with_recompute(graph, &options_at(o, &q.dim, v), q)?.is_ok())
+    };
+    let wr = largest(q.max_value, fits_wr)?;
+    let flops_at = |v: u64| -> Result<u64> {
+        let oo = options_at(o, &q.dim, v);
+        let a = analyse(graph.clone(), &oo)?;
+        Ok(step_flops(&a, &oo.bindings).max(1))
+    };
+    // No recompute.
+    let nr_step = match nr {
+        Some(v) => Some(flops_at(v)?),
+        None => None,
+    };
+    let per_item = |v: u64, flops: u64| v as f64 / flops as f64;
+    let nr_rate = nr.zip(nr_step).map(|(v, f)| per_item(v, f));
+    let above_nr = match nr {
+        Some(v) if v < q.max_value => {
+            let t = total_at(v + 1)?;
+            Some(Above {
+                value: v + 1,
+                predicted_peak_bytes: t,
+                fits: t <= q.ceiling_bytes,
+            })
+        }
+        None => {
+            let t = total_at(1)?;
+            Some(Above {
+                value: 1,
+                predicted_peak_bytes: t,
+                fits: t <= q.ceiling_bytes,
+            })
+        }
+        _ => None,
+    };
+    let no_recompute = Answer {
+        max_value: nr,
+        predicted_peak_bytes: match nr {
+            Some(v) => Some(total_at(v)?),
+            None => None,
+        },
+        added_flops: 0,
+        step_flops: nr_step.unwrap_or(0),
+        step_time_increase_percent: 0.0,
+        throughput_relative: if nr.is_some() { 1.0 } else { 0.0 },
+        method: crate::frontier::NO_RECOMPUTE.into(),
+        above: above_nr,
+    };
+    // With recompute: checked one step above; where that fits (the planner's search is not
+    // monotone in the dim, and a search cut by the time limit depends on the clock), the
+    // answer moves up to it and is checked again.
+    let mut wr = wr;
+    let mut plan = match wr {
+        Some(v) => best_with_recompute(graph, &options_at(o, &q.dim, v), q)?.ok(),
+        None => None,
+    };
+    let above_wr = loop {
+        let v = wr.map_or(1, |v| v + 1);
+        if v > q.max_value {
+            break None;
+        }
+        match best_with_recompute(graph, &options_at(o, &q.dim, v), q)? {
+            Ok(p) => {
+                wr = Some(v);
+                plan = Some(p);
+            }
+            Err(lowest) => {
+                break Some(Above {
+                    value: v,
+                    predicted_peak_bytes: lowest,
+                    fits: false,
+                })
+            }
+        }
+    };
+    let wr_step = match wr {
+        Some(v) => Some(flops_at(v)?),
+        None => None,
+    };
+    let added = plan.as_ref().map_or(0, |p| p.added_flops);
+    let wr_rate = wr.zip(wr_step).map(|(v, f)| per_item(v, f + added));
+    let relative = |r: Option<f64>| match (r, nr_rate) {
+        (Some(r), Some(base)) if base > 0.0 => r / base,
+        _ => 0.0,
+    };
+    let with_recompute = Answer {
+        max_value: wr,
+        predicted_peak_bytes: plan.as_ref().map(|p| p.total_bytes),
+        added_flops: added,
+        step_flops: wr_step.unwrap_or(0),
+        step_time_increase_percent: wr_step.map_or(0.0, |f| 100.0 * added as f64 / f as f64),
+        throughput_relative: relative(wr_rate),
+        method: plan
+            .as_ref()
+            .map_or_else(|| "none fits".into(), |p| p.method.clone()),
+        above: above_wr,
+    };
+    let is_seq = q.dim.to_ascii_lowercase().contains("seq");
+    let accumulation = match (nr, wr) {
+        (Some(m), Some(target)) => {
+            let k = target.div_ceil(m);
+            Accumulation {
+                microbatch: Some(m),
+                steps: Some(k),
+                effective_value: Some(k * m),
+                throughput_relative: 1.0,
+                note: if is_seq {
+                    format!("{k} accumulated steps of {}={m} reach the tokens of {}={target} per optimizer step, not its sequence length", q.dim, q.dim)
+                } else {
+                    format!(
+                        "{k} accumulated microbatches of {}={m} reach an effective {} of {}",
+                        q.dim,
+                        q.dim,
+                        k * m
+                    )
+                },
+            }
+        }
+        _ => Accumulation {
+            microbatch: nr,
+            steps: None,
+            effective_value: None,
+            throughput_relative: if nr.is_some() { 1.0 } else { 0.0 },
+            note: "no recompute answer to match".into(),
+        },
+    };
+    let verdict = match (nr, wr) {
+        (_, None) => "nothing fits, even with recompute".to_string(),
+        (None, Some(w)) => format!(
+            "only recompute fits: {}={w} at +{:.2}% step time",
+            q.dim, with_recompute.step_time_increase_percent
+        ),
+        (Some(n), Some(w)) if w <= n => {
+            format!("recompute does not unlock a larger {} than {n}", q.dim)
+        }
+        (Some(n), Some(w)) => {
+            let rel = with_recompute.throughput_relative;
+            format!(
+                "recompute unlocks {}={w} (no recompute: {n}) at +{:.2}% step time; estimated throughput {:.3}x of no recompute, against 1.000x for accumulating {} microbatches: {}",
+                q.dim,
+                with_recompute.step_time_increase_percent,
+                rel,
+                accumulation.steps.unwrap_or(1),
+                if rel > 1.0 { "recompute is the cheaper trade" } else { "accumulation is the cheaper trade (unless the larger value itself is needed)" }
+            )
+        }
+    };
+    Ok(Capacity {
+        model: model.into(),
+        dim: q.dim.clone(),
+        items: if is_seq { "tokens" } else { "samples" }.into(),
+        ceiling_bytes: q.ceiling_bytes,
+        profile: o.profile.describe(),
+        bindings: o.bindings.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        searched_up_to: q.max_value,
+        no_recompute,
+        with_recompute,
+        accumulation,
+        verdict,
+    })
+}
+
+/// The Markdown (and terminal) table of a capacity answer.
+pub fn markdown(c: &Capacity) -> String {
+    let mut s = format!(
+        "# Capacity: {} ({} under {})\n\nProfile: {}. Other dims: {}. Searched {}=1..{}. Step time and throughput are estimated from FLOPs ({} per FLOP), not measured.\n\n",
+        c.model,
+        c.dim,
+        crate::size::human(c.ceiling_bytes),
+        c.profile,
+        crate::frontier::bindings_text(&c.bindings),
+        c.dim,
+        c.searched_up_to,
+        c.items
+    );
+    s.push_str(&format!("| | largest {} | predicted peak | added FLOPs | step time | {} / s (relative) | checked above |\n|---|---:|---:|---:|---:|---:|---|\n", c.dim, c.items));
+    let opt = |v: Option<u64>| v.map_or("-".into(), |v| v.to_string());
+    for (name, a) in [
+        ("no recompute", &c.no_recompute),
+        ("with recompute", &c.with_recompute),
+    ] {
+        s.push_str(&format!(
+            "| {name} | {} | {} | {} | +{:.2}% | {:.3}x | {} |\n",
+            opt(a.max_value),
+            a.predicted_peak_bytes
+                .map_or("-".into(), crate::size::human),
+            a.added_flops,
+            a.step_time_increase_percent,
+            a.throughput_relative,
+            a.above
+                .as_ref()
+                .map_or("(the search's maximum)".into(), |x| format!(
+                    "{}={}: {} {}",
+                    c.dim,
+                    x.value,
+                    crate::size::human(x.predicted_peak_bytes),
+                    if x.fits { "FITS" } else { "does not fit" }
+                ))
+        ));
+    }
+    s.push_str(&format!(
+        "| accumulation | {} x {} | - | 0 | +0.00% | {:.3}x | - |\n\n{}\n\n{}\n",
+        opt(c.accumulation.microbatch),
+        opt(c.accumulation.steps),
+        c.accumulation.throughput_relative,
+        c.accumulation.note,
+        c.verdict
+    ));
+    s
+}

@@ -1,0 +1,652 @@
+//! The Pareto frontier of one graph: for a list of ceilings, from no recompute down to the
+//! floor, the cheapest known plan that fits each, beside the baselines (no recompute, per-block
+//! checkpointing, recompute-all) on the same axes.
+//!
+//! Rules:
+//! - Every plan is a rewrite the simulator has analysed; its predicted peak is the analysis's
+//!   device total under the deployment profile (the number the main job compares with the
+//!   ceiling).
+//! - Monotone by construction: every plan found (by the planner at any ceiling, or a baseline)
+//!   joins one pool, and each ceiling takes the cheapest plan of the pool that fits it (fewest
+//!   added FLOPs, then the lowest peak). A plan that fits a lower ceiling fits every higher one,
+//!   so added FLOPs never rise as the ceiling rises, and `fits` never turns false.
+//! - The floor is the lowest device total any plan of the pool reaches (recompute-all, or a
+//!   planner's plan found by probing below the lowest the planner reports), not a proven
+//!   bound: the planner's search is a heuristic.
+//! - Per-block checkpointing keeps each layer's residual-stream input and recomputes every
+//!   other candidate. The residual stream is found from the graph: a forward `Add` one of whose
+//!   operands is an ancestor of the other (the skip connection) makes that operand a block
+//!   input. A graph with no such `Add` falls back to the solver's √n spacing.
+
+use std::collections::{BTreeSet, HashSet};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use ckpt_ir::ops::flops;
+use ckpt_ir::{Graph, TensorId};
+use ckpt_passes::recompute::{candidates, problem, rewrite, Candidates};
+use ckpt_passes::Phase;
+use ckpt_solver::{Method, Plan};
+
+use crate::optimize::{analyse, plan_analysed, step_flops, AnalyseOptions, Analysis, Job, Outcome};
+use crate::size::{human, CeilingSpec};
+
+/// One plan: a rewrite of the graph (or the graph itself) with its predicted device total.
+pub struct KnownPlan {
+    /// How it was found: `no recompute`, a baseline's name, or the planner's method.
+    pub method: String,
+    /// The ceiling the planner found it for (`None`: a baseline).
+    pub found_at_ceiling_bytes: Option<u64>,
+    /// The predicted device total under the profile.
+    pub total_bytes: u64,
+    /// FLOPs the clones add (moves add none).
+    pub added_flops: u64,
+    /// The analysed rewrite.
+    pub analysis: Analysis,
+}
+
+/// Forward tensors that are residual-stream inputs of a block (see the module doc).
+pub fn residual_stream(a: &Analysis) -> BTreeSet<TensorId> {
+    /// Producers visited when looking for the skip operand among the other operand's ancestors
+    /// (a transformer block is a few dozen nodes).
+    const ANCESTOR_LIMIT: usize = 400;
+    let g = &a.graph;
+    let is_ancestor = |x: TensorId, y: TensorId| -> bool {
+        let mut stack = vec![y];
+        let mut seen = HashSet::new();
+        while let Some(t) = stack.pop() {
+            if t == x {
+                return true;
+            }
+            if !seen.insert(t) || seen.len() > ANCESTOR_LIMIT {
+                continue;
+            }
+            if let Some(p) = g.tensor(t).producer() {
+                if a.class.phase(p) == Phase::Forward {
+                    stack.extend(g.node(p).inputs.iter().flatten());
+                }
+            }
+        }
+        false
+    };
+    let mut out = BTreeSet::new();
+    for &n in g.nodes() {
+        let node = g.node(n);
+        if node.op_type != "Add" || a.class.phase(n) != Phase::Forward {
+            continue;
+        }
+        let &[Some(x), Some(y)] = node.inputs.as_slice() else {
+            continue;
+        };
+        if g.tensor(x).producer().is_none() || g.tensor(y).producer().is_none() {
+            continue;
+        }
+        if is_ancestor(x, y) {
+            out.insert(x);
+        } else if is_ancestor(y, x) {
+            out.insert(y);
+        }
+    }
+    out
+}
+
+/// The per-block recompute set: every candidate whose dropped values include no residual-stream
+/// input is recomputed.
+pub fn per_block_set(a: &Analysis, cands: &Candidates) -> Vec<bool> {
+    let stream = residual_stream(a);
+    if stream.is_empty() {
+        let prob = problem(&a.sim, cands, 0);
+        return ckpt_solver::per_block_set(&prob);
+    }
+    cands
+        .list
+        .iter()
+        .map(|c| !c.saved.iter().any(|t| stream.contains(t)))
+        .collect()
+}
+
+/// Rewrite `before` for the recompute set `set`, apply, and analyse the result.
+pub fn evaluate_set(
+    before: &Analysis,
+    cands: &Candidates,
+    set: Vec<bool>,
+    options: &AnalyseOptions,
+    method: &str,
+) -> Result<KnownPlan> {
+    if !set.iter().any(|&x| x) {
+        return Ok(KnownPlan {
+            method: method.into(),
+            found_at_ceiling_bytes: None,
+            total_bytes: before.ledger.total_bytes,
+            added_flops: 0,
+            analysis: analyse(before.graph.clone(), options)?,
+        });
+    }
+    let prob = problem(&before.sim, cands, 0);
+    let plan = Plan::for_set(&prob, set, Method::RecomputeAll);
+    let patch = rewrite(&before.graph, cands, &plan, method);
+    let added_flops = patch
+        .nodes
+        .iter()
+        .map(|n| flops(&before.graph, n.copy_of, &before.types, &options.bindings).unwrap_or(0))
+        .sum();
+    let mut g = before.graph.clone();
+    patch
+        .apply(&mut g)
+        .with_context(|| format!("applying the {method} recompute patch"))?;
+    let analysis = analyse(g, options)?;
+    Ok(KnownPlan {
+        method: method.into(),
+        found_at_ceiling_bytes: None,
+        total_bytes: analysis.ledger.total_bytes,
+        added_flops,
+        analysis,
+    })
+}
+
+/// The three baselines of a graph: no recompute, per-block, recompute-all (in that order).
+pub fn baselines(before: &Analysis, options: &AnalyseOptions) -> Result<Vec<KnownPlan>> {
+    let cands = candidates(&before.graph, &before.sim, &before.types, &options.bindings);
+    let n = cands.list.len();
+    Ok(vec![
+        evaluate_set(before, &cands, vec![false; n], options, NO_RECOMPUTE)?,
+        evaluate_set(
+            before,
+            &cands,
+            per_block_set(before, &cands),
+            options,
+            PER_BLOCK,
+        )?,
+        evaluate_set(before, &cands, vec![true; n], options, RECOMPUTE_ALL)?,
+    ])
+}
+
+pub const NO_RECOMPUTE: &str = "no recompute";
+pub const PER_BLOCK: &str = "per-block";
+pub const RECOMPUTE_ALL: &str = "recompute-all";
+
+/// What the planner says at one ceiling.
+pub enum Planned {
+    Plan(Box<KnownPlan>),
+    /// No plan: the lowest device total the planner reached.
+    CannotFit {
+        lowest_reachable_total_bytes: u64,
+    },
+}
+
+/// Run the main job's planner on `graph` at `ceiling` (no reserve).
+pub fn plan_at(
+    graph: &Graph,
+    options: &AnalyseOptions,
+    ceiling: u64,
+    time_limit: Duration,
+) -> Result<Planned> {
+    let t0 = Instant::now();
+    let before = analyse(graph.clone(), options)?;
+    let job = Job {
+        model: Default::default(),
+        ceiling,
+        output: None,
+        analysis: options.clone(),
+        reserve_pct: 0.0,
+        time_limit,
+    };
+    Ok(match plan_analysed(&job, before, t0)? {
+        Outcome::AlreadyFits { before } => Planned::Plan(Box::new(KnownPlan {
+            method: NO_RECOMPUTE.into(),
+            found_at_ceiling_bytes: Some(ceiling),
+            total_bytes: before.ledger.total_bytes,
+            added_flops: 0,
+            analysis: before,
+        })),
+        Outcome::CannotFit { diagnosis, .. } => Planned::CannotFit {
+            lowest_reachable_total_bytes: diagnosis.lowest_reachable_total_bytes,
+        },
+        Outcome::Rewritten(r) => Planned::Plan(Box::new(KnownPlan {
+            method: method_label(&r.plan),
+            found_at_ceiling_bytes: Some(ceiling),
+            total_bytes: r.after.ledger.total_bytes,
+            added_flops: r.counts.added_flops,
+            analysis: r.after,
+        })),
+    })
+}
+
+/// The planner's method, as a reader says it.
+pub fn method_label(plan: &Plan) -> String {
+    match (plan.info.method, plan.info.status) {
+        (Method::LocalSearch, _) => "search with the simulator in the loop".into(),
+        (Method::Ilp, ckpt_solver::Status::Optimal) => "ILP, proven optimal".into(),
+        (Method::Ilp, ckpt_solver::Status::WithinGap) => {
+            format!("ILP, within {:.2}% of optimal", 100.0 * plan.info.gap)
+        }
+        (m, s) => format!("{m:?} ({s:?})"),
+    }
+}
+
+/// The index of the cheapest plan of `pool` that fits `ceiling`: fewest added FLOPs, then the
+/// lowest total, then the earliest.
+pub fn cheapest_fitting(pool: &[KnownPlan], ceiling: u64) -> Option<usize> {
+    let plans: Vec<(u64, u64)> = pool
+        .iter()
+        .map(|p| (p.total_bytes, p.added_flops))
+        .collect();
+    cheapest_index(&plans, ceiling)
+}
+
+/// [`cheapest_fitting`] on numbers: `plans` are (total bytes, added FLOPs).
+pub fn cheapest_index(plans: &[(u64, u64)], ceiling: u64) -> Option<usize> {
+    plans
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.0 <= ceiling)
+        .min_by_key(|(i, p)| (p.1, p.0, *i))
+        .map(|(i, _)| i)
+}
+
+/// Which ceilings to sweep.
+#[derive(Clone, Debug)]
+pub enum Ceilings {
+    /// N ceilings evenly spaced from the no-recompute total down to the floor (both included).
+    Points(usize),
+    /// Given ceilings (`90%` is of the no-recompute total).
+    List(Vec<CeilingSpec>),
+}
+
+/// One point of the frontier.
+#[derive(Clone, Debug, Serialize)]
+pub struct Point {
+    pub ceiling_bytes: u64,
+    /// The chosen plan's predicted device total (`None` when nothing fits).
+    pub predicted_peak_bytes: Option<u64>,
+    pub added_flops: u64,
+    pub added_flops_percent: f64,
+    pub fits: bool,
+    /// How the chosen plan was found (`none fits` when nothing does).
+    pub method: String,
+    /// The ceiling the planner found the chosen plan for (`None`: a baseline); a plan found at
+    /// a lower ceiling is reused where it is the cheapest.
+    pub found_at_ceiling_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_peak_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p50_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p95_ms: Option<f64>,
+    /// Index into the plan pool (not serialized).
+    #[serde(skip)]
+    pub plan: Option<usize>,
+}
+
+/// One baseline on the frontier's axes.
+#[derive(Clone, Debug, Serialize)]
+pub struct BaselineRow {
+    pub name: String,
+    pub predicted_peak_bytes: u64,
+    pub added_flops: u64,
+    pub added_flops_percent: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_peak_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p50_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p95_ms: Option<f64>,
+}
+
+/// The frontier of one graph under one profile and shape.
+#[derive(Clone, Debug, Serialize)]
+pub struct Frontier {
+    pub model: String,
+    pub profile: String,
+    pub bindings: ckpt_ir::Bindings,
+    /// FLOPs of one step of the unmodified graph.
+    pub step_flops: u64,
+    pub no_recompute_bytes: u64,
+    pub floor_bytes: u64,
+    /// Points in descending ceiling order.
+    pub points: Vec<Point>,
+    pub baselines: Vec<BaselineRow>,
+    /// Whether the points and baselines were measured on ONNX Runtime.
+    pub validated: bool,
+    /// The no-recompute graph's measured p50 step time (with validation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_p50_ms: Option<f64>,
+}
+
+/// The sweep, before any measurement: the frontier and the pool its points index.
+pub struct Sweep {
+    pub frontier: Frontier,
+    pub pool: Vec<KnownPlan>,
+    /// The unmodified graph's analysis.
+    pub before: Analysis,
+}
+
+/// Tries at finding a plan at the lowest total the planner reports reaching.
+const FLOOR_TRIES: usize = 4;
+
+/// The lowest total of a plan in `pool` after probing the planner: asked for the impossible
+/// (one byte above what the caller feeds), it reports the lowest total it reached; asked for
+/// that, it returns the plan (each retry asks a quarter of the way back up to the lowest plan
+/// known); then it is asked for less, step by step, until it finds none. The floor is the
+/// lowest plan found, not a proven bound.
+fn find_floor(
+    graph: &Graph,
+    options: &AnalyseOptions,
+    before: &Analysis,
+    pool: &mut Vec<KnownPlan>,
+    time_limit: Duration,
+) -> Result<u64> {
+    let known = |pool: &[KnownPlan]| pool.iter().map(|p| p.total_bytes).min().unwrap_or(u64::MAX);
+    let probe = before.ledger.fixed_bytes + 1;
+    let Planned::CannotFit {
+        lowest_reachable_total_bytes: mut target,
+    } = plan_at(graph, options, probe, time_limit)?
+    else {
+        return Ok(known(pool));
+    };
+    for _ in 0..FLOOR_TRIES {
+        let best = known(pool);
+        if target >= best {
+            break;
+        }
+        match plan_at(graph, options, target, time_limit)? {
+            Planned::Plan(p) => {
+                pool.push(*p);
+                break;
+            }
+            Planned::CannotFit { .. } => target += (best - target).div_ceil(4),
+        }
+    }
+    // The diagnosis's lowest is where a search for the impossible stopped, not a bound: ask
+    // for less, in steps of a fortieth of the no-recompute total, while plans come back.
+    let step = (before.ledger.total_bytes / FLOOR_STEP_DIVISOR).max(1);
+    for _ in 0..FLOOR_DESCENT {
+        let best = known(pool);
+        let Some(target) = best
+            .checked_sub(step)
+            .filter(|&t| t > before.ledger.fixed_bytes)
+        else {
+            break;
+        };
+        match plan_at(graph, options, target, time_limit)? {
+            Planned::Plan(p) if p.total_bytes < best => pool.push(*p),
+            _ => break,
+        }
+    }
+    Ok(known(pool))
+}
+
+/// Steps the floor search takes below the diagnosis's lowest, and their size (a fraction of
+/// the no-recompute total).
+const FLOOR_DESCENT: usize = 8;
+const FLOOR_STEP_DIVISOR: u64 = 40;
+
+/// Sweep `graph` over `ceilings` with the planner (see the module doc).
+pub fn sweep(
+    model: &str,
+    graph: &Graph,
+    options: &AnalyseOptions,
+    ceilings: &Ceilings,
+    time_limit: Duration,
+) -> Result<Sweep> {
+    let before = analyse(graph.clone(), options)?;
+    let step = step_flops(&before, &options.bindings).max(1);
+    let mut pool = baselines(&before, options)?;
+    let base_total = before.ledger.total_bytes;
+    let floor = find_floor(graph, options, &before, &mut pool, time_limit)?;
+    let mut list: Vec<u64> = match ceilings {
+        Ceilings::Points(n) => {
+            let n = (*n).max(2);
+            (0..n)
+                .map(|i| {
+                    base_total - ((base_total - floor) as u128 * i as u128 / (n - 1) as u128) as u64
+                })
+                .collect()
+        }
+        Ceilings::List(specs) => specs.iter().map(|s| s.resolve(base_total)).collect(),
+    };
+    list.sort_unstable_by(|a, b| b.cmp(a));
+    list.dedup();
+    for &c in &list {
+        if c >= base_total {
+            continue;
+        }
+        if let Planned::Plan(p) = plan_at(graph, options, c, time_limit)? {
+            pool.push(*p);
+        }
+    }
+    let floor = pool.iter().map(|p| p.total_bytes).fold(floor, u64::min);
+    let pct = |f: u64| 100.0 * f as f64 / step as f64;
+    let points = list
+        .iter()
+        .map(|&c| {
+            let chosen = cheapest_fitting(&pool, c);
+            let p = chosen.map(|i| &pool[i]);
+            Point {
+                ceiling_bytes: c,
+                predicted_peak_bytes: p.map(|p| p.total_bytes),
+                added_flops: p.map_or(0, |p| p.added_flops),
+                added_flops_percent: p.map_or(0.0, |p| pct(p.added_flops)),
+                fits: p.is_some(),
+                method: p.map_or_else(|| "none fits".into(), |p| p.method.clone()),
+                found_at_ceiling_bytes: p.and_then(|p| p.found_at_ceiling_bytes),
+                measured_peak_bytes: None,
+                p50_ms: None,
+                p95_ms: None,
+                plan: chosen,
+            }
+        })
+        .collect();
+    let baselines = pool[..3]
+        .iter()
+        .map(|p| BaselineRow {
+            name: p.method.clone(),
+            predicted_peak_bytes: p.total_bytes,
+            added_flops: p.added_flops,
+            added_flops_percent: pct(p.added_flops),
+            measured_peak_bytes: None,
+            p50_ms: None,
+            p95_ms: None,
+        })
+        .collect();
+    let frontier = Frontier {
+        model: model.into(),
+        profile: options.profile.describe(),
+        bindings: options.bindings.clone(),
+        step_flops: step,
+        no_recompute_bytes: base_total,
+        floor_bytes: floor,
+        points,
+        baselines,
+        validated: false,
+        base_p50_ms: None,
+    };
+    Ok(Sweep {
+        frontier,
+        pool,
+        before,
+    })
+}
+
+/// The Markdown summary of a frontier.
+pub fn markdown(f: &Frontier) -> String {
+    let mut s = String::new();
+    s.push_str(&format!("# Frontier: {}\n\n", f.model));
+    s.push_str(&format!(
+        "Profile: {}. Shape: {}. Step: {} FLOPs. No recompute: {}; floor: {} (the lowest device total any plan reached).\n\n",
+        f.profile,
+        bindings_text(&f.bindings),
+        f.step_flops,
+        human(f.no_recompute_bytes),
+        human(f.floor_bytes)
+    ));
+    if f.validated {
+        s.push_str("Measured on ONNX Runtime under the profile: device total (smallest arena the profile's steps run in + what the caller feeds) and step time (p50/p95 of timed runs).\n\n");
+    } else {
+        s.push_str("Not measured: peaks are predicted by the simulator and the added cost is estimated from FLOPs (run with --validate to measure peak and step time on ONNX Runtime).\n\n");
+    }
+    let measured = |m: Option<u64>| m.map_or("-".to_string(), human);
+    let ms = |m: Option<f64>| m.map_or("-".to_string(), |v| format!("{v:.2}"));
+    s.push_str("| ceiling | fits | predicted peak | measured peak | added FLOPs | % of a step | p50 ms | p95 ms | method |\n");
+    s.push_str("|---:|:---:|---:|---:|---:|---:|---:|---:|---|\n");
+    for p in &f.points {
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {:.2}% | {} | {} | {}{} |\n",
+            human(p.ceiling_bytes),
+            if p.fits { "yes" } else { "no" },
+            p.predicted_peak_bytes.map_or("-".to_string(), human),
+            measured(p.measured_peak_bytes),
+            p.added_flops,
+            p.added_flops_percent,
+            ms(p.p50_ms),
+            ms(p.p95_ms),
+            p.method,
+            match p.found_at_ceiling_bytes {
+                Some(c) if c != p.ceiling_bytes => format!(" (found for {})", human(c)),
+                _ => String::new(),
+            }
+        ));
+    }
+    s.push_str("\n## Baselines\n\n| baseline | predicted peak | measured peak | added FLOPs | % of a step | p50 ms |\n|---|---:|---:|---:|---:|---:|\n");
+    for b in &f.baselines {
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {:.2}% | {} |\n",
+            b.name,
+            human(b.predicted_peak_bytes),
+            measured(b.measured_peak_bytes),
+            b.added_flops,
+            b.added_flops_percent,
+            ms(b.p50_ms)
+        ));
+    }
+    s.push_str("\nEach ceiling takes the cheapest plan known to fit it (a plan found for a lower ceiling fits every higher one), so added cost never rises with the ceiling. Not covered: other deployment profiles, other shapes, and ORT optimization levels above `disable`.\n");
+    s
+}
+
+/// `batch=2, seq=32`, or `static` when the graph has no bindings.
+pub fn bindings_text(b: &std::collections::BTreeMap<String, u64>) -> String {
+    if b.is_empty() {
+        "static".into()
+    } else {
+        b.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// What ONNX Runtime measured of one plan under the profile.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Measurement {
+    /// What the caller feeds + the smallest arena the profile's steps run in.
+    pub device_total_bytes: u64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    /// Every timed run's p99 (nearest rank over the runs).
+    pub p99_ms: f64,
+}
+
+/// Inputs for measuring plans of `before` (seeded like the main job's validation).
+pub fn measurement_inputs(
+    before: &Analysis,
+    options: &AnalyseOptions,
+    seed: u64,
+) -> Result<Vec<ckpt_runtime::HostTensor>> {
+    let params: Vec<_> = before
+        .class
+        .of_kind(ckpt_passes::TensorKind::Parameter)
+        .collect();
+    let (inputs, _) = crate::inputs::make_inputs(
+        &before.graph,
+        &options.bindings,
+        seed,
+        &crate::inputs::InputOverrides::default(),
+        &params,
+    )?;
+    Ok(inputs)
+}
+
+/// Measure `plan`'s device total (bisection on the arena cap, the profile's steps) and its step
+/// time (`runs` timed runs after 2 warm-ups) on ONNX Runtime.
+pub fn measure(
+    plan: &KnownPlan,
+    options: &AnalyseOptions,
+    inputs: &[ckpt_runtime::HostTensor],
+    runs: usize,
+) -> Result<Measurement> {
+    let a = &plan.analysis;
+    let model = ckpt_ir::export(&a.graph);
+    let e = crate::validate::MemoryExpectation {
+        profile: options.profile.clone(),
+        fixed_bytes: a.ledger.fixed_bytes,
+        original_arena_bytes: a.device.arena_bytes,
+        rewritten_arena_bytes: a.device.arena_bytes,
+        ceiling_bytes: None,
+        original_dir: a.graph.dir().map(std::path::Path::to_path_buf),
+        rewritten_dir: a.graph.dir().map(std::path::Path::to_path_buf),
+    };
+    let d = crate::validate::measure_device(
+        &plan.method,
+        &model,
+        a.graph.dir(),
+        inputs,
+        &e,
+        a.device.arena_bytes,
+    )?;
+    let bytes = ckpt_ir::export_bytes(&a.graph);
+    let t = ckpt_runtime::time_steps(
+        ckpt_runtime::Model::new(&plan.method, &bytes).in_dir(a.graph.dir()),
+        inputs,
+        &crate::profile::session_config(&options.profile),
+        2,
+        runs.max(1),
+    )
+    .with_context(|| format!("timing the {} graph", plan.method))?;
+    let mut sorted = t.runs.clone();
+    sorted.sort_by(f64::total_cmp);
+    let p99 = sorted[((0.99 * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
+    Ok(Measurement {
+        device_total_bytes: d.measured_total_bytes,
+        p50_ms: t.p50_ms,
+        p95_ms: t.p95_ms,
+        p99_ms: p99,
+    })
+}
+
+/// Measure every plan the frontier shows (each once) and fill in the measured columns.
+pub fn validate_sweep(
+    s: &mut Sweep,
+    options: &AnalyseOptions,
+    seed: u64,
+    runs: usize,
+) -> Result<()> {
+    let inputs = measurement_inputs(&s.before, options, seed)?;
+    let mut measured: Vec<Option<Measurement>> = vec![None; s.pool.len()];
+    let mut get = |i: usize| -> Result<Measurement> {
+        if let Some(m) = measured[i] {
+            return Ok(m);
+        }
+        let m = measure(&s.pool[i], options, &inputs, runs)?;
+        measured[i] = Some(m);
+        Ok(m)
+    };
+    for (i, b) in s.frontier.baselines.iter_mut().enumerate() {
+        let m = get(i)?;
+        b.measured_peak_bytes = Some(m.device_total_bytes);
+        b.p50_ms = Some(m.p50_ms);
+        b.p95_ms = Some(m.p95_ms);
+    }
+    for p in &mut s.frontier.points {
+        if let Some(i) = p.plan {
+            let m = get(i)?;
+            p.measured_peak_bytes = Some(m.device_total_bytes);
+            p.p50_ms = Some(m.p50_ms);
+            p.p95_ms = Some(m.p95_ms);
+        }
+    }
+    s.frontier.base_p50_ms = s.frontier.baselines.first().and_then(|b| b.p50_ms);
+    s.frontier.validated = true;
+    Ok(())
+}

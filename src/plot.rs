@@ -1,0 +1,181 @@
+//! The frontier as an SVG plot (plotters, SVG backend): device peak against added step time,
+//! with the ceilings as horizontal lines, the floor, and the three baselines marked.
+//!
+//! Rules: the x axis is the measured p50 increase in milliseconds when the frontier was
+//! validated, else the added FLOPs as a percentage of a step (the estimate); the y axis is the
+//! device total in GiB, or MiB when the no-recompute total is under 1 GiB. Measured peaks are
+//! drawn when present, else predicted ones. Only points that fit are plotted.
+
+use plotters::prelude::*;
+
+use crate::frontier::{Frontier, NO_RECOMPUTE, PER_BLOCK, RECOMPUTE_ALL};
+
+const WIDTH: u32 = 900;
+const HEIGHT: u32 = 560;
+
+/// The frontier's plot as SVG text.
+pub fn frontier_svg(f: &Frontier) -> Result<String, String> {
+    let (unit, div) = if f.no_recompute_bytes >= 1 << 30 {
+        ("GiB", (1u64 << 30) as f64)
+    } else {
+        ("MiB", (1u64 << 20) as f64)
+    };
+    let y = |b: u64| b as f64 / div;
+    let base_ms = f.base_p50_ms;
+    // x of a plan: measured p50 increase (ms) or estimated % of a step.
+    let x = |p50: Option<f64>, pct: f64| match (f.validated, p50, base_ms) {
+        (true, Some(p), Some(b)) => p - b,
+        _ => pct,
+    };
+    let x_label = if f.validated {
+        "added step time (ms, measured p50 increase on ONNX Runtime)"
+    } else {
+        "added step time (% of a step, estimated from added FLOPs)"
+    };
+    let points: Vec<(f64, f64)> = f
+        .points
+        .iter()
+        .filter(|p| p.fits)
+        .map(|p| {
+            (
+                x(p.p50_ms, p.added_flops_percent),
+                y(p.measured_peak_bytes
+                    .or(p.predicted_peak_bytes)
+                    .unwrap_or(0)),
+            )
+        })
+        .collect();
+    let base: Vec<(&str, f64, f64)> = f
+        .baselines
+        .iter()
+        .map(|b| {
+            (
+                b.name.as_str(),
+                x(b.p50_ms, b.added_flops_percent),
+                y(b.measured_peak_bytes.unwrap_or(b.predicted_peak_bytes)),
+            )
+        })
+        .collect();
+    let ceilings: Vec<f64> = f.points.iter().map(|p| y(p.ceiling_bytes)).collect();
+    let xs = points.iter().map(|p| p.0).chain(base.iter().map(|b| b.1));
+    let (mut x0, mut x1) = xs.fold((0.0f64, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    if x1 - x0 < 1e-9 {
+        x1 = x0 + 1.0;
+    }
+    // Room on the right for the baselines' names.
+    let pad = x1 - x0;
+    x0 -= 0.06 * pad;
+    x1 += 0.2 * pad;
+    let ys = points
+        .iter()
+        .map(|p| p.1)
+        .chain(base.iter().map(|b| b.2))
+        .chain(ceilings.iter().copied())
+        .chain([y(f.floor_bytes)]);
+    let (mut y0, mut y1) = ys.fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    if y1 - y0 < 1e-9 {
+        y1 = y0 + 1.0;
+    }
+    // Headroom above the data for the legend.
+    let span = y1 - y0;
+    y0 = (y0 - 0.08 * span).max(0.0);
+    y1 += 0.55 * span;
+
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        let e = |e: DrawingAreaErrorKind<_>| e.to_string();
+        root.fill(&WHITE).map_err(e)?;
+        let title = format!("{}: device peak against added step time", f.model);
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(16)
+            .x_label_area_size(48)
+            .y_label_area_size(72)
+            .build_cartesian_2d(x0..x1, y0..y1)
+            .map_err(e)?;
+        let x_fmt = |v: &f64| {
+            if f.validated {
+                format!("{v:.1}")
+            } else {
+                format!("{v:.0}%")
+            }
+        };
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .x_desc(x_label)
+            .y_desc(format!(
+                "device peak ({unit}, {})",
+                if f.validated { "measured" } else { "predicted" }
+            ))
+            .axis_desc_style(("sans-serif", 15))
+            .label_style(("sans-serif", 13))
+            .x_label_formatter(&x_fmt)
+            .y_label_formatter(&|v: &f64| format!("{v:.2}"))
+            .draw()
+            .map_err(e)?;
+        let grey = RGBColor(150, 150, 150);
+        for (i, &c) in ceilings.iter().enumerate() {
+            let s = chart
+                .draw_series(DashedLineSeries::new(
+                    [(x0, c), (x1, c)],
+                    6,
+                    4,
+                    grey.stroke_width(1),
+                ))
+                .map_err(e)?;
+            if i == 0 {
+                s.label("ceilings swept")
+                    .legend(move |(a, b)| PathElement::new([(a, b), (a + 18, b)], grey));
+            }
+        }
+        let fl = y(f.floor_bytes);
+        let red = RGBColor(200, 40, 40);
+        chart
+            .draw_series(LineSeries::new([(x0, fl), (x1, fl)], red.stroke_width(1)))
+            .map_err(e)?
+            .label("floor (lowest reachable)")
+            .legend(move |(a, b)| PathElement::new([(a, b), (a + 18, b)], red));
+        let blue = RGBColor(30, 90, 200);
+        let mut line = points.clone();
+        line.sort_by(|a, b| a.0.total_cmp(&b.0));
+        chart
+            .draw_series(LineSeries::new(line, blue.stroke_width(2)))
+            .map_err(e)?
+            .label("frontier: cheapest plan per ceiling")
+            .legend(move |(a, b)| PathElement::new([(a, b), (a + 18, b)], blue.stroke_width(2)));
+        chart
+            .draw_series(points.iter().map(|&p| Circle::new(p, 4, blue.filled())))
+            .map_err(e)?;
+        for (name, bx, by) in base {
+            let (color, label) = match name {
+                NO_RECOMPUTE => (RGBColor(0, 150, 70), "baseline: no recompute"),
+                PER_BLOCK => (RGBColor(230, 130, 0), "baseline: per-block checkpointing"),
+                RECOMPUTE_ALL => (RGBColor(140, 40, 160), "baseline: recompute-all"),
+                _ => (BLACK, "baseline"),
+            };
+            chart
+                .draw_series([TriangleMarker::new((bx, by), 8, color.filled())])
+                .map_err(e)?
+                .label(label)
+                .legend(move |(a, b)| TriangleMarker::new((a + 9, b), 6, color.filled()));
+            chart
+                .draw_series([Text::new(
+                    format!("  {name}"),
+                    (bx, by),
+                    ("sans-serif", 12).into_font().color(&color),
+                )])
+                .map_err(e)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperMiddle)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(e)?;
+        root.present().map_err(e)?;
+    }
+    Ok(svg)
+}

@@ -1,0 +1,414 @@
+//! The decision reports at the CLI edge: `frontier`, `capacity` and `buckets`. Flags in, files
+//! out (JSON beside a Markdown summary; the frontier's SVG), exit codes.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+
+use ckpt_opt::buckets::{self, BucketModel, Bucketing, BucketsJob};
+use ckpt_opt::capacity::{self, CapacityQuery};
+use ckpt_opt::frontier::{self, Ceilings};
+use ckpt_opt::size::human;
+
+use crate::cli::{BucketsArgs, CapacityArgs, FrontierArgs, ReportArgs};
+use crate::model_io::{analyse_options, bindings, load};
+use crate::Failure;
+
+fn write(dir: &Path, name: &str, text: &str) -> Result<(), Failure> {
+    let p = dir.join(name);
+    ckpt_ir::write_atomic(&p, text.as_bytes(), None)
+        .with_context(|| format!("writing {}", p.display()))?;
+    Ok(())
+}
+
+fn out_dir(dir: &Path) -> Result<(), Failure> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(())
+}
+
+/// The model's analysis options from the report flags (every `--dim` must be NAME=VALUE
+/// unless `bare_ok`), and the bare names.
+fn options(
+    r: &ReportArgs,
+    graph: &ckpt_ir::Graph,
+    bare_ok: bool,
+) -> Result<(ckpt_opt::optimize::AnalyseOptions, Vec<String>), Failure> {
+    let (m, bare) = r.model_args().map_err(|e| Failure::input(anyhow!(e)))?;
+    if !bare_ok {
+        if let Some(b) = bare.first() {
+            return Err(Failure::input(anyhow!(
+                "--dim {b}: expected NAME=VALUE, e.g. --dim {b}=32"
+            )));
+        }
+    }
+    let b = bindings(&m.dims, graph)?;
+    Ok((analyse_options(&m, &b)?, bare))
+}
+
+/// Refuse a profile the planner cannot plan for (as the main job does).
+fn plannable(o: &ckpt_opt::optimize::AnalyseOptions) -> Result<(), Failure> {
+    if o.profile.graph_optimization_level != ckpt_ir::profile::OptLevel::Disable {
+        return Err(Failure::input(anyhow!(
+            "--ort-opt-level {}: plans are made for the graph ORT runs at level disable",
+            o.profile.graph_optimization_level
+        )));
+    }
+    Ok(())
+}
+
+pub fn run_frontier(a: &FrontierArgs) -> Result<(), Failure> {
+    let graph = load(&a.model)?;
+    let (o, _) = options(&a.report, &graph, false)?;
+    plannable(&o)?;
+    let ceilings = if a.ceilings.is_empty() {
+        Ceilings::Points(a.points.unwrap_or(6) as usize)
+    } else {
+        Ceilings::List(a.ceilings.clone())
+    };
+    out_dir(&a.out)?;
+    let name = a.model.display().to_string();
+    let mut s = frontier::sweep(
+        &name,
+        &graph,
+        &o,
+        &ceilings,
+        Duration::from_secs_f64(a.report.time_limit),
+    )?;
+    if a.validate {
+        frontier::validate_sweep(&mut s, &o, a.report.seed, a.report.runs)
+            .map_err(could_not_measure)?;
+    }
+    let f = &s.frontier;
+    write(
+        &a.out,
+        "frontier.json",
+        &serde_json::to_string_pretty(f).map_err(Failure::input)?,
+    )?;
+    let svg = ckpt_opt::plot::frontier_svg(f)
+        .map_err(|e| Failure::input(anyhow!("drawing the plot: {e}")))?;
+    write(&a.out, "frontier.svg", &svg)?;
+    let md = frontier::markdown(f);
+    write(&a.out, "frontier.md", &md)?;
+    print!("{md}");
+    println!(
+        "\nwrote {}/frontier.json, frontier.svg, frontier.md",
+        a.out.display()
+    );
+    Ok(())
+}
+
+pub fn run_capacity(a: &CapacityArgs) -> Result<(), Failure> {
+    let graph = load(&a.model)?;
+    let (o, bare) = options(&a.report, &graph, true)?;
+    plannable(&o)?;
+    let dim = match bare.as_slice() {
+        [d] => d.clone(),
+        [] => {
+            return Err(Failure::input(anyhow!(
+            "capacity needs the dim to search as a bare name: --dim batch (dims of the model: {})",
+            crate::model_io::required_dims(&graph).join(", ")
+        )))
+        }
+        more => {
+            return Err(Failure::input(anyhow!(
+                "capacity searches one dim; got {} bare --dim names ({})",
+                more.len(),
+                more.join(", ")
+            )))
+        }
+    };
+    if !graph.symbols().contains(&dim) {
+        return Err(Failure::input(anyhow!(
+            "--dim {dim}: `{dim}` is not a symbolic dim of the model ({})",
+            crate::model_io::required_dims(&graph).join(", ")
+        )));
+    }
+    if o.bindings.contains_key(&dim) {
+        return Err(Failure::input(anyhow!(
+            "--dim {dim}: searched and bound at once; drop --dim {dim}=..."
+        )));
+    }
+    // A percentage is of the footprint at the smallest value (1).
+    let ceiling = match a.ceiling {
+        ckpt_opt::size::CeilingSpec::Bytes(b) => b,
+        spec => {
+            let mut b = o.bindings.clone();
+            b.insert(dim.clone(), 1);
+            let oo = ckpt_opt::optimize::AnalyseOptions {
+                bindings: b,
+                ..o.clone()
+            };
+            spec.resolve(
+                ckpt_opt::optimize::analyse(graph.clone(), &oo)?
+                    .ledger
+                    .total_bytes,
+            )
+        }
+    };
+    // The remaining symbolic dims must be bound (the search binds only `dim`).
+    let unbound: Vec<String> = crate::model_io::required_dims(&graph)
+        .into_iter()
+        .filter(|d| *d != dim && !o.bindings.contains_key(d))
+        .collect();
+    if !unbound.is_empty() {
+        return Err(Failure::input(anyhow!(
+            "bind the other dims too: --dim {}=VALUE",
+            unbound.join("=VALUE --dim ")
+        )));
+    }
+    let q = CapacityQuery {
+        dim,
+        ceiling_bytes: ceiling,
+        max_value: a.max,
+        time_limit: Duration::from_secs_f64(a.report.time_limit),
+    };
+    let c = capacity::capacity(&a.model.display().to_string(), &graph, &o, &q)?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&c).map_err(Failure::input)?
+        );
+    } else {
+        print!("{}", capacity::markdown(&c));
+    }
+    Ok(())
+}
+
+/// `seq=max_seq_len,batch=microbatch_size` as (dim, column) pairs.
+fn dim_map(s: &str) -> Result<Vec<(String, String)>, Failure> {
+    s.split(',')
+        .map(|p| {
+            let (d, c) = p.split_once('=').ok_or_else(|| {
+                Failure::input(anyhow!(
+                    "--dim-map `{p}`: expected DIM=COLUMN, e.g. seq=max_seq_len"
+                ))
+            })?;
+            Ok((d.trim().to_string(), c.trim().to_string()))
+        })
+        .collect()
+}
+
+pub fn run_buckets(a: &BucketsArgs) -> Result<(), Failure> {
+    let rows = buckets::read_trace(&a.trace)?;
+    let how = match (&a.boundaries, &a.quantiles) {
+        (Some(b), _) => Bucketing::Boundaries(
+            buckets::parse_boundaries(b)
+                .map_err(|e| Failure::input(anyhow!("--boundaries {e}")))?,
+        ),
+        (None, q) => Bucketing::Quantiles(
+            buckets::parse_quantiles(q.as_deref().unwrap_or("p50,p90,p99,max"))
+                .map_err(|e| Failure::input(anyhow!("--quantiles {e}")))?,
+        ),
+    };
+    out_dir(&a.out)?;
+    let (ranges, models, key) = if let Some(manifest) = &a.manifest {
+        manifest_models(manifest, &rows, &a.report)?
+    } else {
+        let model = a.model.as_ref().ok_or_else(|| {
+            Failure::input(anyhow!(
+                "give MODEL --dim-map DIM=COLUMN,... or --manifest MODELS.json"
+            ))
+        })?;
+        let map = dim_map(a.dim_map.as_deref().ok_or_else(|| {
+            Failure::input(anyhow!(
+                "MODEL needs --dim-map, e.g. --dim-map seq=max_seq_len,batch=microbatch_size"
+            ))
+        })?)?;
+        let graph = load(model)?;
+        let (o, _) = options(&a.report, &graph, false)?;
+        plannable(&o)?;
+        for (d, _) in &map {
+            if !graph.symbols().contains(d) {
+                return Err(Failure::input(anyhow!(
+                    "--dim-map {d}: `{d}` is not a symbolic dim of {}",
+                    model.display()
+                )));
+            }
+        }
+        let columns: Vec<String> = map.iter().map(|m| m.1.clone()).collect();
+        let key = a.by.clone().unwrap_or_else(|| columns[0].clone());
+        let ranges = buckets::bucket(&rows, &key, &columns, &how)?;
+        let models = ranges
+            .iter()
+            .map(|r| {
+                let mut oo = o.clone();
+                for (d, c) in &map {
+                    oo.bindings.insert(d.clone(), r.largest[c].max(1));
+                }
+                BucketModel {
+                    path: model.clone(),
+                    graph: graph.clone(),
+                    options: oo,
+                }
+            })
+            .collect();
+        (ranges, models, key)
+    };
+    let ceiling = match a.ceiling {
+        ckpt_opt::size::CeilingSpec::Bytes(b) => b,
+        _ => {
+            return Err(Failure::input(anyhow!(
+                "--ceiling: buckets takes a size (a percentage of which bucket's footprint?)"
+            )))
+        }
+    };
+    let trace = a.trace.display().to_string();
+    let job = BucketsJob {
+        trace: &trace,
+        key: &key,
+        rows: rows.len(),
+        ceiling_bytes: ceiling,
+        reserve_percent: a.reserve,
+        time_limit: Duration::from_secs_f64(a.report.time_limit),
+        out_dir: &a.out,
+        validate: a.validate.then_some((a.report.seed, a.report.runs)),
+        max_p50_regression: a.max_p50_regression,
+        max_p99_regression: a.max_p99_regression,
+    };
+    let report = buckets::plan_buckets(&job, &ranges, models).map_err(|e| {
+        if a.validate {
+            could_not_measure(e)
+        } else {
+            Failure::input(e)
+        }
+    })?;
+    write(
+        &a.out,
+        "buckets.json",
+        &serde_json::to_string_pretty(&report).map_err(Failure::input)?,
+    )?;
+    write(
+        &a.out,
+        "manifest.json",
+        &serde_json::to_string_pretty(&buckets::manifest_json(&report)).map_err(Failure::input)?,
+    )?;
+    let md = buckets::markdown(&report);
+    write(&a.out, "buckets.md", &md)?;
+    print!("{md}");
+    println!(
+        "\nwrote {}/manifest.json, buckets.json, buckets.md ({} planned bucket(s), ceiling {})",
+        a.out.display(),
+        report.buckets.iter().filter(|b| b.planned).count(),
+        human(ceiling)
+    );
+    Ok(())
+}
+
+/// `--manifest`: one static model per bucket, `{"key": COLUMN, "models": [{"up_to": N,
+/// "model": PATH, "dims": {NAME: VALUE}}, ...]}` (paths relative to the manifest; `dims`, for
+/// a model with symbolic dims, binds them for that bucket), the buckets cut at the `up_to`s.
+fn manifest_models(
+    path: &Path,
+    rows: &[buckets::Row],
+    r: &ReportArgs,
+) -> Result<(Vec<buckets::Range>, Vec<BucketModel>, String), Failure> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+    let key = v["key"]
+        .as_str()
+        .ok_or_else(|| {
+            Failure::input(anyhow!("{}: no \"key\" (the trace column)", path.display()))
+        })?
+        .to_string();
+    let entries = v["models"]
+        .as_array()
+        .ok_or_else(|| Failure::input(anyhow!("{}: no \"models\" list", path.display())))?;
+    let mut bounds = Vec::new();
+    let mut files = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let up_to = e["up_to"].as_f64().ok_or_else(|| {
+            Failure::input(anyhow!(
+                "{}: models[{i}] has no numeric \"up_to\"",
+                path.display()
+            ))
+        })?;
+        let m = e["model"].as_str().ok_or_else(|| {
+            Failure::input(anyhow!(
+                "{}: models[{i}] has no \"model\" path",
+                path.display()
+            ))
+        })?;
+        bounds.push(up_to);
+        files.push(path.parent().unwrap_or(Path::new(".")).join(m));
+    }
+    if bounds.is_empty() || bounds.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(Failure::input(anyhow!(
+            "{}: \"up_to\" must ascend",
+            path.display()
+        )));
+    }
+    let max = rows
+        .iter()
+        .filter_map(|r| r.get(&key))
+        .fold(f64::MIN, |a, &b| a.max(b));
+    if max > *bounds.last().unwrap_or(&0.0) {
+        return Err(Failure::input(anyhow!(
+            "the trace's `{key}` reaches {max}, above the manifest's largest bucket ({}): no model serves it",
+            bounds.last().unwrap_or(&0.0)
+        )));
+    }
+    let all = buckets::bucket(
+        rows,
+        &key,
+        std::slice::from_ref(&key),
+        &Bucketing::Boundaries(bounds.clone()),
+    )?;
+    let mut ranges = Vec::new();
+    let mut models = Vec::new();
+    for rg in all {
+        let Some(k) = bounds.iter().position(|&b| rg.up_to <= b) else {
+            continue;
+        };
+        let graph = load(&files[k])?;
+        let (mut o, _) = options(r, &graph, false)?;
+        plannable(&o)?;
+        if let Some(dims) = entries[k]["dims"].as_object() {
+            for (d, v) in dims {
+                let v = v.as_u64().filter(|&v| v > 0).ok_or_else(|| {
+                    Failure::input(anyhow!(
+                        "{}: models[{k}].dims.{d} is not a positive integer",
+                        path.display()
+                    ))
+                })?;
+                if !graph.symbols().contains(d) {
+                    return Err(Failure::input(anyhow!(
+                        "{}: models[{k}].dims.{d}: `{d}` is not a symbolic dim of {}",
+                        path.display(),
+                        files[k].display()
+                    )));
+                }
+                o.bindings.insert(d.clone(), v);
+            }
+        }
+        ranges.push(rg);
+        models.push(BucketModel {
+            path: files[k].clone(),
+            graph,
+            options: o,
+        });
+    }
+    Ok((ranges, models, key))
+}
+
+/// Exit 4 when ONNX Runtime is missing or lacks what the run needs, else 1.
+fn could_not_measure(e: anyhow::Error) -> Failure {
+    use ckpt_runtime::RuntimeError as R;
+    let missing = e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<R>(),
+            Some(
+                R::OrtNotFound { .. }
+                    | R::OrtPathMissing { .. }
+                    | R::MissingTrainingOps { .. }
+                    | R::CudaUnavailable { .. }
+            )
+        )
+    });
+    Failure {
+        code: if missing { 4 } else { 1 },
+        error: e,
+    }
+}

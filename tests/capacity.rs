@@ -1,0 +1,156 @@
+//! `ckpt-opt capacity`: the largest batch and the largest seq that fit a ceiling, with and
+//! without recompute, each checked one step above by planning and simulating it.
+
+mod common;
+
+use common::{path_str, root, run, stderr, stdout};
+use serde_json::Value;
+
+fn model() -> std::path::PathBuf {
+    root().join("tests/fixtures/symbolic/gpt2_d0_dynamic.onnx")
+}
+
+/// The unmodified graph's predicted device total at the bindings (`inspect`, independent of
+/// the capacity search).
+fn total(dims: &[&str]) -> u64 {
+    let m = model();
+    let mut args = vec!["inspect", path_str(&m), "--json"];
+    for d in dims {
+        args.extend(["--dim", d]);
+    }
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    v["ledger"]["total_bytes"].as_u64().unwrap()
+}
+
+fn capacity(args: &[&str]) -> Value {
+    let m = model();
+    let mut a = vec!["capacity", path_str(&m), "--json", "--time-limit", "3"];
+    a.extend(args);
+    let o = run(&a);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_str(&stdout(&o)).unwrap()
+}
+
+fn check(c: &Value, dim: &str, other: &str, ceiling: u64) {
+    let nr = c["no_recompute"]["max_value"]
+        .as_u64()
+        .expect("no_recompute.max_value");
+    let wr = c["with_recompute"]["max_value"]
+        .as_u64()
+        .expect("with_recompute.max_value");
+    // No recompute: the answer fits and one above does not, by inspect's own ledger.
+    assert!(total(&[&format!("{dim}={nr}"), other]) <= ceiling, "{c}");
+    assert!(
+        total(&[&format!("{dim}={}", nr + 1), other]) > ceiling,
+        "{c}"
+    );
+    // With recompute: a larger value, a plan under the ceiling that adds FLOPs, and one step
+    // above planned and simulated: it does not fit.
+    assert!(wr > nr, "recompute should unlock more than {nr}: {c}");
+    let w = &c["with_recompute"];
+    // The estimated step-time increase is the added FLOPs' share of the step (moves add none).
+    let added = w["added_flops"].as_u64().unwrap() as f64;
+    let step = w["step_flops"].as_u64().unwrap() as f64;
+    assert!(
+        (w["step_time_increase_percent"].as_f64().unwrap() - 100.0 * added / step).abs() < 1e-9,
+        "{c}"
+    );
+    assert!(
+        w["predicted_peak_bytes"].as_u64().unwrap() <= ceiling,
+        "{c}"
+    );
+    assert!(
+        total(&[&format!("{dim}={wr}"), other]) > ceiling,
+        "{wr} fits without recompute: {c}"
+    );
+    let above = &w["above"];
+    assert_eq!(above["value"].as_u64(), Some(wr + 1), "{c}");
+    assert_eq!(above["fits"].as_bool(), Some(false), "{c}");
+    assert!(
+        above["predicted_peak_bytes"].as_u64().unwrap() > ceiling,
+        "{c}"
+    );
+    assert_eq!(
+        c["no_recompute"]["above"]["fits"].as_bool(),
+        Some(false),
+        "{c}"
+    );
+    // Throughput is estimated relative to no recompute; accumulation stands beside it.
+    let rel = w["throughput_relative"].as_f64().unwrap();
+    assert!(rel > 0.0 && rel.is_finite(), "{c}");
+    assert_eq!(c["accumulation"]["microbatch"].as_u64(), Some(nr));
+    assert!(c["accumulation"]["steps"].as_u64().unwrap() * nr >= wr);
+}
+
+#[test]
+fn capacity_finds_the_largest_batch_checked_one_above() {
+    let ceiling = 6_000_000u64;
+    let c = capacity(&[
+        "--dim",
+        "batch",
+        "--dim",
+        "seq=32",
+        "--ceiling",
+        "6000000",
+        "--max",
+        "64",
+    ]);
+    check(&c, "batch", "seq=32", ceiling);
+    assert_eq!(c["items"], "samples");
+}
+
+#[test]
+fn capacity_finds_the_largest_seq_checked_one_above() {
+    let ceiling = 2_700_000u64;
+    let c = capacity(&[
+        "--dim",
+        "seq",
+        "--dim",
+        "batch=4",
+        "--ceiling",
+        "2700000",
+        "--max",
+        "32",
+    ]);
+    check(&c, "seq", "batch=4", ceiling);
+    assert_eq!(c["items"], "tokens");
+}
+
+#[test]
+fn capacity_refuses_a_bound_or_missing_search_dim() {
+    let m = model();
+    let o = run(&[
+        "capacity",
+        path_str(&m),
+        "--ceiling",
+        "6MB",
+        "--dim",
+        "seq=32",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("bare name"), "{}", stderr(&o));
+    let o = run(&[
+        "capacity",
+        path_str(&m),
+        "--ceiling",
+        "6MB",
+        "--dim",
+        "width",
+        "--dim",
+        "seq=32",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("not a symbolic dim"), "{}", stderr(&o));
+    let o = run(&[
+        "capacity",
+        path_str(&m),
+        "--ceiling",
+        "6MB",
+        "--dim",
+        "batch",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--dim seq=VALUE"), "{}", stderr(&o));
+}

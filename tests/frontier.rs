@@ -1,0 +1,190 @@
+//! `ckpt-opt frontier`: a monotone JSON with the baselines and the floor, a valid SVG and a
+//! Markdown summary; with `--validate`, measured peaks and step times on ONNX Runtime.
+
+mod common;
+
+use common::{path_str, root, run, stderr};
+use serde_json::Value;
+
+fn read_json(p: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(p).expect("read json")).expect("json")
+}
+
+/// Points go from the highest ceiling down; the cost never falls as the ceiling falls, a fitting
+/// plan is under its ceiling, and once nothing fits nothing fits below.
+fn assert_monotone(f: &Value) {
+    let points = f["points"].as_array().expect("points");
+    assert!(points.len() >= 2, "{f}");
+    for w in points.windows(2) {
+        let (hi, lo) = (&w[0], &w[1]);
+        assert!(
+            hi["ceiling_bytes"].as_u64() > lo["ceiling_bytes"].as_u64(),
+            "{f}"
+        );
+        if lo["fits"].as_bool().unwrap() {
+            assert!(
+                hi["fits"].as_bool().unwrap(),
+                "fits must not turn false as the ceiling rises: {f}"
+            );
+            assert!(
+                hi["added_flops"].as_u64() <= lo["added_flops"].as_u64(),
+                "added FLOPs rose with the ceiling: {hi} vs {lo}"
+            );
+        }
+    }
+    for p in points {
+        if p["fits"].as_bool().unwrap() {
+            assert!(
+                p["predicted_peak_bytes"].as_u64() <= p["ceiling_bytes"].as_u64(),
+                "{p}"
+            );
+        }
+    }
+}
+
+#[test]
+fn frontier_is_monotone_with_baselines_floor_and_a_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = root().join("tests/fixtures/gpt2_d0_aot.onnx");
+    let o = run(&[
+        "frontier",
+        path_str(&model),
+        "--points",
+        "4",
+        "--out",
+        path_str(dir.path()),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let f = read_json(&dir.path().join("frontier.json"));
+    assert_monotone(&f);
+    let points = f["points"].as_array().unwrap();
+    let base = f["no_recompute_bytes"].as_u64().unwrap();
+    let floor = f["floor_bytes"].as_u64().unwrap();
+    assert!(floor < base, "{f}");
+    // The sweep runs from no recompute (nothing added) down to the floor, which fits.
+    assert_eq!(points[0]["ceiling_bytes"].as_u64(), Some(base));
+    assert_eq!(points[0]["added_flops"].as_u64(), Some(0));
+    let last = points.last().unwrap();
+    assert_eq!(last["ceiling_bytes"].as_u64(), Some(floor));
+    assert_eq!(last["fits"].as_bool(), Some(true), "{last}");
+    assert!(last["added_flops"].as_u64().unwrap() > 0);
+    let names: Vec<&str> = f["baselines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["no recompute", "per-block", "recompute-all"]);
+    let b = &f["baselines"];
+    assert_eq!(b[0]["predicted_peak_bytes"].as_u64(), Some(base));
+    assert_eq!(b[0]["added_flops"].as_u64(), Some(0));
+    for i in [1, 2] {
+        assert!(b[i]["added_flops"].as_u64().unwrap() > 0, "{b}");
+        assert!(
+            b[i]["predicted_peak_bytes"].as_u64().unwrap() >= floor,
+            "{b}"
+        );
+    }
+    // Per-block keeps the residual stream: it recomputes less than recompute-all.
+    assert!(
+        b[1]["added_flops"].as_u64() < b[2]["added_flops"].as_u64(),
+        "{b}"
+    );
+    // Each fitting point is no dearer than any baseline that fits its ceiling.
+    for p in points.iter().filter(|p| p["fits"].as_bool().unwrap()) {
+        for bl in b.as_array().unwrap() {
+            if bl["predicted_peak_bytes"].as_u64() <= p["ceiling_bytes"].as_u64() {
+                assert!(
+                    p["added_flops"].as_u64() <= bl["added_flops"].as_u64(),
+                    "{p} vs {bl}"
+                );
+            }
+        }
+    }
+    let svg = std::fs::read_to_string(dir.path().join("frontier.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+        "{}",
+        &svg[..100.min(svg.len())]
+    );
+    for needle in [
+        "added step time (% of a step, estimated from added FLOPs)",
+        "device peak (MiB, predicted)",
+        "baseline: no recompute",
+        "baseline: per-block checkpointing",
+        "baseline: recompute-all",
+        "ceilings swept",
+        "floor (lowest reachable)",
+    ] {
+        assert!(svg.contains(needle), "the plot lacks `{needle}`");
+    }
+    let md = std::fs::read_to_string(dir.path().join("frontier.md")).unwrap();
+    assert!(
+        md.contains("| ceiling |") && md.contains("Not measured"),
+        "{md}"
+    );
+}
+
+#[test]
+fn frontier_takes_percent_ceilings_and_validates_on_ort() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = root().join("tests/fixtures/gpt2_d0_aot.onnx");
+    let o = run(&[
+        "frontier",
+        path_str(&model),
+        "--ceilings",
+        "95%,85%",
+        "--validate",
+        "--runs",
+        "3",
+        "--out",
+        path_str(dir.path()),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let f = read_json(&dir.path().join("frontier.json"));
+    assert_monotone(&f);
+    let points = f["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    let base = f["no_recompute_bytes"].as_u64().unwrap();
+    assert_eq!(points[0]["ceiling_bytes"].as_u64(), Some(base * 95 / 100));
+    for p in points.iter().chain(f["baselines"].as_array().unwrap()) {
+        if p.get("fits").is_some_and(|x| x == false) {
+            continue;
+        }
+        let measured = p["measured_peak_bytes"]
+            .as_u64()
+            .expect("measured_peak_bytes");
+        let predicted = p["predicted_peak_bytes"].as_u64().unwrap();
+        let err = measured as f64 / predicted as f64 - 1.0;
+        assert!(
+            err.abs() <= 0.01,
+            "predicted {predicted} vs measured {measured}: {p}"
+        );
+        assert!(p["p50_ms"].as_f64().unwrap() > 0.0, "{p}");
+    }
+    let svg = std::fs::read_to_string(dir.path().join("frontier.svg")).unwrap();
+    assert!(svg.contains("added step time (ms, measured p50 increase on ONNX Runtime)"));
+}
+
+#[test]
+fn cheapest_known_plan_is_monotone_in_the_ceiling() {
+    use ckpt_opt::frontier::cheapest_index;
+    // (total, added FLOPs): a plan found at a lower ceiling (index 3) is cheaper than the one
+    // found for a higher ceiling (index 2): the higher ceiling takes it.
+    let plans = [(100, 0), (90, 50), (80, 70), (75, 40), (60, 200)];
+    let mut last = u64::MAX;
+    let mut fits = false;
+    for ceiling in 0..=110u64 {
+        match cheapest_index(&plans, ceiling) {
+            Some(i) => {
+                assert!(plans[i].0 <= ceiling);
+                assert!(plans[i].1 <= last, "cost rose at ceiling {ceiling}");
+                last = plans[i].1;
+                fits = true;
+            }
+            None => assert!(!fits, "nothing fits at {ceiling} after something did below"),
+        }
+    }
+    assert_eq!(cheapest_index(&plans, 80), Some(3));
+    assert_eq!(cheapest_index(&plans, 59), None);
+}
