@@ -118,6 +118,31 @@ fn parent_dir(path: &Path) -> PathBuf {
     }
 }
 
+/// Remove `.NAME.tmp-PID` files in `dir` left by a writer of `NAME` that no longer runs (a
+/// `kill -9` between write and rename, which no handler can catch). Only where `/proc` tells
+/// which processes run; a live writer's file is never touched.
+fn remove_stale_temps(dir: &Path, file_name: &str) {
+    let proc_root = Path::new("/proc");
+    if !proc_root.join("self").exists() {
+        return;
+    }
+    let prefix = format!(".{file_name}.tmp-");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(prefix.as_str())) else {
+            continue;
+        };
+        let is_pid = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
+        let is_file = entry.file_type().is_ok_and(|t| t.is_file());
+        if is_pid && is_file && !proc_root.join(pid).exists() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// A temporary file beside `path`, registered until it is renamed into place or removed.
 struct Staged {
     tmp: PathBuf,
@@ -130,7 +155,9 @@ impl Staged {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "out".into());
-        let tmp = parent_dir(path).join(format!(".{file_name}.tmp-{}", std::process::id()));
+        let dir = parent_dir(path);
+        remove_stale_temps(&dir, &file_name);
+        let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
         register_temp(&tmp);
         let staged = Staged {
             tmp,
@@ -390,6 +417,32 @@ mod tests {
         staged.publish().unwrap();
         remove_temp_files();
         assert_eq!(std::fs::read(&target).unwrap(), b"bytes");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A temporary file a killed writer left (`kill -9`: no handler runs) is removed by the next
+    /// write of the same file; a running writer's (pid 1 always runs) and other files are kept.
+    #[test]
+    fn a_killed_writers_temp_file_is_removed_by_the_next_write() {
+        if !Path::new("/proc/self").exists() {
+            eprintln!("skipped: no /proc to tell which writers run");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("ckpt-ir-stale-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("m.onnx");
+        // Above Linux's pid_max (2^22): no process has this pid.
+        let dead = dir.join(".m.onnx.tmp-999999999");
+        let live = dir.join(".m.onnx.tmp-1");
+        let other = dir.join(".n.onnx.tmp-999999999");
+        for p in [&dead, &live, &other] {
+            std::fs::write(p, b"partial").unwrap();
+        }
+        write_atomic(&target, b"model", None).unwrap();
+        assert!(!dead.exists(), "the killed writer's temp file survived");
+        assert!(live.exists(), "a running writer's temp file was removed");
+        assert!(other.exists(), "another file's temp file was removed");
+        assert_eq!(std::fs::read(&target).unwrap(), b"model");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
