@@ -519,6 +519,10 @@ fn parse_initial_chunk(s: &str) -> Result<String, String> {
         "default" => Ok("default".into()),
         _ => match ckpt_opt::size::parse_size(s)? {
             0 => Err("the arena's first region must be at least 1 byte".into()),
+            v if v > ckpt_ir::ort::MAX_INITIAL_CHUNK => Err(format!(
+                "ORT's arena takes a first region of at most {} bytes (`initial_chunk_size_bytes` is a C int); larger budgets grow further regions after it",
+                ckpt_ir::ort::MAX_INITIAL_CHUNK
+            )),
             v => Ok(v.to_string()),
         },
     }

@@ -100,6 +100,47 @@ fn ceiling_already_met_writes_nothing_without_output() {
     assert!(!dir.path().join("m.ckpt.onnx").exists());
 }
 
+/// A ceiling above 2 GiB (any real device's) gives an arena budget larger than ORT's arena
+/// config can take as a first region (a C int): validation runs with the largest first region
+/// ORT accepts and the budget's cap, and the recorded profile is one a runner can load.
+#[test]
+fn a_ceiling_above_2gib_validates_and_records_a_loadable_first_region() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.ckpt.onnx");
+    let o = run(&[
+        &example(),
+        "--ceiling",
+        "69GiB",
+        "--validate",
+        "-o",
+        path_str(&out),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let model = ckpt_ir::import_file(&out).unwrap();
+    let props: Vec<(String, String)> = model
+        .model()
+        .metadata_props
+        .iter()
+        .map(|p| {
+            (
+                p.key.clone().unwrap_or_default(),
+                p.value.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let profile =
+        ckpt_ir::Profile::from_metadata(props.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .unwrap()
+            .unwrap();
+    assert_eq!(
+        profile.initial_chunk,
+        ckpt_ir::profile::InitialChunk::Bytes(ckpt_ir::ort::MAX_INITIAL_CHUNK)
+    );
+    let too_big = run(&[&example(), "--ceiling", "69GiB", "--initial-chunk", "3GiB"]);
+    assert_eq!(too_big.status.code(), Some(1), "{}", stderr(&too_big));
+    assert!(stderr(&too_big).contains("C int"), "{}", stderr(&too_big));
+}
+
 #[test]
 fn impossible_ceiling_exits_2_with_diagnosis() {
     let o = run(&[&example(), "--ceiling", "1MiB"]);

@@ -12,6 +12,12 @@ pub const CSE_OPTIMIZER: &str = "CommonSubexpressionElimination";
 /// The session config key that lists optimizers ORT must not run (comma-separated names).
 pub const DISABLE_OPTIMIZERS_KEY: &str = "optimization.disable_specified_optimizers";
 
+/// The largest first region an arena can be given: `OrtArenaCfg`'s `initial_chunk_size_bytes`
+/// is a C `int` (ORT refuses larger values with "Invalid configuration value"), here rounded
+/// down to [`ALLOC_ALIGN`]. An arena budget above it is served by this region and the
+/// regions that grow after it.
+pub const MAX_INITIAL_CHUNK: u64 = (i32::MAX as u64) / ALLOC_ALIGN * ALLOC_ALIGN;
+
 /// `bytes` rounded up as ORT's arena rounds a request.
 pub fn alloc_rounded(bytes: u64) -> u64 {
     bytes.div_ceil(ALLOC_ALIGN) * ALLOC_ALIGN

@@ -255,7 +255,9 @@ impl Profile {
         match self.initial_chunk {
             InitialChunk::OrtDefault => DEFAULT_INITIAL_CHUNK,
             InitialChunk::Bytes(b) => b,
-            InitialChunk::ArenaBudget => cap.unwrap_or(DEFAULT_INITIAL_CHUNK),
+            InitialChunk::ArenaBudget => cap.map_or(DEFAULT_INITIAL_CHUNK, |c| {
+                c.min(crate::ort::MAX_INITIAL_CHUNK)
+            }),
         }
     }
 
@@ -264,7 +266,8 @@ impl Profile {
     pub fn resolved(&self, arena_budget: u64) -> Profile {
         let mut p = self.clone();
         if p.initial_chunk == InitialChunk::ArenaBudget {
-            p.initial_chunk = InitialChunk::Bytes(arena_budget.max(1));
+            p.initial_chunk =
+                InitialChunk::Bytes(arena_budget.clamp(1, crate::ort::MAX_INITIAL_CHUNK));
         }
         p
     }
@@ -353,10 +356,12 @@ impl Profile {
                     "arena_budget" => InitialChunk::ArenaBudget,
                     "default" => InitialChunk::OrtDefault,
                     _ => match value.parse::<u64>() {
-                        Ok(v) if v > 0 => InitialChunk::Bytes(v),
+                        Ok(v) if v > 0 && v <= crate::ort::MAX_INITIAL_CHUNK => {
+                            InitialChunk::Bytes(v)
+                        }
                         _ => {
                             return Err(bad(
-                                "a positive number of bytes, `arena_budget` or `default`",
+                                "a positive number of bytes up to 2147483392 (ORT's arena config holds a C int), `arena_budget` or `default`",
                             ))
                         }
                     },
@@ -456,6 +461,28 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// ORT's arena config holds the first region in a C int: a budget above it resolves to the
+    /// largest aligned value it takes, and a recorded value above it is refused by name.
+    #[test]
+    fn an_arena_budget_above_a_c_int_resolves_to_the_largest_first_region() {
+        let p = Profile::default().resolved(69 << 30);
+        assert_eq!(
+            p.initial_chunk,
+            InitialChunk::Bytes(crate::ort::MAX_INITIAL_CHUNK)
+        );
+        assert_eq!(crate::ort::MAX_INITIAL_CHUNK, 2_147_483_392);
+        assert_eq!(
+            Profile::default().initial_chunk_bytes(Some(69 << 30)),
+            crate::ort::MAX_INITIAL_CHUNK
+        );
+        let mut q = Profile::default();
+        let e = q
+            .set("initial_chunk_size_bytes", "4294967296")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("initial_chunk_size_bytes"), "{e}");
+    }
 
     #[test]
     fn metadata_reads_back() {

@@ -152,7 +152,10 @@ fn runs_under_cap(
             ..
         } if cfg.provider == Provider::Cpu => Arena::Bfc {
             power_of_two,
-            initial_chunk: Some(cap.saturating_sub(base).max(crate::ALIGN_BYTES)),
+            initial_chunk: Some(
+                cap.saturating_sub(base)
+                    .clamp(crate::ALIGN_BYTES, ckpt_ir::ort::MAX_INITIAL_CHUNK),
+            ),
             initial_chunk_is_cap: true,
         },
         other => other,
