@@ -804,6 +804,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 "seconds": info.wall.as_secs_f64(),
                 "fallback": info.fallback.as_ref().map(|f| format!("{f:?}")),
                 "attempts": r.solve_attempts,
+                "time_limit_hit": r.time_limit_hit,
                 "arena_ceiling_bytes": r.arena_ceiling,
                 "ilp": r.ilp,
             }));
@@ -981,6 +982,11 @@ fn print_summary(
         100.0 * r.counts.added_flops as f64 / step as f64,
         info.wall.as_secs_f64()
     );
+    if r.time_limit_hit {
+        println!(
+            "the time limit stopped the search: this is the best plan found by then (a longer --time-limit or a less loaded machine may find a cheaper one)"
+        );
+    }
     match out {
         Some(out) => {
             println!("wrote {}{}", out.display(), data_note(data));

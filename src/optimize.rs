@@ -202,6 +202,66 @@ pub struct Rewritten {
     pub solve_attempts: usize,
     /// What the ILP on the linear model gave, whether or not its plan was used.
     pub ilp: serde_json::Value,
+    /// The time limit stopped some part of the search (an ILP round, the climb or the cut):
+    /// the plan is the best found by then, and may differ on a faster or less loaded machine.
+    pub time_limit_hit: bool,
+}
+
+/// The clock of one job: the only thing besides the input and the flags that can change a
+/// plan, so every place that reads it records whether it stopped anything.
+struct Deadline {
+    at: Instant,
+    hit: std::sync::atomic::AtomicBool,
+}
+
+impl Deadline {
+    fn new(at: Instant) -> Deadline {
+        Deadline {
+            at,
+            hit: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Whether `at` (or this deadline) has passed; a passed deadline is recorded as hit.
+    fn passed_at(&self, at: Instant) -> bool {
+        let passed = Instant::now() >= at;
+        if passed {
+            self.hit.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        passed
+    }
+
+    fn passed(&self) -> bool {
+        self.passed_at(self.at)
+    }
+
+    /// Whether the clock stopped anything so far.
+    fn hit(&self) -> bool {
+        self.hit.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Record an ILP answer that a time limit cut short.
+    fn note_ilp(&self, solved: &Result<Plan, SolveError>) {
+        let stopped = match solved {
+            Ok(p) => {
+                p.info.status == Status::FeasibleOnTimeout
+                    || matches!(
+                        p.info.fallback,
+                        Some(ckpt_solver::Fallback::Watchdog | ckpt_solver::Fallback::TimeLimit)
+                    )
+            }
+            Err(e) => matches!(e, SolveError::NoPlanWithinTimeLimit { .. }),
+        };
+        if stopped {
+            self.hit.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// Threads the search simulates trials on by default: every available core. The plan does
+/// not depend on it (trials are judged in order), only the wall time does.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// What a rewrite adds to the graph.
@@ -237,6 +297,18 @@ pub fn plan(job: &Job, graph: Graph) -> Result<Outcome> {
 /// [`plan`] from the analysis of the unmodified graph (for a ceiling relative to its
 /// footprint); the time limit counts from `t0`.
 pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome> {
+    plan_analysed_on(job, before, t0, default_threads())
+}
+
+/// [`plan_analysed`] with trials simulated on `threads` threads: the same plan on any number.
+pub fn plan_analysed_on(
+    job: &Job,
+    before: Analysis,
+    t0: Instant,
+    threads: usize,
+) -> Result<Outcome> {
+    let threads = threads.max(1);
+    let clock = Deadline::new(t0 + job.time_limit);
     let effective = (job.ceiling as f64 * (1.0 - job.reserve_pct / 100.0)).floor() as u64;
     if before.ledger.total_bytes <= effective {
         return Ok(Outcome::AlreadyFits { before });
@@ -332,7 +404,7 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
     let mut correction = vec![0u64; prob.base_live.len()];
     let mut rounds = Vec::new();
     for round in 0..CORRECTION_ROUNDS {
-        if Instant::now() >= t0 + job.time_limit / 2 {
+        if clock.passed_at(t0 + job.time_limit / 2) {
             break;
         }
         let mut corrected = learnt_prob.clone();
@@ -340,6 +412,7 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
             *b += c;
         }
         let solved = solve_ilp_with(&corrected, &opts);
+        clock.note_ilp(&solved);
         let plan = match solved {
             Ok(p)
                 if matches!(
@@ -399,6 +472,7 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
                     arena_ceiling,
                     attempts,
                     ilp: json!({"rounds": rounds, "used": true}),
+                    time_limit_hit: clock.hit(),
                 };
                 return Ok(rewritten(before, cands, plan, realised, trace));
             }
@@ -461,7 +535,8 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
         effective,
         cost_floor: (step_flops(&before, &job.analysis.bindings) as f64 / 1000.0).max(1.0),
         debug,
-        deadline: t0 + job.time_limit,
+        clock: &clock,
+        threads,
     };
     let started = Instant::now();
     let mut trials = 0usize;
@@ -483,7 +558,9 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
         let tighter = [0.9f64, 0.8].into_iter().filter_map(|f| {
             let mut p = problem(&before.sim, &cands, (arena_ceiling as f64 * f) as u64);
             p.ceiling = p.ceiling.max(1);
-            match solve_ilp_with(&p, &opts) {
+            let solved = solve_ilp_with(&p, &opts);
+            clock.note_ilp(&solved);
+            match solved {
                 Ok(plan) if plan.info.status == ckpt_solver::Status::Optimal => {
                     Some(plan.recompute)
                 }
@@ -493,7 +570,7 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
         let mut starts: Box<dyn Iterator<Item = Vec<bool>>> =
             Box::new(starts.into_iter().chain(tighter));
         for start in &mut starts {
-            if Instant::now() >= search.deadline {
+            if clock.passed() {
                 break;
             }
             match search.climb(start, &mut trials)? {
@@ -524,26 +601,28 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
         chosen.sort_by_key(|&i| (std::cmp::Reverse(cands.list[i].model.cost), i));
         // In order, each drop judged against the drops kept before it; simulated a core's
         // worth at a time (after a kept drop, the rest of the batch is judged again).
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut next = 0;
         while next < chosen.len() {
             let batch: Vec<usize> = chosen[next..].iter().copied().take(threads).collect();
-            trials += batch.len();
-            let judged = par_map(&batch, |&i| {
+            let judged = par_map(threads, &batch, |&i| {
                 let mut trial = plan.recompute.clone();
                 trial[i] = false;
                 let p = plan_from_set(&prob, trial);
                 simulated_total(job, &before, &cands, &p)
                     .map(|total| (total <= effective).then_some(p))
             });
-            next += batch.len();
+            // Only the trials up to the first kept drop count: those after it are judged again
+            // against it, as one thread would (the count must not depend on the threads).
+            let mut judged_in_order = batch.len();
             for (k, judged) in judged.into_iter().enumerate() {
                 if let Some(p) = judged? {
                     plan = p;
-                    next = next - batch.len() + k + 1;
+                    judged_in_order = k + 1;
                     break;
                 }
             }
+            trials += judged_in_order;
+            next += judged_in_order;
         }
         if debug {
             eprintln!(
@@ -573,7 +652,7 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
                     .then(x.cmp(&y))
             });
             for j in cheaper.into_iter().take(SWAP_WIDTH) {
-                if trials >= MAX_TRIALS || Instant::now() >= search.deadline {
+                if trials >= MAX_TRIALS || clock.passed() {
                     break;
                 }
                 trials += 1;
@@ -601,10 +680,11 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
             arena_ceiling,
             attempts,
             ilp,
+            time_limit_hit: clock.hit(),
         };
         return Ok(rewritten(before, cands, plan, realised, trace));
     }
-    let timed_out = Instant::now() >= search.deadline;
+    let timed_out = clock.hit();
     Ok(cannot_fit(before, &cands, Some(current), timed_out))
 }
 
@@ -619,7 +699,9 @@ struct LocalSearch<'a> {
     debug: bool,
     /// The time limit: a search still running then stops with what it has (the only way the
     /// clock can change a result, and the receipt says so).
-    deadline: Instant,
+    clock: &'a Deadline,
+    /// Threads trials are simulated on (the answer does not depend on it).
+    threads: usize,
 }
 
 /// How a climb ended.
@@ -654,7 +736,7 @@ impl LocalSearch<'_> {
         let mut incumbent: Option<Plan> = None; // the cheapest fitting plan seen
         let mut moves_after_fit = 0usize;
         for _ in 0..max_moves {
-            if *trials >= MAX_TRIALS || Instant::now() >= self.deadline {
+            if *trials >= MAX_TRIALS || self.clock.passed() {
                 break;
             }
             crate::progress::trials(*trials, current);
@@ -680,7 +762,7 @@ impl LocalSearch<'_> {
             // Every flip is simulated (in parallel), then judged in order: the same answer on
             // any number of cores.
             *trials += flips.len();
-            let judged = par_map(&flips, |&i| {
+            let judged = par_map(self.threads, &flips, |&i| {
                 let mut trial = set.clone();
                 trial[i] = !trial[i];
                 let plan = plan_from_set(self.prob, trial);
@@ -748,12 +830,9 @@ impl LocalSearch<'_> {
     }
 }
 
-/// `f` over `items` on every available core, results in order.
-fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(items.len())
-        .max(1);
+/// `f` over `items` on up to `threads` threads, results in order.
+fn par_map<T: Sync, R: Send>(threads: usize, items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = threads.min(items.len()).max(1);
     if threads == 1 {
         return items.iter().map(&f).collect();
     }
@@ -941,6 +1020,7 @@ struct SolveTrace {
     attempts: usize,
     /// What the ILP rounds did, whether or not their plan was used.
     ilp: serde_json::Value,
+    time_limit_hit: bool,
 }
 
 /// The job's outcome for a realised plan (the one place a [`Rewritten`] is built).
@@ -961,6 +1041,7 @@ fn rewritten(
         arena_ceiling: trace.arena_ceiling,
         solve_attempts: trace.attempts,
         ilp: trace.ilp,
+        time_limit_hit: trace.time_limit_hit,
     }))
 }
 

@@ -649,3 +649,100 @@ impl Builder<'_> {
         });
     }
 }
+
+/// Which candidates hold a residual-stream value: a saved activation `x` that an `Add` reads
+/// before the candidate's gap together with a value computed from `x` (`x + f(x)`, a
+/// transformer layer's or a residual block's shortcut). Those are the block boundaries
+/// per-block checkpointing keeps.
+pub fn residual_checkpoints(graph: &Graph, sim: &Simulation, cands: &Candidates) -> Vec<bool> {
+    let sched = &sim.schedule;
+    // Whether `x` is an ancestor of `y` among values computed at or after `x`'s step.
+    let derives_from = |y: TensorId, x: TensorId| -> bool {
+        let Some(from) = graph.tensor(x).producer().and_then(|p| sched.step_of(p)) else {
+            return false;
+        };
+        let mut stack = vec![y];
+        let mut seen: BTreeSet<TensorId> = BTreeSet::new();
+        while let Some(v) = stack.pop() {
+            if v == x {
+                return true;
+            }
+            if !seen.insert(v) {
+                continue;
+            }
+            let Some(p) = graph.tensor(v).producer() else {
+                continue;
+            };
+            if sched.step_of(p).is_none_or(|s| s < from) {
+                continue;
+            }
+            stack.extend(graph.node(p).input_tensors());
+        }
+        false
+    };
+    cands
+        .list
+        .iter()
+        .map(|c| {
+            c.saved.iter().any(|&x| {
+                graph.tensor(x).consumers().iter().any(|&r| {
+                    let node = graph.node(r);
+                    node.op_type == "Add"
+                        && node.domain.is_empty()
+                        && sched.step_of(r).is_some_and(|s| s < c.model.free_from)
+                        && node.input_tensors().any(|y| y != x && derives_from(y, x))
+                })
+            })
+        })
+        .collect()
+}
+
+/// Per-block checkpointing as recompute sets, found from the graph: keep every residual-stream
+/// checkpoint ([`residual_checkpoints`]) and whatever is saved before the first one, recompute
+/// every other candidate. Two granularities: every residual value kept (`fine`: a transformer
+/// layer's input and its middle), and every other one from the first (`per_layer`: each
+/// layer's input, the whole layer recomputed in backward). `None` when the graph has no
+/// residual stream.
+pub fn per_block_sets(graph: &Graph, sim: &Simulation, cands: &Candidates) -> Option<PerBlock> {
+    let checkpoints = residual_checkpoints(graph, sim, cands);
+    // The step each candidate's first saved value is computed at.
+    let made: Vec<usize> = cands
+        .list
+        .iter()
+        .map(|c| {
+            c.saved
+                .iter()
+                .filter_map(|&t| graph.tensor(t).producer())
+                .filter_map(|p| sim.schedule.step_of(p))
+                .min()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..cands.list.len()).collect();
+    order.sort_by_key(|&i| (made[i], i));
+    let first = order.iter().find(|&&i| checkpoints[i]).map(|&i| made[i])?;
+    let boundaries: Vec<usize> = order.iter().copied().filter(|&i| checkpoints[i]).collect();
+    let set = |kept: &BTreeSet<usize>| -> Vec<bool> {
+        (0..cands.list.len())
+            .map(|i| !kept.contains(&i) && made[i] > first)
+            .collect()
+    };
+    let fine: BTreeSet<usize> = boundaries.iter().copied().collect();
+    let per_layer: BTreeSet<usize> = boundaries.iter().copied().step_by(2).collect();
+    Some(PerBlock {
+        fine: set(&fine),
+        per_layer: set(&per_layer),
+        boundaries: boundaries.len(),
+    })
+}
+
+/// The recompute sets of per-block checkpointing ([`per_block_sets`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PerBlock {
+    /// Every residual-stream value kept.
+    pub fine: Vec<bool>,
+    /// Every other residual-stream value kept (each layer's input).
+    pub per_layer: Vec<bool>,
+    /// How many residual-stream checkpoints the graph has.
+    pub boundaries: usize,
+}

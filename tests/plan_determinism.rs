@@ -1,0 +1,79 @@
+//! The plan depends on the input and the flags only: the same patch, recompute set and trial
+//! count on one thread as on two, and on a repeated run; the time limit, when nothing hits it,
+//! is reported as not hit, and a limit that is hit is reported with the best plan so far.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use ckpt_ir::import_file;
+use ckpt_opt::optimize::{analyse, plan_analysed_on, AnalyseOptions, Outcome};
+use common::*;
+
+/// (patch text, recompute set, trials) of the plan for `name` at `pct`% on `threads` threads.
+fn planned(name: &str, pct: u64, threads: usize) -> (String, Vec<bool>, usize, bool) {
+    let path = root().join("tests/fixtures").join(format!("{name}.onnx"));
+    let before = analyse(import_file(&path).unwrap(), &AnalyseOptions::default()).unwrap();
+    let ceiling = before.ledger.total_bytes * pct / 100;
+    let job = plan_job(&path, ceiling, 600);
+    match plan_analysed_on(&job, before, Instant::now(), threads).unwrap() {
+        Outcome::Rewritten(r) => (
+            r.patch_text.clone(),
+            r.plan.recompute.clone(),
+            r.solve_attempts,
+            r.time_limit_hit,
+        ),
+        Outcome::CannotFit { diagnosis, .. } => (
+            diagnosis.message.clone(),
+            Vec::new(),
+            0,
+            diagnosis.timed_out,
+        ),
+        Outcome::AlreadyFits { .. } => panic!("{name} at {pct}% already fits"),
+    }
+}
+
+#[test]
+fn same_plan_on_one_and_two_threads_and_when_repeated() {
+    for (name, pct) in [
+        ("gpt2_d0_aot", 80),
+        ("llama_d0_makefx", 75),
+        ("bert_d01_aot", 85),
+    ] {
+        let one = planned(name, pct, 1);
+        let two = planned(name, pct, 2);
+        let again = planned(name, pct, 2);
+        assert!(!one.3, "{name} at {pct}%: the time limit was hit");
+        assert_eq!(
+            one.0, two.0,
+            "{name} at {pct}%: patch differs on 1 and 2 threads"
+        );
+        assert_eq!(one.1, two.1, "{name} at {pct}%: recompute set differs");
+        assert_eq!(
+            one.2, two.2,
+            "{name} at {pct}%: trial count differs on 1 and 2 threads"
+        );
+        assert_eq!(two, again, "{name} at {pct}%: a repeated run differs");
+    }
+}
+
+#[test]
+fn a_time_limit_that_is_hit_is_reported() {
+    let path = root().join("tests/fixtures/llama_d0_makefx.onnx");
+    let before = analyse(import_file(&path).unwrap(), &AnalyseOptions::default()).unwrap();
+    let ceiling = before.ledger.total_bytes * 75 / 100;
+    let mut job = plan_job(&path, ceiling, 0);
+    job.time_limit = Duration::ZERO;
+    match plan_analysed_on(&job, before, Instant::now(), 1).unwrap() {
+        Outcome::Rewritten(r) => assert!(r.time_limit_hit, "a zero time limit was not hit"),
+        Outcome::CannotFit { diagnosis, .. } => {
+            assert!(diagnosis.timed_out, "a zero time limit was not hit");
+            assert!(
+                diagnosis.message.contains("time limit"),
+                "{}",
+                diagnosis.message
+            );
+        }
+        Outcome::AlreadyFits { .. } => panic!("already fits"),
+    }
+}
