@@ -219,11 +219,19 @@ pub fn capacity(
     // With recompute: checked one step above; where that fits (the planner's search is not
     // monotone in the dim, and a search cut by the time limit depends on the clock), the
     // answer moves up to it and is checked again.
+    // The answer must carry its plan: where planning at it again fails (a search cut by the
+    // clock), the answer moves down until a plan is found.
     let mut wr = wr;
-    let mut plan = match wr {
-        Some(v) => best_with_recompute(graph, &options_at(o, &q.dim, v), q)?.ok(),
-        None => None,
-    };
+    let mut plan = None;
+    while let Some(v) = wr {
+        match best_with_recompute(graph, &options_at(o, &q.dim, v), q)? {
+            Ok(p) => {
+                plan = Some(p);
+                break;
+            }
+            Err(_) => wr = v.checked_sub(1).filter(|&x| x >= 1),
+        }
+    }
     let above_wr = loop {
         let v = wr.map_or(1, |v| v + 1);
         if v > q.max_value {

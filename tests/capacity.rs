@@ -26,7 +26,7 @@ fn total(dims: &[&str]) -> u64 {
 
 fn capacity(args: &[&str]) -> Value {
     let m = model();
-    let mut a = vec!["capacity", path_str(&m), "--json", "--time-limit", "3"];
+    let mut a = vec!["capacity", path_str(&m), "--json", "--time-limit", "120"];
     a.extend(args);
     let o = run(&a);
     assert!(o.status.success(), "{}", stderr(&o));
