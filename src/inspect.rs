@@ -1,4 +1,8 @@
 //! `ckpt-opt inspect`: what a model is, at a glance (and as JSON).
+//!
+//! At `--ort-opt-level basic|extended|all` what is inspected is the graph ORT saves at that
+//! level (`ckpt_opt::offline`), under the profile it is loaded at (`disable`, optimized
+//! offline): the graph the main job plans and the output runs, with ORT's fusions.
 
 use serde_json::json;
 
@@ -11,8 +15,10 @@ use crate::Failure;
 use ckpt_opt::size::human;
 
 pub fn run(a: &InspectArgs) -> Result<(), Failure> {
-    let graph = load(&a.model)?;
-    let bindings = bindings(&a.model_args.dims, &graph)?;
+    let given = load(&a.model)?;
+    let bindings = bindings(&a.model_args.dims, &given)?;
+    let mut options = crate::model_io::analyse_options(&a.model_args, &bindings)?;
+    let graph = at_level(given, a, &mut options)?;
     let class = classify(&graph, a.model_args.loss.as_deref());
 
     let kind_of = |t| class.as_ref().ok().map(|c| c.kind(t).name()).unwrap_or("?");
@@ -58,7 +64,6 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
         .into_iter()
         .map(|(d, v)| (d, json!(v)))
         .collect();
-    let options = crate::model_io::analyse_options(&a.model_args, &bindings)?;
     let analysis = ckpt_opt::optimize::analyse(graph.clone(), &options);
     if a.json {
         let v = json!({
@@ -114,6 +119,25 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
         Err(e) => println!("memory model: unavailable ({e:#})"),
     }
     Ok(())
+}
+
+/// The graph to inspect: as given at level `disable`; at basic, extended or all the graph ORT
+/// saves at that level, with `options` switched to the profile it is loaded at.
+fn at_level(
+    given: Graph,
+    a: &InspectArgs,
+    options: &mut ckpt_opt::optimize::AnalyseOptions,
+) -> Result<Graph, Failure> {
+    if options.profile.graph_optimization_level == ckpt_ir::profile::OptLevel::Disable {
+        return Ok(given);
+    }
+    let bytes = std::fs::read(&a.model)
+        .map_err(|e| Failure::input(anyhow::anyhow!("reading {}: {e}", a.model.display())))?;
+    let optimized = ckpt_opt::offline::optimize_for_level(&bytes, &a.model, &options.profile)
+        .map_err(Failure::input)?
+        .ok_or_else(|| Failure::input(anyhow::anyhow!("no offline graph at level disable")))?;
+    options.profile = optimized.profile;
+    Ok(optimized.graph)
 }
 
 fn print_human(

@@ -95,21 +95,45 @@ pub fn optimize_for_level(
     }))
 }
 
+/// The domain of ORT's NCHWc layout ops (`NchwcTransformer`, level all).
+pub const NCHWC_DOMAIN: &str = "com.microsoft.nchwc";
+
 /// Every node outside the ONNX domain that ORT wrote must be in the op registry: its shapes,
-/// aliasing, in-place sharing and scratch decide the prediction.
+/// aliasing, in-place sharing and scratch decide the prediction. The error names the first
+/// such node and every unmodelled op type; for ORT's NCHWc layout it says what makes ORT emit
+/// it and which level does not.
 pub fn check_modelled(graph: &Graph, level: OptLevel) -> Result<()> {
+    let mut first = None;
+    let mut ops: Vec<String> = Vec::new();
     for &n in graph.nodes() {
         let node = graph.node(n);
         if node.domain != ONNX_DOMAIN && ckpt_ir::ops::op_def(graph, n).is_none() {
-            return Err(anyhow!(
-                "at level {level} ONNX Runtime rewrote the graph with node `{}` ({}::{}), which ckpt-opt's op registry does not model (its memory cannot be predicted); plan at a lower --ort-opt-level, or at `disable`",
-                node.display_name(n),
-                node.domain,
-                node.op_type
-            ));
+            first.get_or_insert(n);
+            let op = format!("{}::{}", node.domain, node.op_type);
+            if !ops.contains(&op) {
+                ops.push(op);
+            }
         }
     }
-    Ok(())
+    let Some(n) = first else {
+        return Ok(());
+    };
+    let node = graph.node(n);
+    let nchwc = ops
+        .iter()
+        .any(|o| o.starts_with(&format!("{NCHWC_DOMAIN}::")));
+    let why = if nchwc {
+        "; these are ORT's NCHWc layout ops, which its NchwcTransformer writes at level all for Convs with constant weights on a CPU with NCHWc kernels (AVX2 or AVX-512: the channel block size is the CPU's); plan at --ort-opt-level extended, where ORT keeps the NCHW layout"
+    } else {
+        "; plan at a lower --ort-opt-level, or at `disable`"
+    };
+    Err(anyhow!(
+        "at level {level} ONNX Runtime rewrote the graph with node `{}` ({}::{}), which ckpt-opt's op registry does not model (its memory cannot be predicted); unmodelled ops: {}{why}",
+        node.display_name(n),
+        node.domain,
+        node.op_type,
+        ops.join(", ")
+    ))
 }
 
 #[cfg(test)]
@@ -148,7 +172,10 @@ mod tests {
         let g = ckpt_ir::import_model(m, Path::new("nchwc.onnx"), None).unwrap();
         let e = check_modelled(&g, OptLevel::All).unwrap_err().to_string();
         assert!(
-            e.contains("com.microsoft.nchwc::ReorderInput") && e.contains("level all"),
+            e.contains("com.microsoft.nchwc::ReorderInput")
+                && e.contains("level all")
+                && e.contains("NCHWc layout")
+                && e.contains("--ort-opt-level extended"),
             "{e}"
         );
     }

@@ -14,7 +14,12 @@
 //!   and in-place; the graph's concrete shapes give only the byte counts;
 //! - **runtime**: a buffer is allocated when its first value is produced and released right
 //!   after the last node that reads any value in it; never-read buffers and graph outputs stay
-//!   to the end; a node's inputs and outputs coexist during its step;
+//!   to the end; a node's inputs and outputs coexist during its step; a graph output that
+//!   is an initializer (in the file, or a `Constant` node's value, as constant folding at
+//!   levels basic and above leaves a constant gradient) is copied into an arena buffer of its
+//!   size when the run's frame is created (`IExecutionFrame::Init`: the caller must get its
+//!   own tensor), before the first node, and held past the run; a graph input that is an
+//!   output is returned as fed, no copy;
 //! - **arena**: requests are rounded up to 256 B. `live` is the sum of live rounded buffers
 //!   (what ORT reports with an always-splitting arena); `arena_peak` replays ORT's BFC arena
 //!   (bins, best fit, split rule, coalescing, power-of-two regions from 1 MiB).
@@ -434,6 +439,14 @@ pub fn simulate_threads(
             events[f].push((false, b));
         }
     }
+    // Graph outputs that are initializers or Constant values: copied at the frame's creation.
+    let mut copied_outputs: Vec<u64> = Vec::new();
+    for &t in graph.outputs() {
+        let tensor = graph.tensor(t);
+        if !computed[t.index()] && !tensor.is_graph_input() {
+            copied_outputs.push(tensor_bytes(graph, t, bindings)?);
+        }
+    }
     let nb = buffers.len() as u64;
     let mut live = vec![0u64; schedule.len()];
     let mut current: u64 = 0;
@@ -448,9 +461,15 @@ pub fn simulate_threads(
             kind,
         })
     };
+    // Keys: buffers 0..nb, their re-allocations nb..2nb, scratch from 2nb on, copied outputs
+    // after the last step's scratch.
+    let copied_key = 2 * nb + (schedule.len() as u64) * SCRATCH_STRIDE;
+    for (i, &bytes) in copied_outputs.iter().enumerate() {
+        current += rounded(bytes);
+        push(0, true, copied_key + i as u64, bytes, EventKind::Output);
+    }
     for s in 0..schedule.len() {
         let scratch = kernel_scratch(graph, schedule.order[s], bindings, threads);
-        // Keys: buffers 0..nb, their re-allocations nb..2nb, scratch from 2nb on.
         let scratch_key = |k: usize| 2 * nb + (s as u64) * SCRATCH_STRIDE + k as u64;
         for (k, &bytes) in scratch.before.iter().enumerate() {
             push(s, true, scratch_key(k), bytes, EventKind::Scratch);

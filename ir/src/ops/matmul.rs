@@ -209,7 +209,7 @@ fn window_dims(ctx: &InferCtx<'_>, x: &Shape, kernel: &[u64]) -> Result<Vec<Dim>
         .collect()
 }
 
-fn conv(ctx: &InferCtx<'_>) -> Out {
+pub(super) fn conv(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.shape(0)?;
     let w = ctx.shape(1)?;
     if x.rank() < 3 || w.rank() != x.rank() {
@@ -243,7 +243,7 @@ const MLAS_STRIDEN_ALIGN: u64 = 16;
 /// 1×1 kernel), `OutputSize·K` floats for a full im2col when the filter count exceeds the
 /// output size, else one fixed buffer per thread the GEMM is split over (the thread count from
 /// the operation's complexity, capped by the session's intra-op threads).
-fn conv_scratch(ctx: &ScratchCtx<'_>) -> Scratch {
+pub(super) fn conv_scratch(ctx: &ScratchCtx<'_>) -> Scratch {
     let node = ctx.graph.node(ctx.id);
     let (Some((dt, x)), Some((_, w))) = (ctx.concrete(0), ctx.concrete(1)) else {
         return Scratch::default();
@@ -605,7 +605,7 @@ pub(super) fn gemm_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
     })
 }
 
-fn conv_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
+pub(super) fn conv_flops(ctx: &FlopCtx<'_>) -> Result<u64, FlopError> {
     let y = ctx.numel(ctx.out_shape(0)?)?; // N·Cout·spatial
     let w = ctx.dims(ctx.in_shape(1)?)?; // [Cout, Cin/g, k…]
     let per_out = ctx.product(w.get(1..).unwrap_or_default())?;
