@@ -58,7 +58,9 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
         .into_iter()
         .map(|(d, v)| (d, json!(v)))
         .collect();
-    let options = crate::model_io::analyse_options(&a.model_args, &bindings)?;
+    let mut options = crate::model_io::analyse_options(&a.model_args, &bindings)?;
+    // The runtime the model needs (training ops: onnxruntime-training) is the one predicted.
+    options.profile.ort_version = ckpt_opt::training::ort_version_for(&graph);
     let analysis = ckpt_opt::optimize::analyse(graph.clone(), &options);
     if a.json {
         let v = json!({
@@ -78,6 +80,7 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
             "symbolic_dims": graph.symbols(),
             "required_dims": required_dims(&graph),
             "bindings": bindings,
+            "ort_version": options.profile.ort_version,
         });
         let mut v = v;
         match &analysis {
@@ -203,6 +206,7 @@ fn print_human(
 
 fn print_memory(an: &ckpt_opt::optimize::Analysis, profile: &ckpt_ir::Profile) {
     let l = &an.ledger;
+    println!("runs on: ONNX Runtime {}", profile.ort_version);
     println!("ledger (one training step):");
     for (name, bytes) in l.lines() {
         let mark = if name == l.dominant() {
