@@ -11,6 +11,12 @@
 //!   what the main job plans), measured on that graph at `disable` (`ORT need`: how the
 //!   output is run) and on the original run online at the level (`online`: as a user runs it).
 //!
+//! - the ORT training artifacts (`tests/fixtures/ort_*_training.onnx`) on their runtime,
+//!   onnxruntime-training 1.19.2 through its runner (skipped, saying why, when that runtime
+//!   cannot be made): under the default profile and the eight variants, the predicted need
+//!   against the runner's (bisection on `max_mem`; that runtime reports no in-use or reserved
+//!   bytes).
+//!
 //! With `--levels`, instead: the side-by-side cost of each level (disable, basic, extended,
 //! all) × memory pattern off/on, measured online on the original: the device need, ORT's
 //! in-use and reserved peaks, and the step time (p50 of 5 runs after 2 warm-ups).
@@ -25,12 +31,13 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use ckpt_ir::profile::{CallerOutputs, ExtendStrategy, InitialChunk, OptLevel as Level, Profile};
-use ckpt_ir::Bindings;
+use ckpt_ir::{Bindings, Message};
 use ckpt_opt::inputs::{make_inputs, InputOverrides};
 use ckpt_opt::offline::optimize_for_level;
 use ckpt_opt::profile::session_config;
 use ckpt_passes::device::device_need;
 use ckpt_passes::memory::{schedule, simulate};
+use ckpt_runtime::training::TrainingRunner;
 use ckpt_runtime::{
     measure_need, measure_peak, time_steps, Arena, HostTensor, Model, OptLevel, SessionConfig,
 };
@@ -114,6 +121,104 @@ fn level_rows(
         );
     }
     Ok(())
+}
+
+/// The rows of the training artifacts whose names contain `filter`, on their runtime, under
+/// each of `profiles`; none, with the reason printed, when that runtime cannot be started.
+fn training_rows(
+    root: &std::path::Path,
+    filter: &str,
+    profiles: &[Profile],
+    worst: &mut f64,
+) -> Result<()> {
+    let artifacts = [
+        (
+            "ort_mlp_training",
+            &[("batch", 8)][..],
+            &["labels=0:10".to_string()][..],
+        ),
+        (
+            "ort_gpt2_training",
+            &[("batch", 2), ("seq", 32)][..],
+            &[][..],
+        ),
+    ];
+    let artifacts: Vec<_> = artifacts.iter().filter(|a| a.0.contains(filter)).collect();
+    if artifacts.is_empty() {
+        return Ok(());
+    }
+    let mut runner = match TrainingRunner::start() {
+        Ok(r) => r,
+        Err(e) => {
+            println!("training artifacts skipped: the training runtime is unavailable: {e}");
+            return Ok(());
+        }
+    };
+    for (name, dims, ranges) in artifacts {
+        let path = root.join(format!("tests/fixtures/{name}.onnx"));
+        // The artifact's training ops leave some values untyped: inference gives them.
+        let (g, _) = ckpt_opt::optimize::with_inferred_types(ckpt_ir::import_file(&path)?)?;
+        let mut b = Bindings::new();
+        for (d, v) in dims.iter() {
+            b.insert(d.to_string(), *v);
+        }
+        let sim = simulate(&g, &schedule(&g)?, &b)?;
+        let overrides = InputOverrides::parse(&[], ranges)?;
+        let (inputs, _) = make_inputs(&g, &b, 1, &overrides, &[])?;
+        let bytes = std::fs::read(&path)?;
+        let model = ckpt_ir::onnx::ModelProto::decode(bytes.as_slice())?;
+        let staged = runner.stage(
+            Model::new(name, &bytes),
+            &inputs,
+            &ckpt_opt::training::updated_inputs(&model),
+        )?;
+        for p in profiles {
+            let p = Profile {
+                ort_version: ckpt_opt::training::ort_version_for(&g),
+                ..p.clone()
+            };
+            let pred = device_need(&sim, &p);
+            let m = runner.measure_need(
+                &staged,
+                &session_config(&p),
+                p.steps as usize,
+                p.caller_outputs == CallerOutputs::Held,
+                Some(pred.arena_bytes),
+            )?;
+            let err = pred.arena_bytes as f64 / m.arena_bytes as f64 - 1.0;
+            *worst = worst.max(err.abs());
+            println!(
+                "{name:<24} {:<46} {:>11} {:>11} {:>7.2}% {:>11} {:>11} {:>11} {:>11}",
+                short(&p),
+                pred.arena_bytes,
+                m.arena_bytes,
+                100.0 * err,
+                pred.uncapped.in_use_peak,
+                "-",
+                pred.uncapped.reserved,
+                "-"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A profile's label in the table.
+fn short(p: &Profile) -> String {
+    let base = Profile {
+        ort_version: Profile::default().ort_version,
+        ..p.clone()
+    };
+    if base == Profile::default() {
+        "default profile (one region)".to_string()
+    } else {
+        format!(
+            "pattern {} {} {}",
+            if p.enable_mem_pattern { "on " } else { "off" },
+            p.arena_extend_strategy,
+            p.caller_outputs
+        )
+    }
 }
 
 /// The cost of each level, online on the original, memory pattern off and on.
@@ -273,16 +378,7 @@ fn main() -> Result<()> {
             )?;
             let err = pred.arena_bytes as f64 / m.arena_bytes as f64 - 1.0;
             worst = worst.max(err.abs());
-            let short = if *p == Profile::default() {
-                "default profile (one region)".to_string()
-            } else {
-                format!(
-                    "pattern {} {} {}",
-                    if p.enable_mem_pattern { "on " } else { "off" },
-                    p.arena_extend_strategy,
-                    p.caller_outputs
-                )
-            };
+            let short = short(p);
             println!(
                 "{name:<24} {short:<46} {:>11} {:>11} {:>7.2}% {:>11} {:>11} {:>11} {:>11}",
                 pred.arena_bytes,
@@ -295,6 +391,9 @@ fn main() -> Result<()> {
             );
         }
         level_rows(&f, &name, &bytes, &inputs, &mut worst)?;
+    }
+    if !cuda {
+        training_rows(&root, &filter, &profiles, &mut worst)?;
     }
     println!("worst deviation: {:.2}%", worst * 100.0);
     Ok(())

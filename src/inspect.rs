@@ -19,6 +19,8 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
     let bindings = bindings(&a.model_args.dims, &given)?;
     let mut options = crate::model_io::analyse_options(&a.model_args, &bindings)?;
     let graph = at_level(given, a, &mut options)?;
+    // The runtime the model needs (training ops: onnxruntime-training) is the one predicted.
+    options.profile.ort_version = ckpt_opt::training::ort_version_for(&graph);
     let class = classify(&graph, a.model_args.loss.as_deref());
 
     let kind_of = |t| class.as_ref().ok().map(|c| c.kind(t).name()).unwrap_or("?");
@@ -83,6 +85,7 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
             "symbolic_dims": graph.symbols(),
             "required_dims": required_dims(&graph),
             "bindings": bindings,
+            "ort_version": options.profile.ort_version,
         });
         let mut v = v;
         match &analysis {
@@ -227,6 +230,7 @@ fn print_human(
 
 fn print_memory(an: &ckpt_opt::optimize::Analysis, profile: &ckpt_ir::Profile) {
     let l = &an.ledger;
+    println!("runs on: ONNX Runtime {}", profile.ort_version);
     println!("ledger (one training step):");
     for (name, bytes) in l.lines() {
         let mark = if name == l.dominant() {

@@ -7,8 +7,12 @@ mod common;
 
 use common::*;
 
+use ckpt_ir::profile::{CallerOutputs, ExtendStrategy, InitialChunk, Profile};
 use ckpt_ir::{Bindings, Message};
 use ckpt_opt::inputs::{make_inputs, InputOverrides};
+use ckpt_opt::profile::session_config;
+use ckpt_passes::device::device_need;
+use ckpt_passes::memory::{schedule, simulate};
 use ckpt_runtime::training::TrainingRunner;
 use ckpt_runtime::{Arena, Model, OptLevel, SessionConfig};
 
@@ -124,11 +128,100 @@ fn a_training_artifact_validates_on_the_training_runtime() {
     let predicted = mem["original"]["predicted_arena_bytes"].as_u64().unwrap();
     assert!(measured > 0 && predicted > 0, "{mem:#}");
     // ORT 1.19.2 allocates each of the MLP's 7 initializers from the arena at load (one
-    // 256-B chunk each, in the region the steps use); 1.31.1, which the simulator models,
-    // does not: that is the whole difference on this artifact.
-    assert_eq!(measured, predicted + 7 * 256, "{mem:#}");
+    // 256-B chunk each, in the region the steps use; `ckpt_ir::ort::initializers_in_arena`):
+    // the replay places them, and the need is predicted to the byte.
+    assert_eq!(measured, predicted, "{mem:#}");
     assert!(mem["profile"]
         .as_str()
         .unwrap()
         .contains("ONNX Runtime 1.19.2"));
+}
+
+/// `inspect` names the runtime a model needs: the training runtime for an artifact, and
+/// predicts for it (the profile it reports carries that version).
+#[test]
+fn inspect_reports_the_ort_version_the_artifact_needs() {
+    for (fixture, dims, version) in [
+        ("ort_mlp_training", &["batch=8"][..], "1.19.2"),
+        ("mlp_d0_aot", &[][..], "1.31.1"),
+    ] {
+        let m = root().join(format!("tests/fixtures/{fixture}.onnx"));
+        let mut args = vec!["inspect", path_str(&m), "--json"];
+        for d in dims {
+            args.extend(["--dim", d]);
+        }
+        let o = run(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert_eq!(v["ort_version"], version, "{fixture}");
+        assert_eq!(
+            v["profile"]["ckpt-opt.profile.ort_version"], version,
+            "{fixture}"
+        );
+    }
+}
+
+/// On the training runtime the replay (with 1.19.2's initializer chunks) predicts the MLP
+/// artifact's need to the byte under the default profile and the four memory-pattern-off
+/// variants (both extend strategies, outputs released and held), against the runner's
+/// bisection on `max_mem`.
+#[test]
+fn training_artifact_need_is_predicted_to_the_byte() {
+    let Some(mut r) = runner() else { return };
+    let (bytes, inputs) = mlp_inputs();
+    let path = root().join("tests/fixtures/ort_mlp_training.onnx");
+    let (g, _) =
+        ckpt_opt::optimize::with_inferred_types(ckpt_ir::import_file(&path).unwrap()).unwrap();
+    let mut b = Bindings::new();
+    b.insert("batch".to_string(), 8);
+    let sim = simulate(&g, &schedule(&g).unwrap(), &b).unwrap();
+    let model = ckpt_ir::onnx::ModelProto::decode(bytes.as_slice()).unwrap();
+    let staged = r
+        .stage(
+            Model::new("mlp", &bytes),
+            &inputs,
+            &ckpt_opt::training::updated_inputs(&model),
+        )
+        .unwrap();
+    let version = ckpt_opt::training::ort_version_for(&g);
+    assert_eq!(version, "1.19.2");
+    let mut profiles = vec![Profile::default()];
+    for extend in [
+        ExtendStrategy::SameAsRequested,
+        ExtendStrategy::NextPowerOfTwo,
+    ] {
+        for caller in [CallerOutputs::Released, CallerOutputs::Held] {
+            profiles.push(Profile {
+                arena_extend_strategy: extend,
+                initial_chunk: InitialChunk::OrtDefault,
+                caller_outputs: caller,
+                ..Profile::default()
+            });
+        }
+    }
+    let mut misses = Vec::new();
+    for p in profiles {
+        let p = Profile {
+            ort_version: version,
+            ..p
+        };
+        let pred = device_need(&sim, &p).arena_bytes;
+        let meas = r
+            .measure_need(
+                &staged,
+                &session_config(&p),
+                p.steps as usize,
+                p.caller_outputs == CallerOutputs::Held,
+                Some(pred),
+            )
+            .unwrap()
+            .arena_bytes;
+        if pred != meas {
+            misses.push(format!(
+                "{}: predicted {pred}, measured {meas}",
+                p.describe()
+            ));
+        }
+    }
+    assert!(misses.is_empty(), "{misses:#?}");
 }

@@ -29,3 +29,12 @@ pub const ORT_VERSION: &str = "1.31.1";
 /// The ONNX Runtime that runs ORT training artifacts (`generate_artifacts`' `training_model.onnx`, whose
 /// training ops only onnxruntime-training has), through its Python package.
 pub const TRAINING_ORT_VERSION: &str = "1.19.2";
+
+/// Whether ONNX Runtime `ort_version` allocates every initializer from the session's arena at
+/// load, one chunk each (its requested bytes, rounded as [`alloc_rounded`] rounds), in the
+/// region the runs then use, held for the session's life. Measured on the training artifacts
+/// (`tests/training.rs`): onnxruntime-training [`TRAINING_ORT_VERSION`] does; [`ORT_VERSION`]
+/// `Reserve()`s them outside the arena's regions, so they take no room there.
+pub fn initializers_in_arena(ort_version: &str) -> bool {
+    ort_version == TRAINING_ORT_VERSION
+}

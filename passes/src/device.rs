@@ -16,7 +16,13 @@
 //!   allocated when the run starts and freed when it ends, and the traced buffers live inside
 //!   it; when the arena cannot serve the block (a cap), the run allocates tensor by tensor
 //!   as without the pattern (`execution_frame.cc` catches the failed block allocation);
-//! - a capped arena fails the first allocation that does not fit under the cap.
+//! - a capped arena fails the first allocation that does not fit under the cap;
+//! - a runtime that allocates initializers from the arena at load
+//!   ([`ckpt_ir::ort::initializers_in_arena`], the profile's `ort_version`) takes one chunk per
+//!   initializer ([`Simulation::initializer_bytes`]) before the first run and holds it for the
+//!   session: those chunks count in the in-use peak and share the regions the runs use, and a
+//!   cap is the steps' arena above them (as the training runner measures it: the smallest cap
+//!   loading alone runs in, plus the steps' need).
 
 use ckpt_ir::profile::{CallerOutputs, Profile};
 
@@ -46,6 +52,19 @@ pub fn arena_config(profile: &Profile, cap: Option<u64>) -> ArenaConfig {
         max_dead_bytes_per_chunk: DEFAULT_MAX_DEAD,
         cap,
     }
+}
+
+/// The chunks the profile's runtime allocates from the arena at load and holds for the session:
+/// one per initializer where [`ckpt_ir::ort::initializers_in_arena`], none otherwise.
+pub fn load_chunks(sim: &Simulation, profile: &Profile) -> Vec<u64> {
+    if !ckpt_ir::ort::initializers_in_arena(profile.ort_version) {
+        return Vec::new();
+    }
+    sim.initializer_bytes
+        .iter()
+        .copied()
+        .filter(|&b| b > 0)
+        .collect()
 }
 
 /// The memory pattern's block: ORT's best-fit offset plan over the traced buffers of one run.
@@ -98,10 +117,15 @@ pub fn pattern_block(sim: &Simulation) -> u64 {
     extent
 }
 
-/// Replay `profile.steps` runs of `sim` on one arena capped at `cap`.
+/// Replay `profile.steps` runs of `sim` on one arena capped at `cap` (after the load-time
+/// chunks of the profile's runtime, if it takes any).
 pub fn replay(sim: &Simulation, profile: &Profile, cap: Option<u64>) -> Replay {
     let steps = profile.steps.max(1) as usize;
-    let mut arena = BfcArena::new(arena_config(profile, cap));
+    let load = load_chunks(sim, profile);
+    let mut cfg = arena_config(profile, cap);
+    // The cap is the steps' arena above what loading needs; loading's chunks are in the regions.
+    cfg.cap = cap.map(|c| c + load.iter().map(|&b| rounded(b)).sum::<u64>());
+    let mut arena = BfcArena::new(cfg);
     let block = if profile.enable_mem_pattern {
         pattern_block(sim)
     } else {
@@ -112,7 +136,17 @@ pub fn replay(sim: &Simulation, profile: &Profile, cap: Option<u64>) -> Replay {
     let mut step_in_use = Vec::with_capacity(steps);
     let mut held_outputs: Vec<u64> = Vec::new();
     let mut failed = None;
+    let load_key = steps as u64 * span;
+    for (i, &bytes) in load.iter().enumerate() {
+        if let Err(oom) = arena.alloc(load_key + i as u64, bytes) {
+            failed = Some((0, oom));
+            break;
+        }
+    }
     'runs: for run in 0..steps {
+        if failed.is_some() {
+            break;
+        }
         let base = run as u64 * span;
         let before = arena.max_in_use;
         arena.max_in_use = arena.in_use;

@@ -141,6 +141,10 @@ pub struct Simulation {
     /// (frees of never-read buffers and outputs are not listed: they are held to the run's
     /// end). [`crate::device`] replays them under a deployment profile.
     pub arena_events: Vec<ArenaEvent>,
+    /// Requested bytes of each initializer a node reads, in graph order: what a runtime that
+    /// allocates initializers from the arena at load ([`ckpt_ir::ort::initializers_in_arena`])
+    /// places there before the first run.
+    pub initializer_bytes: Vec<u64>,
 }
 
 /// What an arena request is for.
@@ -523,7 +527,14 @@ pub fn simulate_threads(
         .enumerate()
         .max_by_key(|&(s, v)| (v, std::cmp::Reverse(s)))
         .unwrap_or((0, 0));
+    let mut initializer_bytes = Vec::new();
+    for t in graph.initializers() {
+        if !graph.tensor(t).consumers().is_empty() {
+            initializer_bytes.push(tensor_bytes(graph, t, bindings)?);
+        }
+    }
     Ok(Simulation {
+        initializer_bytes,
         schedule: schedule.clone(),
         tensor_bytes: bytes,
         buffer_of,
