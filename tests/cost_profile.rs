@@ -279,3 +279,32 @@ fn receipt_md_of_a_flops_plan_states_what_was_not_measured() {
         "{text}"
     );
 }
+
+/// A graph that needs the training runtime cannot be profiled on plain ONNX Runtime: the job
+/// refuses it (exit 1), naming the cause and the way out, and writes nothing.
+#[test]
+fn profile_cost_refuses_a_graph_that_needs_the_training_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let receipt = dir.path().join("r.json");
+    let model = root().join("tests/fixtures/ort_mlp_training.onnx");
+    let o = run(&[
+        path_str(&model),
+        "--dim",
+        "batch=4",
+        "--ceiling",
+        "80%",
+        "--cost",
+        "profile",
+        "--receipt",
+        path_str(&receipt),
+        "-q",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("needs the training runtime"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("--cost flops"), "{}", stderr(&o));
+    assert!(!receipt.exists());
+}
