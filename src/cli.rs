@@ -243,6 +243,15 @@ pub struct OptimizeArgs {
     /// Write the receipt (JSON) here.
     #[arg(long)]
     pub receipt: Option<PathBuf>,
+    /// Write a Markdown summary of the receipt here: what was predicted and measured, under
+    /// which profile and shape, and what was not.
+    #[arg(long = "receipt-md", value_name = "FILE")]
+    pub receipt_md: Option<PathBuf>,
+    /// What the planner minimises: `flops` (the op registry's count) or `profile` (each node's
+    /// kernel time on ONNX Runtime under the deployment profile, the median of --runs runs
+    /// after one warm-up; the receipt then states added milliseconds).
+    #[arg(long, default_value = "flops", value_parser = ["flops", "profile"])]
+    pub cost: String,
     /// Write an explicit `seed` attribute (from --seed and the node's name) into every random
     /// op of the output (Dropout, RandomNormal, …). Without it the output's random ops keep no
     /// seed, and ORT derives theirs as it does for the original.

@@ -4,6 +4,7 @@
 
 pub mod buckets;
 pub mod capacity;
+pub mod cost;
 pub mod frontier;
 pub mod inputs;
 pub mod mutate;
@@ -13,6 +14,7 @@ pub mod plot;
 pub mod profile;
 pub mod progress;
 pub mod receipt;
+pub mod receipt_md;
 pub mod size;
 pub mod training;
 pub mod validate;

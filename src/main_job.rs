@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
+use ckpt_opt::cost::{added_ns, profile_node_costs, CostKind, MeasuredCost, NodeCosts};
 use ckpt_opt::inputs::{make_inputs, InputOverrides};
 use ckpt_opt::optimize::{self, Job, Outcome};
 use ckpt_opt::profile::session_config;
@@ -589,9 +590,13 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         .ceiling
         .ok_or_else(|| Failure::input(anyhow!("--ceiling is required, e.g. --ceiling 69GiB")))?;
     // Refuse an output the rename would replace (a symlink, FIFO or device) before any work.
-    for target in [args.output.as_deref(), args.receipt.as_deref()]
-        .into_iter()
-        .flatten()
+    for target in [
+        args.output.as_deref(),
+        args.receipt.as_deref(),
+        args.receipt_md.as_deref(),
+    ]
+    .into_iter()
+    .flatten()
     {
         ckpt_ir::check_output_target(target).map_err(Failure::input)?;
     }
@@ -620,8 +625,18 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         reserve_pct: args.reserve,
         time_limit: Duration::from_secs_f64(args.time_limit),
     };
+    let costs = match args.cost.as_str() {
+        "profile" => Some(profile_costs(&before, &bindings, &args.run, &profile)?),
+        _ => None,
+    };
     ckpt_opt::progress::stage("searching for a plan");
-    let outcome = optimize::plan_analysed(&job, before, t_plan)?;
+    let outcome = optimize::plan_costed(
+        &job,
+        before,
+        t_plan,
+        optimize::default_threads(),
+        costs.as_ref(),
+    )?;
     let before = match &outcome {
         Outcome::AlreadyFits { before } | Outcome::CannotFit { before, .. } => before,
         Outcome::Rewritten(r) => &r.before,
@@ -677,6 +692,12 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         nodes_moved: 0,
         step_flops: None,
         added_flops_percent: None,
+        cost_model: if costs.is_some() {
+            CostKind::Profile
+        } else {
+            CostKind::Flops
+        },
+        measured_cost: costs.as_ref().map(|c| MeasuredCost::new(c, 0)),
         segments: Vec::new(),
         candidates: None,
         excluded: Vec::new(),
@@ -732,6 +753,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             } else {
                 None
             };
+            record_measured_added(&mut receipt);
             if validation_failed.is_none() {
                 if let Some(out) = &args.output {
                     let mut g = before.graph.clone();
@@ -791,6 +813,9 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             receipt.step_flops = Some(step);
             receipt.added_flops_percent = Some(100.0 * r.counts.added_flops as f64 / step as f64);
             receipt.segments = optimize::segments_json(&r);
+            if let Some(c) = &costs {
+                restate_measured_cost(&mut receipt, &r, c, &bindings);
+            }
             receipt.candidates = Some(r.cands.list.len());
             receipt.excluded = r.cands.excluded.iter().map(|e| json!({
                 "tensor": r.before.graph.tensor(e.tensor).name, "node": r.before.graph.node(e.node).name, "op": e.op, "reason": e.reason
@@ -822,6 +847,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             } else {
                 None
             };
+            record_measured_added(&mut receipt);
             if validation_failed.is_none() {
                 write_output(
                     &mut receipt,
@@ -842,6 +868,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                     ceiling,
                     step,
                     &profile,
+                    receipt.measured_cost.as_ref(),
                 );
             }
             validation_failed.map_or(Ok(()), Err)
@@ -952,6 +979,7 @@ fn print_summary(
     ceiling: u64,
     step: u64,
     profile: &ckpt_ir::Profile,
+    measured: Option<&MeasuredCost>,
 ) {
     let chosen = r.plan.recompute.iter().filter(|&&x| x).count();
     let info = &r.plan.info;
@@ -982,6 +1010,16 @@ fn print_summary(
         100.0 * r.counts.added_flops as f64 / step as f64,
         info.wall.as_secs_f64()
     );
+    if let Some(m) = measured {
+        println!(
+            "cost measured on ONNX Runtime (--cost profile, median of {} runs per node): +{:.3} ms of a {:.3} ms step predicted{}",
+            m.runs,
+            m.predicted_added_ms,
+            m.step_kernel_ms,
+            m.measured_added_ms
+                .map_or(String::new(), |x| format!(", {x:+.3} ms measured (p50)"))
+        );
+    }
     if r.time_limit_hit {
         println!(
             "the time limit stopped the search: this is the best plan found by then (a longer --time-limit or a less loaded machine may find a cheaper one)"
@@ -1000,6 +1038,84 @@ fn print_summary(
     }
 }
 
+/// `--cost profile`: each node's median kernel time on ONNX Runtime under the profile, on
+/// inputs made as validation makes them (exit 4 without a usable ONNX Runtime).
+fn profile_costs(
+    before: &optimize::Analysis,
+    bindings: &ckpt_ir::Bindings,
+    r: &RunArgs,
+    profile: &ckpt_ir::Profile,
+) -> Result<NodeCosts, Failure> {
+    if ckpt_opt::training::needs_training_runtime(before.graph.model()) {
+        return Err(Failure::input(anyhow!(
+            "--cost profile runs the graph on plain ONNX Runtime, and this graph needs the training runtime (com.microsoft training ops); use --cost flops"
+        )));
+    }
+    if let Some(lib) = &r.ort_lib {
+        ckpt_runtime::init(Some(lib))
+            .context("loading ONNX Runtime")
+            .map_err(could_not_validate)?;
+    }
+    ckpt_opt::progress::stage("profiling the graph's nodes on ONNX Runtime (--cost profile)");
+    let params: Vec<_> = before.class.of_kind(TensorKind::Parameter).collect();
+    let overrides = InputOverrides::parse(&r.inputs, &r.int_ranges)?;
+    let (inputs, _) = make_inputs(&before.graph, bindings, r.seed, &overrides, &params)?;
+    profile_node_costs(&before.graph, &inputs, &session_config(profile), r.runs)
+        .map_err(could_not_validate)
+}
+
+/// `--cost profile`: the plan's cost in milliseconds, and each segment's FLOPs (the planner's
+/// per-candidate cost is then nanoseconds) beside its milliseconds.
+fn restate_measured_cost(
+    receipt: &mut Receipt,
+    r: &optimize::Rewritten,
+    costs: &NodeCosts,
+    bindings: &ckpt_ir::Bindings,
+) {
+    receipt.measured_cost = Some(MeasuredCost::new(
+        costs,
+        added_ns(&r.before.graph, &r.cands, &r.plan, costs),
+    ));
+    let chosen = r
+        .cands
+        .list
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| r.plan.recompute.get(*i).copied().unwrap_or(false))
+        .map(|(_, c)| c);
+    let mut model_flops = 0u64;
+    for (segment, c) in receipt.segments.iter_mut().zip(chosen) {
+        let flops: u64 = c
+            .nodes
+            .iter()
+            .filter(|n| !c.moved.contains(n))
+            .filter_map(|&n| {
+                ckpt_ir::ops::flops(&r.before.graph, n, &r.before.types, bindings).ok()
+            })
+            .sum();
+        model_flops += flops;
+        segment["flops_added"] = json!(flops);
+        segment["ms_added"] = json!(c.model.cost as f64 / 1e6);
+    }
+    receipt.model_added_flops = Some(model_flops);
+}
+
+/// With `--validate` and `--cost profile`: the measured p50 step-time increase beside the
+/// predicted one.
+fn record_measured_added(receipt: &mut Receipt) {
+    let p50 = |side: &str| {
+        receipt
+            .validation
+            .as_ref()
+            .and_then(|v| v[side]["p50_ms"].as_f64())
+    };
+    if let (Some(a), Some(b)) = (p50("original"), p50("rewritten")) {
+        if let Some(m) = receipt.measured_cost.as_mut() {
+            m.measured_added_ms = Some(b - a);
+        }
+    }
+}
+
 /// Write the receipt (`--receipt`) and print it (`--json`).
 fn emit(args: &OptimizeArgs, receipt: &Receipt) -> Result<(), Failure> {
     ckpt_opt::progress::finish();
@@ -1007,6 +1123,11 @@ fn emit(args: &OptimizeArgs, receipt: &Receipt) -> Result<(), Failure> {
     if let Some(path) = &args.receipt {
         ckpt_ir::write_atomic(path, text.as_bytes(), args.model.as_deref())
             .with_context(|| format!("writing receipt {}", path.display()))?;
+    }
+    if let Some(path) = &args.receipt_md {
+        let md = ckpt_opt::receipt_md::render(receipt);
+        ckpt_ir::write_atomic(path, md.as_bytes(), args.model.as_deref())
+            .with_context(|| format!("writing receipt summary {}", path.display()))?;
     }
     if args.output_args.json {
         println!("{text}");

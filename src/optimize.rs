@@ -307,6 +307,19 @@ pub fn plan_analysed_on(
     t0: Instant,
     threads: usize,
 ) -> Result<Outcome> {
+    plan_costed(job, before, t0, threads, None)
+}
+
+/// [`plan_analysed_on`] costing recompute by `costs` (measured per-node times of `before`'s
+/// graph, see [`crate::cost`]) instead of FLOPs; `None`: FLOPs. The one place a cost model
+/// enters the planner: the candidates' costs, and the search's floor of a thousandth of a step.
+pub fn plan_costed(
+    job: &Job,
+    before: Analysis,
+    t0: Instant,
+    threads: usize,
+    costs: Option<&crate::cost::NodeCosts>,
+) -> Result<Outcome> {
     let threads = threads.max(1);
     let clock = Deadline::new(t0 + job.time_limit);
     let effective = (job.ceiling as f64 * (1.0 - job.reserve_pct / 100.0)).floor() as u64;
@@ -336,11 +349,18 @@ pub fn plan_analysed_on(
         };
         return Ok(Outcome::CannotFit { before, diagnosis });
     }
-    let cands = candidates(
+    let mut cands = candidates(
         &before.graph,
         &before.sim,
         &before.types,
         &job.analysis.bindings,
+    );
+    if let Some(costs) = costs {
+        crate::cost::apply(&mut cands, costs);
+    }
+    let step_cost = costs.map_or_else(
+        || step_flops(&before, &job.analysis.bindings),
+        |c| c.step_ns(),
     );
     let cannot_fit = |before: Analysis, cands: &Candidates, best: Option<u64>, timed_out: bool| {
         let lowest = lowest_reachable(job, &before, cands, best);
@@ -533,7 +553,7 @@ pub fn plan_analysed_on(
         cands: &cands,
         prob: &prob,
         effective,
-        cost_floor: (step_flops(&before, &job.analysis.bindings) as f64 / 1000.0).max(1.0),
+        cost_floor: (step_cost as f64 / 1000.0).max(1.0),
         debug,
         clock: &clock,
         threads,

@@ -202,6 +202,11 @@ pub struct Receipt {
     pub step_flops: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub added_flops_percent: Option<f64>,
+    /// What the planner minimised (`--cost`).
+    pub cost_model: crate::cost::CostKind,
+    /// `--cost profile`: what was measured, and the milliseconds the rewrite adds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_cost: Option<crate::cost::MeasuredCost>,
     /// Why each recompute exists, what it costs.
     pub segments: Vec<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -29,8 +29,8 @@ pub use error::{Result, RuntimeError, CUDA_HINT, INSTALL_HINT};
 pub use generate::{derive_seed, generate, generate_inputs, Distribution};
 pub use locate::{init, init_with, loaded, OrtInfo, OrtLibrarySearch};
 pub use measure::{
-    locate_peak, measure_peak, parse_profile, profile_order, time_steps, NodeEvent, PeakNode,
-    PeakStats, StepTimes,
+    locate_peak, measure_peak, parse_profile, profile_order, profile_runs, time_steps, NodeEvent,
+    PeakNode, PeakStats, StepTimes,
 };
 
 /// ORT's arena granularity: every allocation is rounded up to this many bytes.

@@ -264,6 +264,18 @@ pub fn profile_order<'a>(
     inputs: &[HostTensor],
     cfg: &SessionConfig,
 ) -> Result<Vec<NodeEvent>> {
+    profile_runs(model, inputs, cfg, 1)
+}
+
+/// Runs `runs` times on one session with profiling on and returns every run's kernel executions in the order they
+/// started (a node run `runs` times appears `runs` times, the first run's first). The profile is written as by
+/// [`profile_order`].
+pub fn profile_runs<'a>(
+    model: impl Into<Model<'a>>,
+    inputs: &[HostTensor],
+    cfg: &SessionConfig,
+    runs: usize,
+) -> Result<Vec<NodeEvent>> {
     let model = model.into();
     let (prefix, keep) = match &cfg.profiling {
         Some(p) => (p.clone(), true),
@@ -281,7 +293,9 @@ pub fn profile_order<'a>(
         ..cfg.clone()
     };
     let file = with_session(model, &cfg, |session| {
-        run_session(model, session, inputs)?;
+        for _ in 0..runs.max(1) {
+            run_session(model, session, inputs)?;
+        }
         session.end_profiling().map_err(|e| RuntimeError::Run {
             model: model.label.to_string(),
             message: format!("ending the profile: {e}"),
