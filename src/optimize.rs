@@ -310,6 +310,7 @@ pub fn plan_analysed_on(
     let threads = threads.max(1);
     let clock = Deadline::new(t0 + job.time_limit);
     let effective = (job.ceiling as f64 * (1.0 - job.reserve_pct / 100.0)).floor() as u64;
+    let before = lowered_terms(job, before)?;
     if before.ledger.total_bytes <= effective {
         return Ok(Outcome::AlreadyFits { before });
     }
@@ -867,6 +868,27 @@ const MOVES_AFTER_FIT: usize = 8;
 const SWAP_WIDTH: usize = 16;
 /// Simulations one search may run (a count, not a time, so that results are reproducible).
 const MAX_TRIALS: usize = 4000;
+
+/// The graph with its backward-only terms placed where ORT's order runs them just before their
+/// consumers ([`ckpt_passes::recompute::lower_terms`]: zero-FLOP moves), when the move set,
+/// verified and simulated under the profile, lowers the device total; else `before` itself.
+fn lowered_terms(job: &Job, before: Analysis) -> Result<Analysis> {
+    let terms = ckpt_passes::recompute::backward_only_terms(&before.graph, &before.class);
+    let patch = ckpt_passes::recompute::lower_terms(&before.graph, &terms, "backward-only terms");
+    if patch.is_empty() {
+        return Ok(before);
+    }
+    let mut g2 = before.graph.clone();
+    if patch.apply(&mut g2).is_err() {
+        return Ok(before);
+    }
+    let lowered = analyse(g2, &job.analysis)?;
+    Ok(if lowered.ledger.total_bytes < before.ledger.total_bytes {
+        lowered
+    } else {
+        before
+    })
+}
 
 /// A plan for a given recompute set, evaluated under the solver's model (used by the repair).
 fn plan_from_set(prob: &ckpt_solver::Problem, set: Vec<bool>) -> Plan {
