@@ -301,16 +301,40 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
 }
 
 /// [`plan_analysed`] with trials simulated on `threads` threads: the same plan on any number.
+/// Where the graph as given has no plan, the planner tries it again with its backward-only
+/// terms lowered ([`lowered_terms`]); the better of the two diagnoses is reported.
 pub fn plan_analysed_on(
     job: &Job,
     before: Analysis,
     t0: Instant,
     threads: usize,
 ) -> Result<Outcome> {
+    let first = plan_graph_on(job, before, t0, threads)?;
+    let Outcome::CannotFit { before, diagnosis } = first else {
+        return Ok(first);
+    };
+    let Some(lowered) = lowered_terms(job, &before)? else {
+        return Ok(Outcome::CannotFit { before, diagnosis });
+    };
+    match plan_graph_on(job, lowered, t0, threads)? {
+        Outcome::CannotFit {
+            diagnosis: second, ..
+        } if second.lowest_reachable_total_bytes < diagnosis.lowest_reachable_total_bytes => {
+            Ok(Outcome::CannotFit {
+                before,
+                diagnosis: second,
+            })
+        }
+        Outcome::Rewritten(r) => Ok(Outcome::Rewritten(r)),
+        _ => Ok(Outcome::CannotFit { before, diagnosis }),
+    }
+}
+
+/// One planning pass over the graph `before` holds.
+fn plan_graph_on(job: &Job, before: Analysis, t0: Instant, threads: usize) -> Result<Outcome> {
     let threads = threads.max(1);
     let clock = Deadline::new(t0 + job.time_limit);
     let effective = (job.ceiling as f64 * (1.0 - job.reserve_pct / 100.0)).floor() as u64;
-    let before = lowered_terms(job, before)?;
     if before.ledger.total_bytes <= effective {
         return Ok(Outcome::AlreadyFits { before });
     }
@@ -871,23 +895,19 @@ const MAX_TRIALS: usize = 4000;
 
 /// The graph with its backward-only terms placed where ORT's order runs them just before their
 /// consumers ([`ckpt_passes::recompute::lower_terms`]: zero-FLOP moves), when the move set,
-/// verified and simulated under the profile, lowers the device total; else `before` itself.
-fn lowered_terms(job: &Job, before: Analysis) -> Result<Analysis> {
+/// verified and simulated under the profile, lowers the device total; else `None`.
+fn lowered_terms(job: &Job, before: &Analysis) -> Result<Option<Analysis>> {
     let terms = ckpt_passes::recompute::backward_only_terms(&before.graph, &before.class);
     let patch = ckpt_passes::recompute::lower_terms(&before.graph, &terms, "backward-only terms");
     if patch.is_empty() {
-        return Ok(before);
+        return Ok(None);
     }
     let mut g2 = before.graph.clone();
     if patch.apply(&mut g2).is_err() {
-        return Ok(before);
+        return Ok(None);
     }
     let lowered = analyse(g2, &job.analysis)?;
-    Ok(if lowered.ledger.total_bytes < before.ledger.total_bytes {
-        lowered
-    } else {
-        before
-    })
+    Ok((lowered.ledger.total_bytes < before.ledger.total_bytes).then_some(lowered))
 }
 
 /// A plan for a given recompute set, evaluated under the solver's model (used by the repair).
