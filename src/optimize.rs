@@ -301,6 +301,8 @@ pub fn plan_analysed(job: &Job, before: Analysis, t0: Instant) -> Result<Outcome
 }
 
 /// [`plan_analysed`] with trials simulated on `threads` threads: the same plan on any number.
+/// Where the graph as given has no plan, the planner tries it again with its backward-only
+/// terms lowered ([`lowered_terms`]); the better of the two diagnoses is reported.
 pub fn plan_analysed_on(
     job: &Job,
     before: Analysis,
@@ -313,7 +315,48 @@ pub fn plan_analysed_on(
 /// [`plan_analysed_on`] costing recompute by `costs` (measured per-node times of `before`'s
 /// graph, see [`crate::cost`]) instead of FLOPs; `None`: FLOPs. The one place a cost model
 /// enters the planner: the candidates' costs, and the search's floor of a thousandth of a step.
+///
+/// Where the graph as given has no plan, its backward-only terms are moved to run just before
+/// their backward readers (zero FLOPs, [`lowered_terms`]) and it is planned again; a plan found
+/// so is reported against the graph as given, its patch the moves followed by the recompute.
+/// Measured costs belong to the given graph's nodes, so with `costs` there is no such pass.
 pub fn plan_costed(
+    job: &Job,
+    before: Analysis,
+    t0: Instant,
+    threads: usize,
+    costs: Option<&crate::cost::NodeCosts>,
+) -> Result<Outcome> {
+    let first = plan_graph_on(job, before, t0, threads, costs)?;
+    if costs.is_some() {
+        return Ok(first);
+    }
+    let Outcome::CannotFit { before, diagnosis } = first else {
+        return Ok(first);
+    };
+    let Some((lowered, moves)) = lowered_terms(job, &before)? else {
+        return Ok(Outcome::CannotFit { before, diagnosis });
+    };
+    match plan_graph_on(job, lowered, t0, threads, None)? {
+        Outcome::CannotFit {
+            diagnosis: second, ..
+        } if second.lowest_reachable_total_bytes < diagnosis.lowest_reachable_total_bytes => {
+            Ok(Outcome::CannotFit {
+                before,
+                diagnosis: second,
+            })
+        }
+        Outcome::Rewritten(mut r) => {
+            r.patch_text = format!("{moves}\n{}", r.patch_text);
+            r.before = before;
+            Ok(Outcome::Rewritten(r))
+        }
+        _ => Ok(Outcome::CannotFit { before, diagnosis }),
+    }
+}
+
+/// One planning pass over the graph `before` holds.
+fn plan_graph_on(
     job: &Job,
     before: Analysis,
     t0: Instant,
@@ -887,6 +930,24 @@ const MOVES_AFTER_FIT: usize = 8;
 const SWAP_WIDTH: usize = 16;
 /// Simulations one search may run (a count, not a time, so that results are reproducible).
 const MAX_TRIALS: usize = 4000;
+
+/// The graph with its backward-only terms placed where ORT's order runs them just before their
+/// consumers ([`ckpt_passes::recompute::lower_terms`]: zero-FLOP moves), when the move set,
+/// verified and simulated under the profile, lowers the device total; else `None`.
+fn lowered_terms(job: &Job, before: &Analysis) -> Result<Option<(Analysis, String)>> {
+    let terms = ckpt_passes::recompute::backward_only_terms(&before.graph, &before.class);
+    let patch = ckpt_passes::recompute::lower_terms(&before.graph, &terms, "backward-only terms");
+    if patch.is_empty() {
+        return Ok(None);
+    }
+    let mut g2 = before.graph.clone();
+    if patch.apply(&mut g2).is_err() {
+        return Ok(None);
+    }
+    let lowered = analyse(g2, &job.analysis)?;
+    Ok((lowered.ledger.total_bytes < before.ledger.total_bytes)
+        .then(|| (lowered, patch.to_string())))
+}
 
 /// A plan for a given recompute set, evaluated under the solver's model (used by the repair).
 fn plan_from_set(prob: &ckpt_solver::Problem, set: Vec<bool>) -> Plan {

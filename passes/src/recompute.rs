@@ -508,14 +508,32 @@ pub fn rewrite(graph: &Graph, cands: &Candidates, plan: &Plan, label: &str) -> P
         late_reads: &late_reads,
         chain_nodes: &chain_nodes,
         rebuilt: BTreeMap::new(),
+        local: BTreeMap::new(),
         taken: BTreeSet::new(),
         done: BTreeSet::new(),
+        local_done: BTreeSet::new(),
         patch,
     };
+    let mut group: Option<Option<usize>> = None;
     for &i in &chosen {
         let c = &cands.list[i];
+        // Candidates rebuilt at another step get their own clones of the values in between:
+        // a clone shared with a later rebuild would run at the first and hold its output
+        // to the last (the solver counts each candidate's chain and transient on its own).
+        let at = plan.remat_at.get(i).copied().flatten();
+        if group != Some(at) {
+            group = Some(at);
+            b.local.clear();
+            b.local_done.clear();
+        }
         for &m in &c.nodes {
             b.build(m);
+        }
+        // What dependents and the rewired readers read: the saved values' rebuilt copies.
+        for &v in &c.saved {
+            if let Some(&r) = b.local.get(&v) {
+                b.rebuilt.insert(v, r);
+            }
         }
         // Rewire the readers after the gap (to the clones; a moved value keeps its readers).
         for &(r, slot, v) in &c.rewire {
@@ -548,29 +566,44 @@ struct Builder<'a> {
     late_reads: &'a BTreeMap<(NodeId, usize), TensorId>,
     /// Nodes of the chosen chains.
     chain_nodes: &'a BTreeSet<NodeId>,
-    /// Original value -> what its late readers use now, and the file position its producer follows.
+    /// Original value -> what its late readers use now, and the file position its producer
+    /// follows: moved nodes' outputs and the saved values of the candidates built so far.
     rebuilt: BTreeMap<TensorId, (TensorRef, usize)>,
+    /// The same for the clones of the rebuild step in progress (cleared between steps).
+    local: BTreeMap<TensorId, (TensorRef, usize)>,
     taken: BTreeSet<String>,
-    /// Nodes already cloned or moved.
+    /// Nodes moved.
     done: BTreeSet<NodeId>,
+    /// Nodes cloned for the rebuild step in progress.
+    local_done: BTreeSet<NodeId>,
     patch: Patch,
 }
 
 impl Builder<'_> {
+    /// What a rebuilt node reads for `u`: this step's clone, else a moved or earlier-rebuilt copy.
+    fn lookup(&self, u: TensorId) -> Option<(TensorRef, usize)> {
+        self.local.get(&u).or_else(|| self.rebuilt.get(&u)).copied()
+    }
+
     /// Clone or move `m` (once), after any moved producer of its inputs.
     fn build(&mut self, m: NodeId) {
         let graph = self.graph;
         let node = graph.node(m);
-        if !self.done.insert(m) {
+        let is_moved = self.moved.contains(&m);
+        let fresh = if is_moved {
+            self.done.insert(m)
+        } else {
+            self.local_done.insert(m)
+        };
+        if !fresh {
             return; // already rebuilt for another candidate
         }
-        let is_moved = self.moved.contains(&m);
         for (slot, u) in node.inputs.iter().enumerate() {
             let Some(u) = *u else { continue };
             let Some(p) = graph.tensor(u).producer() else {
                 continue;
             };
-            if p == m || self.rebuilt.contains_key(&u) {
+            if p == m || self.lookup(u).is_some() {
                 continue;
             }
             // A moved producer's place in the file is decided first; so is the rebuilt copy a
@@ -587,8 +620,8 @@ impl Builder<'_> {
             .inputs
             .iter()
             .map(|inp| {
-                inp.map(|u| match self.rebuilt.get(&u) {
-                    Some(&(r, anchor)) => {
+                inp.map(|u| match self.lookup(u) {
+                    Some((r, anchor)) => {
                         after = after.max(anchor);
                         r
                     }
@@ -629,7 +662,7 @@ impl Builder<'_> {
                 self.taken.insert(name.clone());
                 self.patch.tensors.push(NewTensor { name, like: t });
                 let r = TensorRef::New(self.patch.tensors.len() - 1);
-                self.rebuilt.insert(t, (r, after));
+                self.local.insert(t, (r, after));
                 r
             }));
         }
@@ -745,4 +778,80 @@ pub struct PerBlock {
     pub per_layer: Vec<bool>,
     /// How many residual-stream checkpoints the graph has.
     pub boundaries: usize,
+}
+
+/// Backward-only terms: backward nodes that read forward values only (directly or through other
+/// such terms), in file order. ORT's order runs such a node as soon as a consumer expands it,
+/// which is during the forward pass when its index is above its consumer's gradient input;
+/// its output then waits idle until backward.
+pub fn backward_only_terms(graph: &Graph, class: &crate::Classification) -> Vec<NodeId> {
+    use crate::Phase;
+    let mut term = vec![false; graph.node_bound()];
+    let mut out = Vec::new();
+    for &n in graph.nodes() {
+        if class.phase(n) != Phase::Backward {
+            continue;
+        }
+        let mut any = false;
+        let all = graph.node(n).input_tensors().all(|u| {
+            let Some(p) = graph.tensor(u).producer() else {
+                return true;
+            };
+            let ok = matches!(class.phase(p), Phase::Forward | Phase::Loss) || term[p.index()];
+            any |= ok;
+            ok
+        });
+        if all && any {
+            term[n.index()] = true;
+            out.push(n);
+        }
+    }
+    out
+}
+
+/// Zero-FLOP moves that place each of `terms` (in file order, each one's producers before it)
+/// right after the producers of its inputs: the lowest index the file allows, so that ORT
+/// expands it after its consumer's other inputs and runs it just before that consumer.
+pub fn lower_terms(graph: &Graph, terms: &[NodeId], label: &str) -> Patch {
+    let mut patch = Patch::new(label);
+    let pos = graph.file_positions();
+    let order = graph.nodes();
+    let is_term: BTreeSet<NodeId> = terms.iter().copied().collect();
+    // Where a placed term sits: just before the anchor at this file position.
+    let mut anchored_at: BTreeMap<NodeId, usize> = BTreeMap::new();
+    for &n in terms {
+        let lower = graph
+            .node(n)
+            .input_tensors()
+            .filter_map(|u| graph.tensor(u).producer())
+            .map(|p| match anchored_at.get(&p) {
+                Some(&a) => a,
+                None => pos[p.index()] + 1,
+            })
+            .max()
+            .unwrap_or(0);
+        let Some(anchor) = order[lower.min(order.len())..]
+            .iter()
+            .copied()
+            .find(|m| !is_term.contains(m))
+        else {
+            continue;
+        };
+        if pos[anchor.index()] >= pos[n.index()] {
+            continue;
+        }
+        anchored_at.insert(n, pos[anchor.index()]);
+        patch.moves.push(Move {
+            node: n,
+            inputs: graph
+                .node(n)
+                .inputs
+                .iter()
+                .map(|i| i.map(TensorRef::Existing))
+                .collect(),
+            before: anchor,
+            after_new: 0,
+        });
+    }
+    patch
 }
