@@ -82,9 +82,9 @@ fn run_validation(
     Ok((v, inputs))
 }
 
-/// Exit 4 ("could not validate") when no usable ONNX Runtime was found, or it lacks the
-/// training ops or the CUDA provider the run needs; 1 for anything else.
-fn could_not_validate(e: anyhow::Error) -> Failure {
+/// Exit 4 ("could not validate", or measure) when no usable ONNX Runtime was found, or it lacks
+/// the training ops or the CUDA provider the run needs; 1 for anything else.
+pub(crate) fn could_not_validate(e: anyhow::Error) -> Failure {
     use ckpt_runtime::RuntimeError as R;
     let missing = e.chain().any(|c| {
         matches!(

@@ -77,7 +77,7 @@ pub fn run_frontier(a: &FrontierArgs) -> Result<(), Failure> {
     )?;
     if a.validate {
         frontier::validate_sweep(&mut s, &o, a.report.seed, a.report.runs)
-            .map_err(could_not_measure)?;
+            .map_err(crate::main_job::could_not_validate)?;
     }
     let f = &s.frontier;
     write(
@@ -268,7 +268,7 @@ pub fn run_buckets(a: &BucketsArgs) -> Result<(), Failure> {
     };
     let report = buckets::plan_buckets(&job, &ranges, models).map_err(|e| {
         if a.validate {
-            could_not_measure(e)
+            crate::main_job::could_not_validate(e)
         } else {
             Failure::input(e)
         }
@@ -391,24 +391,4 @@ fn manifest_models(
         });
     }
     Ok((ranges, models, key))
-}
-
-/// Exit 4 when ONNX Runtime is missing or lacks what the run needs, else 1.
-fn could_not_measure(e: anyhow::Error) -> Failure {
-    use ckpt_runtime::RuntimeError as R;
-    let missing = e.chain().any(|c| {
-        matches!(
-            c.downcast_ref::<R>(),
-            Some(
-                R::OrtNotFound { .. }
-                    | R::OrtPathMissing { .. }
-                    | R::MissingTrainingOps { .. }
-                    | R::CudaUnavailable { .. }
-            )
-        )
-    });
-    Failure {
-        code: if missing { 4 } else { 1 },
-        error: e,
-    }
 }
