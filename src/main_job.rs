@@ -456,14 +456,8 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
     let mut options = crate::model_io::analyse_options(&a.model_args, &b)?;
     options.profile.ort_version = ckpt_opt::training::ort_version_for(&original);
     // The profile the rewritten model records is the one it promises to hold under.
-    let recorded = ckpt_ir::Profile::from_metadata(
-        rewritten
-            .model()
-            .metadata_props
-            .iter()
-            .filter_map(|p| Some((p.key.as_deref()?, p.value.as_deref()?))),
-    )
-    .with_context(|| format!("reading the profile recorded in {}", a.rewritten.display()))?;
+    let recorded = ckpt_ir::Profile::from_model(rewritten.model())
+        .with_context(|| format!("reading the profile recorded in {}", a.rewritten.display()))?;
     if let Some(p) = recorded {
         options.profile = p;
     }

@@ -14,14 +14,9 @@ use ckpt_ir::Profile;
 const LEVELS: [&str; 3] = ["basic", "extended", "all"];
 
 fn recorded_profile(g: &ckpt_ir::Graph) -> Profile {
-    Profile::from_metadata(
-        g.model()
-            .metadata_props
-            .iter()
-            .filter_map(|p| Some((p.key.as_deref()?, p.value.as_deref()?))),
-    )
-    .unwrap()
-    .expect("a recorded profile")
+    Profile::from_model(g.model())
+        .unwrap()
+        .expect("a recorded profile")
 }
 
 /// The main job at `level` with `--validate` on `model` at `ceiling` (a share of its

@@ -117,21 +117,9 @@ fn a_ceiling_above_2gib_validates_and_records_a_loadable_first_region() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let model = ckpt_ir::import_file(&out).unwrap();
-    let props: Vec<(String, String)> = model
-        .model()
-        .metadata_props
-        .iter()
-        .map(|p| {
-            (
-                p.key.clone().unwrap_or_default(),
-                p.value.clone().unwrap_or_default(),
-            )
-        })
-        .collect();
-    let profile =
-        ckpt_ir::Profile::from_metadata(props.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .unwrap()
-            .unwrap();
+    let profile = ckpt_ir::Profile::from_model(model.model())
+        .unwrap()
+        .unwrap();
     assert_eq!(
         profile.initial_chunk,
         ckpt_ir::profile::InitialChunk::Bytes(ckpt_ir::ort::MAX_INITIAL_CHUNK)

@@ -150,18 +150,7 @@ fn output_records_its_profile_and_validation_fails_over_the_ceiling() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let g = ckpt_ir::import_file(&out).unwrap();
-    let props: Vec<(String, String)> = g
-        .model()
-        .metadata_props
-        .iter()
-        .map(|p| {
-            (
-                p.key.clone().unwrap_or_default(),
-                p.value.clone().unwrap_or_default(),
-            )
-        })
-        .collect();
-    let recorded = Profile::from_metadata(props.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    let recorded = Profile::from_model(g.model())
         .unwrap()
         .expect("a recorded profile");
     assert_eq!(

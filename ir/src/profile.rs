@@ -400,6 +400,17 @@ impl Profile {
         Ok(())
     }
 
+    /// [`Profile::from_metadata`] of `model`'s `metadata_props` (entries without a key or a
+    /// value are not profile entries).
+    pub fn from_model(model: &crate::onnx::ModelProto) -> Result<Option<Profile>, ProfileError> {
+        Profile::from_metadata(
+            model
+                .metadata_props
+                .iter()
+                .filter_map(|p| Some((p.key.as_deref()?, p.value.as_deref()?))),
+        )
+    }
+
     /// The profile a model's `metadata_props` record, if any key of it is present; settings
     /// not recorded keep their defaults.
     pub fn from_metadata<'a>(
