@@ -212,11 +212,9 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
             Ok(p) => {
                 let m = &p.info.model;
                 println!(
-                    "    first ILP solve       {} ({:?} {:?}, gap {:.4}, {} of {} recomputed, solver peak {}; {} rounds, {} memory rows, {} binaries, {} continuous)",
+                    "    first ILP solve       {} ({}, {} of {} recomputed, solver peak {}; {} rounds, {} memory rows, {} binaries, {} continuous)",
                     secs(t_solve),
-                    p.info.method,
-                    p.info.status,
-                    p.info.gap,
+                    p.info.label(),
                     p.recompute.iter().filter(|&&r| r).count(),
                     p.recompute.len(),
                     human(p.peak),
@@ -313,11 +311,9 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
                 let (r, t) = timed(|| solve_ilp_with(&prob, &o));
                 match r {
                     Ok(p) => println!(
-                        "      probe {label:<14} {} ({:?} {:?}, gap {:.4}, cost {}, {} rounds)",
+                        "      probe {label:<14} {} ({}, cost {}, {} rounds)",
                         secs(t),
-                        p.info.method,
-                        p.info.status,
-                        p.info.gap,
+                        p.info.label(),
                         p.cost,
                         p.info.model.rounds
                     ),
@@ -342,10 +338,8 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
                 format!("cannot fit: before {}, lowest reachable {}", human(before.ledger.total_bytes), human(diagnosis.lowest_reachable_total_bytes))
             }
             Outcome::Rewritten(r) => format!(
-                "rewritten: {:?} {:?} gap {:.4} solver {:.3} s, {} attempts, {} of {} recomputed, +{} FLOPs; predicted {} -> {}",
-                r.plan.info.method,
-                r.plan.info.status,
-                r.plan.info.gap,
+                "rewritten: {} solver {:.3} s, {} attempts, {} of {} recomputed, +{} FLOPs; predicted {} -> {}",
+                r.method_label(),
                 r.plan.info.wall.as_secs_f64(),
                 r.solve_attempts,
                 r.plan.recompute.iter().filter(|&&x| x).count(),

@@ -7,7 +7,7 @@
 //!   the timed runs of one session, in nanoseconds ([`NodeCosts`]). A node ORT never ran
 //!   (folded, removed, fused away) costs 0.
 //!
-//! The solver sees numbers only: [`apply`] replaces each candidate's cost with the sum over
+//! The solver sees numbers only: [`apply`] ([`ckpt_planner::Costs::apply`]) replaces each candidate's cost with the sum over
 //! the nodes it clones (a moved node runs once and is free), at least 1, as the FLOP model
 //! does. A node shared by several chains counts once per chain in the model and once in
 //! [`added_ns`], which sums over the nodes the written patch clones.
@@ -58,6 +58,20 @@ impl NodeCosts {
     /// The cost of one node.
     pub fn of(&self, n: NodeId) -> u64 {
         self.ns.get(n.index()).copied().unwrap_or(0)
+    }
+
+    /// The planner's costs: every measured node's nanoseconds, and one step's.
+    pub fn planner_costs(&self) -> ckpt_planner::Costs {
+        ckpt_planner::Costs {
+            per_node: self
+                .ns
+                .iter()
+                .enumerate()
+                .filter(|(_, &ns)| ns > 0)
+                .map(|(i, &ns)| (NodeId::from_index(i), ns))
+                .collect(),
+            step: self.step_ns(),
+        }
     }
 }
 
@@ -146,15 +160,7 @@ pub fn profile_node_costs(
 
 /// Cost every candidate by `costs`: the sum over the nodes its recompute clones, at least 1.
 pub fn apply(cands: &mut Candidates, costs: &NodeCosts) {
-    for c in &mut cands.list {
-        c.model.cost = c
-            .nodes
-            .iter()
-            .filter(|n| !c.moved.contains(n))
-            .map(|&n| costs.of(n))
-            .sum::<u64>()
-            .max(1);
-    }
+    costs.planner_costs().apply(cands);
 }
 
 /// The kernel time the rewrite of `plan` adds: the measured time of every node its patch

@@ -205,25 +205,13 @@ pub fn plan_at(
             lowest_reachable_total_bytes: diagnosis.lowest_reachable_total_bytes,
         },
         Outcome::Rewritten(r) => Planned::Plan(Box::new(KnownPlan {
-            method: method_label(&r.plan),
+            method: r.method_label(),
             found_at_ceiling_bytes: Some(ceiling),
             total_bytes: r.after.ledger.total_bytes,
             added_flops: r.counts.added_flops,
             analysis: r.after,
         })),
     })
-}
-
-/// The planner's method, as a reader says it.
-pub fn method_label(plan: &Plan) -> String {
-    match (plan.info.method, plan.info.status) {
-        (Method::LocalSearch, _) => "search with the simulator in the loop".into(),
-        (Method::Ilp, ckpt_solver::Status::Optimal) => "ILP, proven optimal".into(),
-        (Method::Ilp, ckpt_solver::Status::WithinGap) => {
-            format!("ILP, within {:.2}% of optimal", 100.0 * plan.info.gap)
-        }
-        (m, s) => format!("{m:?} ({s:?})"),
-    }
 }
 
 /// The index of the cheapest plan of `pool` that fits `ceiling`: fewest added FLOPs, then the

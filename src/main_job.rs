@@ -816,6 +816,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             })).collect();
             receipt.solver = Some(json!({
                 "method": format!("{:?}", info.method),
+                "label": r.method_label(),
                 "status": format!("{:?}", info.status),
                 "objective": info.objective,
                 "bound": info.bound,
@@ -977,16 +978,7 @@ fn print_summary(
 ) {
     let chosen = r.plan.recompute.iter().filter(|&&x| x).count();
     let info = &r.plan.info;
-    let method = match (info.method, info.status) {
-        (ckpt_solver::Method::LocalSearch, _) => {
-            "a search with the simulator in the loop (no optimality bound)".to_string()
-        }
-        (m, ckpt_solver::Status::Optimal) => format!("{m:?}, proven optimal"),
-        (m, ckpt_solver::Status::WithinGap) => {
-            format!("{m:?}, within {:.2}% of optimal", 100.0 * info.gap)
-        }
-        (m, s) => format!("{m:?} ({s:?})"),
-    };
+    let method = r.method_label();
     println!(
         "predicted device total {} -> {} (ceiling {}, profile: {})",
         human(r.before.ledger.total_bytes),

@@ -80,9 +80,8 @@ pub fn render(r: &Receipt) -> String {
     if let Some(solver) = &r.solver {
         let _ = writeln!(
             s,
-            "- Solver: {} ({}){}",
-            solver["method"].as_str().unwrap_or("?"),
-            solver["status"].as_str().unwrap_or("?"),
+            "- Solver: {}{}",
+            solver["label"].as_str().unwrap_or("?"),
             if solver["time_limit_hit"].as_bool() == Some(true) {
                 "; the time limit stopped part of the search"
             } else {

@@ -30,7 +30,22 @@ pub enum Method {
     Ilp,
     /// A search with a simulator in the loop (the caller's), from the ILP's plans: each trial
     /// judged by the simulation, not the linear model. No optimality bound.
-    LocalSearch,
+    Search,
+}
+
+impl std::fmt::Display for Method {
+    /// The method as a reader says it: `ILP`, `search`, `greedy`, …
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Method::NoRecompute => "no recompute",
+            Method::RecomputeAll => "recompute all",
+            Method::PerBlock => "per-block checkpointing",
+            Method::Greedy => "greedy",
+            Method::BruteForce => "brute force",
+            Method::Ilp => "ILP",
+            Method::Search => "search with the simulator in the loop",
+        })
+    }
 }
 
 /// How far the plan is from proven optimal.
@@ -136,6 +151,27 @@ pub enum SolveError {
     },
     #[error("brute force over {candidates} candidates is too large (limit {limit})")]
     TooLarge { candidates: usize, limit: usize },
+}
+
+impl SolveInfo {
+    /// How the plan was found, as a reader says it: the method, and what is proven about it
+    /// (`ILP, proven optimal`, `ILP, within 0.40% of optimal`, `search with the simulator in
+    /// the loop (no optimality bound)`). A heuristic's or a search's plan never claims a gap.
+    pub fn label(&self) -> String {
+        let m = self.method;
+        match (m, self.status) {
+            (Method::Search, _) | (_, Status::Heuristic) => format!("{m} (no optimality bound)"),
+            (_, Status::NoRecomputeNeeded) => "no recompute needed".into(),
+            (_, Status::Optimal) => format!("{m}, proven optimal"),
+            (_, Status::WithinGap) => {
+                format!("{m}, within {:.2}% of optimal", 100.0 * self.gap)
+            }
+            (_, Status::FeasibleOnTimeout) => format!(
+                "{m}, best found when the time limit stopped it (within {:.2}% of optimal)",
+                100.0 * self.gap
+            ),
+        }
+    }
 }
 
 impl Plan {

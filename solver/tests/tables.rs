@@ -531,3 +531,34 @@ fn ilp_optimum_not_cut_off() {
     let ilp = solve_ilp(&p).unwrap();
     assert_eq!(ilp.cost, exact.cost, "{:?}", ilp.info);
 }
+
+/// Each method prints as what it is: a search or a heuristic never claims a gap, the ILP
+/// says what it proved.
+#[test]
+fn labels_say_what_is_proven() {
+    let p = Problem {
+        base_live: vec![10, 20, 10],
+        candidates: vec![Candidate {
+            bytes: 8,
+            cost: 5,
+            free_from: 0,
+            needed_at: 2,
+            ..Default::default()
+        }],
+        ceiling: 15,
+    };
+    let search = Plan::for_set(&p, vec![true], Method::Search);
+    assert_eq!(
+        search.info.label(),
+        "search with the simulator in the loop (no optimality bound)"
+    );
+    let greedy = Plan::for_set(&p, vec![true], Method::Greedy);
+    assert_eq!(greedy.info.label(), "greedy (no optimality bound)");
+    let ilp = solve_ilp(&p).unwrap();
+    assert_eq!(ilp.info.method, Method::Ilp);
+    assert_eq!(ilp.info.label(), "ILP, proven optimal");
+    let mut within = ilp.info.clone();
+    within.status = Status::WithinGap;
+    within.gap = 0.004;
+    assert_eq!(within.label(), "ILP, within 0.40% of optimal");
+}

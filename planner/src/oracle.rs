@@ -1,0 +1,323 @@
+//! The planner's only view of the truth: an [`Oracle`] answers what a recompute set really
+//! costs in device bytes. The ILP rounds and the search ask it and nothing else, so they run
+//! the same on a graph ([`Simulator`]: rewrite, apply, ORT's order, the simulated arena under
+//! the deployment profile) as on plain numbers ([`TableOracle`]: a [`Problem`] evaluated by
+//! [`ckpt_solver::evaluate`], for tests that compare the planner with brute force).
+//!
+//! Steps are always the original schedule's steps (those of the linear model the rounds
+//! solve): a rewritten run's recompute steps count as the original step they precede.
+
+use ckpt_ir::Graph;
+use ckpt_passes::device::device_need;
+use ckpt_passes::memory::{schedule, simulate_threads, Simulation};
+use ckpt_passes::recompute::{rewrite, Candidates};
+use ckpt_solver::{evaluate, Method, Plan, Problem};
+
+use crate::analysis::{analyse, Analysis};
+use crate::{PlanError, PlanOptions, RewriteCounts};
+
+/// What one recompute set's run says, in the original schedule's steps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunTrace {
+    /// The device total: fixed bytes plus what the arena needs.
+    pub total: u64,
+    /// The original step the run peaks at.
+    pub peak_step: usize,
+    /// Live bytes at each original step: that node's step together with the recompute steps
+    /// that run just before it (where the linear model puts their transient bytes).
+    pub seen: Vec<u64>,
+    /// For each recomputed candidate: the first original step at which the buffer of its
+    /// (dropped) activation is no longer allocated (`None`: held to the end of the run).
+    /// Kept candidates: `Some(1)` (never read).
+    pub released_at: Vec<Option<usize>>,
+}
+
+/// The truth about recompute sets. `set[i]`: candidate `i` of the planner's problem is
+/// recomputed. Every answer depends on the set only (never on time or threads).
+pub trait Oracle: Sync {
+    /// A plan made real: what the planner hands back when it fits.
+    type Realised: Send;
+
+    /// The device total of recomputing `set`.
+    fn total(&self, set: &[bool]) -> Result<u64, PlanError> {
+        Ok(self.trace(set)?.total)
+    }
+
+    /// The device total and the original step the run peaks at.
+    fn peak(&self, set: &[bool]) -> Result<(u64, usize), PlanError> {
+        let t = self.trace(set)?;
+        Ok((t.total, t.peak_step))
+    }
+
+    /// The whole run of `set`, in the original schedule's steps.
+    fn trace(&self, set: &[bool]) -> Result<RunTrace, PlanError>;
+
+    /// Make `plan` real (the final, verified rewrite) and return its device total with it.
+    fn realise(&self, plan: &Plan) -> Result<(u64, Self::Realised), PlanError>;
+
+    /// A debug trace of what the run of `set` holds idle at its peak (stderr).
+    fn describe_peak(&self, _set: &[bool]) -> Result<(), PlanError> {
+        Ok(())
+    }
+}
+
+/// The plan of a recompute set under the linear model, labelled [`Method::Search`].
+pub fn plan_from_set(prob: &Problem, set: Vec<bool>) -> Plan {
+    Plan::for_set(prob, set, Method::Search)
+}
+
+/// The oracle of a graph: rewrite for the set, apply (unverified: a trial), ORT's order, the
+/// simulation and the device need under the profile. [`Oracle::realise`] applies with the
+/// verifier and analyses the result in full.
+pub struct Simulator<'a> {
+    pub before: &'a Analysis,
+    pub cands: &'a Candidates,
+    /// The linear model the sets index (it places each clone: its rematerialisation steps).
+    pub prob: &'a Problem,
+    pub options: &'a PlanOptions,
+}
+
+impl Simulator<'_> {
+    fn run(&self, plan: &Plan) -> Result<(u64, Simulation), PlanError> {
+        let (_, sim) = self.rewritten_run(plan)?;
+        let need = device_need(&sim, &self.options.analysis.profile).arena_bytes;
+        Ok((self.before.ledger.fixed_bytes + need, sim))
+    }
+
+    /// `plan`'s rewrite of the graph (unverified: a trial) and its simulated run.
+    fn rewritten_run(&self, plan: &Plan) -> Result<(Graph, Simulation), PlanError> {
+        let patch = rewrite(&self.before.graph, self.cands, plan, "trial");
+        let mut g2 = self.before.graph.clone();
+        if let Err(e) = patch.apply_unverified(&mut g2) {
+            if self.options.debug {
+                eprintln!("{patch}");
+            }
+            return Err(PlanError::Patch(e));
+        }
+        let sim = simulate_threads(
+            &g2,
+            &schedule(&g2)?,
+            &self.options.analysis.bindings,
+            self.options.analysis.profile.intra_op_num_threads,
+        )?;
+        Ok((g2, sim))
+    }
+}
+
+impl Oracle for Simulator<'_> {
+    /// The rewritten graph's analysis, the patch as text, and what it adds.
+    type Realised = (Analysis, String, RewriteCounts);
+
+    fn total(&self, set: &[bool]) -> Result<u64, PlanError> {
+        Ok(self.run(&plan_from_set(self.prob, set.to_vec()))?.0)
+    }
+
+    fn peak(&self, set: &[bool]) -> Result<(u64, usize), PlanError> {
+        let (total, sim) = self.run(&plan_from_set(self.prob, set.to_vec()))?;
+        let original = &self.before.sim.schedule;
+        let peak = sim.schedule.order[sim.peak_step.min(sim.schedule.len().saturating_sub(1))..]
+            .iter()
+            .find_map(|&n| original.step_of(n))
+            .unwrap_or(original.len().saturating_sub(1));
+        Ok((total, peak))
+    }
+
+    fn trace(&self, set: &[bool]) -> Result<RunTrace, PlanError> {
+        let plan = plan_from_set(self.prob, set.to_vec());
+        let (total, sim) = self.run(&plan)?;
+        let original = &self.before.sim.schedule;
+        let mut seen = vec![0u64; original.len()];
+        // The original step at or before each rewritten step.
+        let mut at_or_before = vec![0usize; sim.schedule.len()];
+        let mut pending = 0u64;
+        let mut last = 0usize;
+        for (k, &n) in sim.schedule.order.iter().enumerate() {
+            pending = pending.max(sim.live[k]);
+            if let Some(s) = original.step_of(n) {
+                seen[s] = seen[s].max(pending);
+                pending = 0;
+                last = s;
+            }
+            at_or_before[k] = last;
+        }
+        if let Some(end) = seen.last_mut() {
+            *end = (*end).max(pending);
+        }
+        let released_at = self
+            .cands
+            .list
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if !plan.recompute.get(i).copied().unwrap_or(false) {
+                    return Some(1);
+                }
+                let b = c
+                    .saved
+                    .first()
+                    .and_then(|&v| sim.buffer_of.get(v.index()).copied().flatten());
+                match b.map(|b| sim.buffers[b].free_after) {
+                    Some(Some(f)) => Some(at_or_before[f] + 1),
+                    Some(None) => None,
+                    None => Some(1),
+                }
+            })
+            .collect();
+        let peak_step = sim.schedule.order
+            [sim.peak_step.min(sim.schedule.len().saturating_sub(1))..]
+            .iter()
+            .find_map(|&n| original.step_of(n))
+            .unwrap_or(original.len().saturating_sub(1));
+        Ok(RunTrace {
+            total,
+            peak_step,
+            seen,
+            released_at,
+        })
+    }
+
+    fn realise(&self, plan: &Plan) -> Result<(u64, Self::Realised), PlanError> {
+        let o = self.options;
+        let before = self.before;
+        let mut patch = rewrite(
+            &before.graph,
+            self.cands,
+            plan,
+            &format!("recompute for ceiling {}", o.ceiling),
+        );
+        // The deployment profile the plan holds under, for runners to read.
+        patch
+            .metadata
+            .extend(o.recorded_profile(before.ledger.fixed_bytes).metadata());
+        let text = patch.to_string();
+        let counts = RewriteCounts {
+            added_flops: patch
+                .nodes
+                .iter()
+                .map(|n| {
+                    ckpt_ir::ops::flops(
+                        &before.graph,
+                        n.copy_of,
+                        &before.types,
+                        &o.analysis.bindings,
+                    )
+                    .unwrap_or(0)
+                })
+                .sum(),
+            cloned: patch.nodes.len(),
+            moved: patch.moves.len(),
+        };
+        let mut g2 = before.graph.clone();
+        patch.apply(&mut g2).map_err(PlanError::Patch)?;
+        o.report(crate::Progress::Analysing);
+        let after = analyse(g2, &o.analysis)?;
+        Ok((after.ledger.total_bytes, (after, text, counts)))
+    }
+
+    fn describe_peak(&self, set: &[bool]) -> Result<(), PlanError> {
+        let (g, sim) = self.rewritten_run(&plan_from_set(self.prob, set.to_vec()))?;
+        let idle = sim.idle_at(&g, sim.peak_step);
+        let total: u64 = idle.iter().map(|x| x.1).sum();
+        eprintln!(
+            "  peak step {} of {} ({}), {} idle in {} buffers:",
+            sim.peak_step,
+            sim.schedule.len(),
+            g.node(sim.schedule.order[sim.peak_step]).name,
+            total,
+            idle.len()
+        );
+        for &(b, bytes) in idle.iter().take(4) {
+            let buf = &sim.buffers[b];
+            let vals: Vec<String> = buf
+                .values
+                .iter()
+                .rev()
+                .take(6)
+                .map(|&t| {
+                    let (made, last) = sim.span(&g, t);
+                    format!("{}[{made}..{last}]", g.tensor(t).name)
+                })
+                .collect();
+            eprintln!(
+                "    {bytes} B, alloc {} free {:?}, {} values, last: {}",
+                buf.alloc_step,
+                buf.free_after,
+                buf.values.len(),
+                vals.join(", ")
+            );
+        }
+        Ok(())
+    }
+}
+
+/// An oracle over plain numbers: the device total of a set is `fixed` plus the peak of
+/// `truth` (a [`Problem`]) under [`evaluate`], plus `excess[t]` at each step `t` (bytes the
+/// linear model the planner solves does not know about, as an allocator's would be). Each
+/// recomputed activation is released where `truth` says it is dropped.
+#[derive(Clone, Debug)]
+pub struct TableOracle {
+    pub truth: Problem,
+    pub fixed: u64,
+    /// Per step; missing steps add nothing.
+    pub excess: Vec<u64>,
+}
+
+impl TableOracle {
+    /// The oracle of `truth` with `fixed` bytes and no excess.
+    pub fn new(truth: Problem, fixed: u64) -> TableOracle {
+        TableOracle {
+            truth,
+            fixed,
+            excess: Vec::new(),
+        }
+    }
+
+    fn check(&self, set: &[bool]) -> Result<(), PlanError> {
+        if set.len() != self.truth.candidates.len() {
+            return Err(PlanError::SetLength {
+                expected: self.truth.candidates.len(),
+                got: set.len(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Oracle for TableOracle {
+    /// The plan's device total.
+    type Realised = u64;
+
+    fn trace(&self, set: &[bool]) -> Result<RunTrace, PlanError> {
+        self.check(set)?;
+        let e = evaluate(&self.truth, set);
+        let seen: Vec<u64> = e
+            .live
+            .iter()
+            .enumerate()
+            .map(|(t, &l)| l + self.excess.get(t).copied().unwrap_or(0))
+            .collect();
+        let (peak_step, peak) =
+            seen.iter().enumerate().fold(
+                (0, 0),
+                |best, (t, &l)| if l > best.1 { (t, l) } else { best },
+            );
+        let released_at = self
+            .truth
+            .candidates
+            .iter()
+            .zip(set)
+            .map(|(c, &r)| Some(if r { c.free_from } else { 1 }))
+            .collect();
+        Ok(RunTrace {
+            total: self.fixed + peak,
+            peak_step,
+            seen,
+            released_at,
+        })
+    }
+
+    fn realise(&self, plan: &Plan) -> Result<(u64, u64), PlanError> {
+        let total = self.total(&plan.recompute)?;
+        Ok((total, total))
+    }
+}

@@ -1,0 +1,975 @@
+//! `plan(&Analysis, &PlanOptions) -> Outcome`: the recompute set (and, where the graph as
+//! given has no plan, the zero-FLOP order moves) that fits the ceiling at the fewest added
+//! FLOPs this planner finds. The search itself ([`search`]) knows the graph only through an
+//! [`Oracle`].
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ckpt_ir::{NodeId, Profile};
+use ckpt_passes::recompute::{candidates, problem, Candidates};
+use ckpt_solver::{solve_ilp_with, Fallback, IlpOptions, Plan, Problem, SolveError, Status};
+
+use crate::analysis::{analyse, step_flops, AnalyseOptions, Analysis};
+use crate::oracle::{plan_from_set, Oracle, Simulator};
+use crate::PlanError;
+
+/// Per-node recompute costs, as plain numbers (measured kernel times, say): a candidate costs
+/// the sum over the nodes its recompute clones (a moved node runs once and is free), at
+/// least 1; `step` is one step's cost, the unit of the search's floor.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Costs {
+    /// Missing nodes cost 0.
+    pub per_node: BTreeMap<NodeId, u64>,
+    pub step: u64,
+}
+
+impl Costs {
+    /// The cost of one node.
+    pub fn of(&self, n: NodeId) -> u64 {
+        self.per_node.get(&n).copied().unwrap_or(0)
+    }
+
+    /// Cost every candidate by these costs.
+    pub fn apply(&self, cands: &mut Candidates) {
+        for c in &mut cands.list {
+            c.model.cost = c
+                .nodes
+                .iter()
+                .filter(|n| !c.moved.contains(n))
+                .map(|&n| self.of(n))
+                .sum::<u64>()
+                .max(1);
+        }
+    }
+}
+
+/// What the planner reports while it runs (for a progress line; never changes a plan).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// A graph (a rewrite) is being analysed.
+    Analysing,
+    /// The search has simulated `count` trials; the best simulated total so far.
+    Trials { count: usize, best_total_bytes: u64 },
+}
+
+/// What a plan needs besides the analysis of the graph.
+#[derive(Clone, Debug)]
+pub struct PlanOptions {
+    /// How every rewrite is analysed: the bindings, loss, optimizer and deployment profile
+    /// the given analysis was made with.
+    pub analysis: AnalyseOptions,
+    /// The device ceiling, in bytes.
+    pub ceiling: u64,
+    /// Percent of the ceiling kept free.
+    pub reserve_pct: f64,
+    /// The search's clock: counted from `started`.
+    pub time_limit: Duration,
+    pub started: Instant,
+    /// Threads trials are simulated on: the plan is the same on any number.
+    pub threads: usize,
+    /// Recompute costs in place of FLOPs; `None`: the op registry's FLOPs.
+    pub costs: Option<Costs>,
+    /// A debug trace of the rounds and the search on stderr.
+    pub debug: bool,
+    pub progress: Option<fn(Progress)>,
+}
+
+impl PlanOptions {
+    /// Defaults: no reserve, a 120 s limit from now, every core, FLOPs, no trace.
+    pub fn new(ceiling: u64, analysis: AnalyseOptions) -> PlanOptions {
+        PlanOptions {
+            analysis,
+            ceiling,
+            reserve_pct: 0.0,
+            time_limit: Duration::from_secs(120),
+            started: Instant::now(),
+            threads: default_threads(),
+            costs: None,
+            debug: false,
+            progress: None,
+        }
+    }
+
+    /// The ceiling after the reserve.
+    pub fn effective_ceiling(&self) -> u64 {
+        (self.ceiling as f64 * (1.0 - self.reserve_pct / 100.0)).floor() as u64
+    }
+
+    /// The profile a plan records: an arena sized to the budget becomes the ceiling less what
+    /// the caller feeds (`fixed_bytes`), in bytes.
+    pub fn recorded_profile(&self, fixed_bytes: u64) -> Profile {
+        self.analysis
+            .profile
+            .resolved(self.ceiling.saturating_sub(fixed_bytes))
+    }
+
+    pub(crate) fn report(&self, p: Progress) {
+        if let Some(f) = self.progress {
+            f(p);
+        }
+    }
+
+    fn search_options(&self) -> SearchOptions {
+        SearchOptions {
+            time_limit: self.time_limit,
+            started: self.started,
+            threads: self.threads,
+            debug: self.debug,
+            progress: self.progress,
+        }
+    }
+}
+
+/// Threads the search simulates trials on by default: every available core. The plan does
+/// not depend on it (trials are judged in order), only the wall time does.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Why no plan fits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiagnosisKind {
+    /// What the caller feeds alone (parameters, optimizer state, data) is over the ceiling.
+    FixedExceedsCeiling,
+    /// The lowest total found under the profile is over it.
+    NoPlanFound,
+}
+
+/// Why no plan fits, as data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnosis {
+    pub kind: DiagnosisKind,
+    /// The ceiling after the reserve.
+    pub effective_ceiling_bytes: u64,
+    pub fixed_bytes: u64,
+    /// The lowest device total the oracle gave any set the planner tried (recomputing every
+    /// candidate, the search's best, or no recompute): a total some set reaches, not a bound.
+    pub lowest_reachable_total_bytes: u64,
+    /// The largest ledger line.
+    pub dominant_ledger_line: String,
+    /// The time limit stopped the search (a longer one may find a plan).
+    pub timed_out: bool,
+}
+
+/// What a rewrite adds to the graph.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RewriteCounts {
+    /// FLOPs the rewritten graph really adds: its clones (a node shared by several recompute
+    /// chains is cloned once; moves add nothing). `plan.cost`, the model's sum over
+    /// candidates, counts shared nodes once per chain.
+    pub added_flops: u64,
+    /// Nodes cloned, and nodes moved later instead (they run once).
+    pub cloned: usize,
+    pub moved: usize,
+}
+
+/// One round of the simulator-corrected ILP.
+#[derive(Clone, Debug, PartialEq)]
+pub enum IlpRound {
+    /// The ILP answered with a plan of no proven quality: the rounds stop.
+    Unproven {
+        round: usize,
+        status: Status,
+        seconds: f64,
+    },
+    /// The ILP found no plan (or proved there is none): the rounds stop.
+    NoPlan { round: usize, error: String },
+    /// A plan, simulated.
+    Simulated {
+        round: usize,
+        status: Status,
+        objective: u64,
+        seconds: f64,
+        recomputed: usize,
+        linear_model_peak_bytes: u64,
+        simulated_peak_bytes: u64,
+    },
+}
+
+/// What the ILP rounds did, whether or not their plan was used.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct IlpReport {
+    pub rounds: Vec<IlpRound>,
+    /// The plan is a round's.
+    pub used: bool,
+}
+
+/// How a plan ended.
+pub enum Outcome {
+    /// Already under the ceiling; nothing to do.
+    AlreadyFits,
+    /// No plan fits.
+    CannotFit(Diagnosis),
+    Rewritten(Box<Rewritten>),
+}
+
+/// A plan that fits, made real: `after` is the analysis of the rewritten graph.
+pub struct Rewritten {
+    pub after: Analysis,
+    /// The candidates `plan` indexes (of the lowered graph, when `lowered`).
+    pub cands: Candidates,
+    pub plan: Plan,
+    /// The patch of the graph given to [`plan`]: the order moves, if any, then the recompute.
+    pub patch_text: String,
+    /// What the recompute patch does.
+    pub counts: RewriteCounts,
+    /// The ILP's arena budget: the ceiling less fixed bytes and the profile's overhead.
+    pub arena_ceiling: u64,
+    pub solve_attempts: usize,
+    pub ilp: IlpReport,
+    /// The time limit stopped some part of the search (an ILP round, the climb or the cut):
+    /// the plan is the best found by then, and may differ on a faster or less loaded machine.
+    pub time_limit_hit: bool,
+    /// The plan is of the graph with its backward-only terms lowered (order moves first).
+    pub lowered: bool,
+}
+
+/// Plan `before` (the analysis of the graph as given, under `o.analysis`). Where that graph
+/// has no plan, its backward-only terms are moved to run just before their backward readers
+/// (zero FLOPs, [`ckpt_passes::recompute::lower_terms`]) and it is planned again; a plan
+/// found so is reported against the graph as given, its patch the moves followed by the
+/// recompute, and of two refusals the one with the lower reachable total is reported.
+/// Measured costs belong to the given graph's nodes, so with `o.costs` there is no such pass.
+pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
+    let first = plan_graph(before, o)?;
+    if o.costs.is_some() {
+        return Ok(first);
+    }
+    let Outcome::CannotFit(diagnosis) = first else {
+        return Ok(first);
+    };
+    let Some((lowered, moves)) = lowered_terms(before, o)? else {
+        return Ok(Outcome::CannotFit(diagnosis));
+    };
+    match plan_graph(&lowered, o)? {
+        Outcome::CannotFit(second)
+            if second.lowest_reachable_total_bytes < diagnosis.lowest_reachable_total_bytes =>
+        {
+            Ok(Outcome::CannotFit(second))
+        }
+        Outcome::Rewritten(mut r) => {
+            r.patch_text = format!("{moves}\n{}", r.patch_text);
+            r.lowered = true;
+            Ok(Outcome::Rewritten(r))
+        }
+        _ => Ok(Outcome::CannotFit(diagnosis)),
+    }
+}
+
+/// The graph with its backward-only terms placed where ORT's order runs them just before their
+/// consumers ([`ckpt_passes::recompute::lower_terms`]: zero-FLOP moves), when the move set,
+/// verified and simulated under the profile, lowers the device total; else `None`.
+fn lowered_terms(
+    before: &Analysis,
+    o: &PlanOptions,
+) -> Result<Option<(Analysis, String)>, PlanError> {
+    let terms = ckpt_passes::recompute::backward_only_terms(&before.graph, &before.class);
+    let patch = ckpt_passes::recompute::lower_terms(&before.graph, &terms, "backward-only terms");
+    if patch.is_empty() {
+        return Ok(None);
+    }
+    let mut g2 = before.graph.clone();
+    if patch.apply(&mut g2).is_err() {
+        return Ok(None);
+    }
+    o.report(Progress::Analysing);
+    let lowered = analyse(g2, &o.analysis)?;
+    Ok((lowered.ledger.total_bytes < before.ledger.total_bytes)
+        .then(|| (lowered, patch.to_string())))
+}
+
+/// One planning pass over the graph `before` holds.
+fn plan_graph(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
+    let effective = o.effective_ceiling();
+    if before.ledger.total_bytes <= effective {
+        return Ok(Outcome::AlreadyFits);
+    }
+    let fixed = before.ledger.fixed_bytes;
+    if fixed >= effective {
+        return Ok(Outcome::CannotFit(Diagnosis {
+            kind: DiagnosisKind::FixedExceedsCeiling,
+            effective_ceiling_bytes: effective,
+            fixed_bytes: fixed,
+            lowest_reachable_total_bytes: fixed,
+            dominant_ledger_line: before.ledger.dominant().to_string(),
+            timed_out: false,
+        }));
+    }
+    let mut cands = candidates(
+        &before.graph,
+        &before.sim,
+        &before.types,
+        &o.analysis.bindings,
+    );
+    if let Some(costs) = &o.costs {
+        costs.apply(&mut cands);
+    }
+    let step_cost = o
+        .costs
+        .as_ref()
+        .map_or_else(|| step_flops(before, &o.analysis.bindings), |c| c.step);
+    // The ILP's linear model counts live bytes; what the profile's arena needs beyond the live
+    // peak (fragmentation, held outputs, the memory pattern's block) is taken off its budget as
+    // the original graph measures it in the replay. The simulator still decides every fit.
+    let profile_overhead = before
+        .device
+        .arena_bytes
+        .saturating_sub(before.sim.peak_live);
+    let arena_ceiling = (effective - fixed).saturating_sub(profile_overhead).max(1);
+    let prob = problem(&before.sim, &cands, arena_ceiling);
+    let oracle = Simulator {
+        before,
+        cands: &cands,
+        prob: &prob,
+        options: o,
+    };
+    let input = SearchInput {
+        problem: &prob,
+        effective,
+        fixed,
+        baseline_total: before.ledger.total_bytes,
+        step_cost,
+    };
+    match search(&oracle, &input, &o.search_options())? {
+        Searched::Fits(f) => {
+            let (after, patch_text, counts) = f.realised;
+            Ok(Outcome::Rewritten(Box::new(Rewritten {
+                after,
+                cands,
+                plan: f.plan,
+                patch_text,
+                counts,
+                arena_ceiling,
+                solve_attempts: f.attempts,
+                ilp: f.ilp,
+                time_limit_hit: f.time_limit_hit,
+                lowered: false,
+            })))
+        }
+        Searched::Stuck {
+            lowest_reachable_total_bytes,
+            timed_out,
+        } => Ok(Outcome::CannotFit(Diagnosis {
+            kind: DiagnosisKind::NoPlanFound,
+            effective_ceiling_bytes: effective,
+            fixed_bytes: fixed,
+            lowest_reachable_total_bytes,
+            dominant_ledger_line: before.ledger.dominant().to_string(),
+            timed_out,
+        })),
+    }
+}
+
+/// The numbers the search starts from.
+#[derive(Clone, Copy, Debug)]
+pub struct SearchInput<'a> {
+    /// The linear model at the ILP's arena budget (its `ceiling`); the sets the oracle is asked
+    /// about index its candidates.
+    pub problem: &'a Problem,
+    /// The device ceiling the oracle's totals must fit.
+    pub effective: u64,
+    /// Bytes no recompute changes (counted in every total).
+    pub fixed: u64,
+    /// The oracle's total with no recompute (above `effective`).
+    pub baseline_total: u64,
+    /// One step's cost, in the candidates' unit: the search's floor is a thousandth of it.
+    pub step_cost: u64,
+}
+
+/// The search's clock, threads and trace.
+#[derive(Clone, Copy, Debug)]
+pub struct SearchOptions {
+    pub time_limit: Duration,
+    pub started: Instant,
+    pub threads: usize,
+    pub debug: bool,
+    pub progress: Option<fn(Progress)>,
+}
+
+/// A plan that fits under the oracle, made real.
+pub struct Found<R> {
+    pub plan: Plan,
+    pub realised: R,
+    /// Oracle runs: ILP rounds plus search trials.
+    pub attempts: usize,
+    pub ilp: IlpReport,
+    pub time_limit_hit: bool,
+}
+
+/// How a search ended.
+pub enum Searched<R> {
+    Fits(Box<Found<R>>),
+    /// No set it tried fits: the lowest total the oracle gave (recomputing every candidate,
+    /// the climbs' best, or no recompute).
+    Stuck {
+        lowest_reachable_total_bytes: u64,
+        timed_out: bool,
+    },
+}
+
+/// The clock of one search: the only thing besides the input and the flags that can change a
+/// plan, so every place that reads it records whether it stopped anything.
+struct Deadline {
+    at: Instant,
+    hit: AtomicBool,
+}
+
+impl Deadline {
+    fn new(at: Instant) -> Deadline {
+        Deadline {
+            at,
+            hit: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether `at` (or this deadline) has passed; a passed deadline is recorded as hit.
+    fn passed_at(&self, at: Instant) -> bool {
+        let passed = Instant::now() >= at;
+        if passed {
+            self.hit.store(true, Ordering::Relaxed);
+        }
+        passed
+    }
+
+    fn passed(&self) -> bool {
+        self.passed_at(self.at)
+    }
+
+    /// Whether the clock stopped anything so far.
+    fn hit(&self) -> bool {
+        self.hit.load(Ordering::Relaxed)
+    }
+
+    /// Record an ILP answer that a time limit cut short.
+    fn note_ilp(&self, solved: &Result<Plan, SolveError>) {
+        let stopped = match solved {
+            Ok(p) => {
+                p.info.status == Status::FeasibleOnTimeout
+                    || matches!(
+                        p.info.fallback,
+                        Some(Fallback::Watchdog | Fallback::TimeLimit)
+                    )
+            }
+            Err(e) => matches!(e, SolveError::NoPlanWithinTimeLimit { .. }),
+        };
+        if stopped {
+            self.hit.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Relative gap at which a round of the corrected ILP stops.
+const ROUND_GAP: f64 = 0.01;
+/// Rounds of the simulator-corrected ILP.
+const CORRECTION_ROUNDS: usize = 12;
+/// How many unchosen candidates one search move tries adding.
+const SEARCH_WIDTH: usize = 32;
+/// Moves a climb goes on for after its first fit, looking for a cheaper one.
+const MOVES_AFTER_FIT: usize = 8;
+/// How many cheaper candidates the final pass tries in place of each expensive recompute.
+const SWAP_WIDTH: usize = 16;
+/// Simulations one search may run (a count, not a time, so that results are reproducible).
+pub const MAX_TRIALS: usize = 4000;
+
+/// The lowest total the oracle gives: recomputing every candidate, or the best set the
+/// search reached, or nothing, whichever is lowest.
+fn lowest_reachable<O: Oracle>(oracle: &O, input: &SearchInput, best: Option<u64>) -> u64 {
+    let all = vec![true; input.problem.candidates.len()];
+    let simulated_all = oracle.total(&all).unwrap_or(u64::MAX);
+    simulated_all
+        .min(best.unwrap_or(u64::MAX))
+        .min(input.baseline_total)
+}
+
+/// The planner proper, on any oracle: the simulator-corrected ILP rounds, then the
+/// simulator-in-the-loop climbs from their plans, then the cut of what the fit does not need.
+pub fn search<O: Oracle>(
+    oracle: &O,
+    input: &SearchInput,
+    so: &SearchOptions,
+) -> Result<Searched<O::Realised>, PlanError> {
+    let t0 = so.started;
+    let threads = so.threads.max(1);
+    let clock = Deadline::new(t0 + so.time_limit);
+    let effective = input.effective;
+    let fixed = input.fixed;
+    let prob = input.problem;
+    let debug = so.debug;
+    // 1. The ILP on the linear model, corrected by the oracle. Round 0 solves the plain
+    //    model. Each later round learns from the previous round's rewrite, simulated (the
+    //    simulator is byte-exact against ORT): (a) a recomputed activation whose buffer ORT's
+    //    allocator still held — handed, once freed, to a later value of the same shape — only
+    //    saves from where the buffer was really released, so its window shrinks; (b) what the
+    //    run still held beyond the model at each step (clones' transients, backward nodes run
+    //    early) becomes a per-step correction. Both only grow, so each round is more
+    //    conservative than the last; the loop ends when the oracle says a plan fits, nothing
+    //    new is learnt, or the rounds run out. Only plans the ILP proved optimal or within a 1%
+    //    gap are used: the oracle, not the linear model, has the last word, and a gap
+    //    (unlike a clock, which would make the output depend on the machine's speed) keeps
+    //    the answer reproducible. A tenth of the time limit per round: a round CBC cannot
+    //    settle quickly is not worth the search's time.
+    let opts = IlpOptions {
+        time_limit: so.time_limit / 10,
+        watchdog_slack: so.time_limit / 20,
+        relative_gap: ROUND_GAP,
+        ..Default::default()
+    };
+    let mut attempts = 0;
+    let mut ilp_starts: Vec<(u64, Vec<bool>)> = Vec::new(); // (simulated total, set) of every round's plan
+    let mut learnt_prob = prob.clone(); // windows shrunk to what the allocator really released
+    let mut correction = vec![0u64; prob.base_live.len()];
+    let mut rounds = Vec::new();
+    for round in 0..CORRECTION_ROUNDS {
+        if clock.passed_at(t0 + so.time_limit / 2) {
+            break;
+        }
+        let mut corrected = learnt_prob.clone();
+        for (b, c) in corrected.base_live.iter_mut().zip(&correction) {
+            *b += c;
+        }
+        let solved = solve_ilp_with(&corrected, &opts);
+        clock.note_ilp(&solved);
+        let plan = match solved {
+            Ok(p)
+                if matches!(
+                    p.info.status,
+                    Status::Optimal | Status::WithinGap | Status::NoRecomputeNeeded
+                ) =>
+            {
+                p
+            }
+            Ok(p) => {
+                if debug {
+                    eprintln!(
+                        "ilp round {round}: {:?} {:?}",
+                        p.info.status, p.info.fallback
+                    );
+                }
+                rounds.push(IlpRound::Unproven {
+                    round,
+                    status: p.info.status,
+                    seconds: p.info.wall.as_secs_f64(),
+                });
+                break;
+            }
+            Err(
+                e @ (SolveError::Infeasible { .. }
+                | SolveError::NoPlanWithinTimeLimit { .. }
+                | SolveError::DoesNotFit { .. }),
+            ) => {
+                if debug {
+                    eprintln!("ilp round {round}: {e}");
+                }
+                rounds.push(IlpRound::NoPlan {
+                    round,
+                    error: e.to_string(),
+                });
+                break;
+            }
+            Err(e) => return Err(PlanError::Solve(e)),
+        };
+        attempts += 1;
+        let trace = oracle.trace(&plan.recompute)?;
+        let total = trace.total;
+        rounds.push(IlpRound::Simulated {
+            round,
+            status: plan.info.status,
+            objective: plan.info.objective,
+            seconds: plan.info.wall.as_secs_f64(),
+            recomputed: plan.recompute.iter().filter(|&&r| r).count(),
+            linear_model_peak_bytes: ckpt_solver::evaluate(prob, &plan.recompute).peak + fixed,
+            simulated_peak_bytes: total,
+        });
+        if debug {
+            eprintln!(
+                "ilp round {round}: cost {} corrected model peak {} simulated {} ({:?} {:.3} s, at {:.3} s)",
+                plan.cost,
+                plan.peak + fixed,
+                total,
+                plan.info.status,
+                plan.info.wall.as_secs_f64(),
+                t0.elapsed().as_secs_f64()
+            );
+            oracle.describe_peak(&plan.recompute)?;
+        }
+        if total <= effective {
+            let (realised_total, realised) = oracle.realise(&plan)?;
+            if realised_total <= effective {
+                return Ok(Searched::Fits(Box::new(Found {
+                    plan,
+                    realised,
+                    attempts,
+                    ilp: IlpReport { rounds, used: true },
+                    time_limit_hit: clock.hit(),
+                })));
+            }
+        }
+        // A round that simulates no lower than an earlier one: its corrections have stopped
+        // paying (each round is more conservative than the last), so the search takes over.
+        let improved = ilp_starts.iter().all(|(t, _)| total < *t);
+        ilp_starts.push((total, plan.recompute.clone()));
+        if !improved {
+            if debug {
+                eprintln!("ilp round {round}: no lower than an earlier round");
+            }
+            break;
+        }
+        let mut learnt = false;
+        for (i, c) in learnt_prob.candidates.iter_mut().enumerate() {
+            if !plan.recompute[i] {
+                continue;
+            }
+            if debug {
+                eprintln!(
+                    "  cand {i} {} {} B cost {} window {}..{} released at {:?}",
+                    c.label, c.bytes, c.cost, c.free_from, c.needed_at, trace.released_at[i]
+                );
+            }
+            let released = trace.released_at[i].unwrap_or(c.needed_at).min(c.needed_at);
+            if released > c.free_from {
+                c.free_from = released;
+                learnt = true;
+            }
+        }
+        let model = ckpt_solver::evaluate(&learnt_prob, &plan.recompute);
+        for ((corr, seen), modelled) in correction.iter_mut().zip(&trace.seen).zip(&model.live) {
+            let excess = seen.saturating_sub(*modelled);
+            if excess > *corr {
+                *corr = excess;
+                learnt = true;
+            }
+        }
+        if !learnt {
+            if debug {
+                eprintln!("ilp round {round}: nothing new learnt");
+            }
+            break;
+        }
+    }
+    let ilp = IlpReport {
+        rounds,
+        used: false,
+    };
+    // 2. Local search with the oracle in the loop, from the rounds' plans (those that
+    //    simulated better than no recompute) and then from no recompute: flip the candidate
+    //    (add or drop) that lowers the simulated peak most per added FLOP, until a flip fits
+    //    or none helps.
+    let climber = Climber {
+        oracle,
+        prob,
+        effective,
+        cost_floor: (input.step_cost as f64 / 1000.0).max(1.0),
+        debug,
+        clock: &clock,
+        threads,
+        progress: so.progress,
+    };
+    let started = Instant::now();
+    let mut trials = 0usize;
+    let mut starts: Vec<Vec<bool>> = Vec::new();
+    // The ILP rounds' plans that beat no recompute, cheapest first (rounds only grow more
+    // conservative: the first is the nearest to the cheapest plan that fits).
+    starts.extend(
+        ilp_starts
+            .iter()
+            .filter(|(total, _)| *total < input.baseline_total)
+            .map(|(_, set)| set.clone()),
+    );
+    starts.push(vec![false; prob.candidates.len()]);
+    let (found, current) = {
+        let mut current = input.baseline_total;
+        let mut found: Option<Plan> = None;
+        // More starting points when those fail: the ILP's optima at tighter budgets (its linear
+        // model under-counts what ORT's allocator holds, so a tighter target lands nearer the truth).
+        let tighter = [0.9f64, 0.8].into_iter().filter_map(|f| {
+            let mut p = prob.clone();
+            p.ceiling = ((prob.ceiling as f64 * f) as u64).max(1);
+            let solved = solve_ilp_with(&p, &opts);
+            clock.note_ilp(&solved);
+            match solved {
+                Ok(plan) if plan.info.status == Status::Optimal => Some(plan.recompute),
+                _ => None,
+            }
+        });
+        let mut starts: Box<dyn Iterator<Item = Vec<bool>>> =
+            Box::new(starts.into_iter().chain(tighter));
+        for start in &mut starts {
+            if clock.passed() {
+                break;
+            }
+            match climber.climb(start, &mut trials)? {
+                Climb::Fits(plan) => {
+                    found = Some(*plan);
+                    break;
+                }
+                Climb::Stuck(total) => current = current.min(total),
+            }
+        }
+        (found, current)
+    };
+    attempts += trials;
+    let Some(mut plan) = found else {
+        return Ok(Searched::Stuck {
+            lowest_reachable_total_bytes: lowest_reachable(oracle, input, Some(current)),
+            timed_out: clock.hit(),
+        });
+    };
+    if debug {
+        eprintln!(
+            "search: fits at {:.3} s, {} trials, cost {}",
+            t0.elapsed().as_secs_f64(),
+            trials,
+            plan.cost
+        );
+    }
+    // 3. Cut FLOPs: drop recomputes the fit does not need, then swap each remaining one (most
+    //    expensive first) for a cheaper unchosen candidate that keeps the plan under the ceiling.
+    let mut chosen: Vec<usize> = (0..plan.recompute.len())
+        .filter(|&i| plan.recompute[i])
+        .collect();
+    chosen.sort_by_key(|&i| (std::cmp::Reverse(prob.candidates[i].cost), i));
+    // In order, each drop judged against the drops kept before it; simulated a core's
+    // worth at a time (after a kept drop, the rest of the batch is judged again).
+    let mut next = 0;
+    while next < chosen.len() {
+        let batch: Vec<usize> = chosen[next..].iter().copied().take(threads).collect();
+        let judged = par_map(threads, &batch, |&i| {
+            let mut trial = plan.recompute.clone();
+            trial[i] = false;
+            oracle
+                .total(&trial)
+                .map(|total| (total <= effective).then(|| plan_from_set(prob, trial)))
+        });
+        // Only the trials up to the first kept drop count: those after it are judged again
+        // against it, as one thread would (the count must not depend on the threads).
+        let mut judged_in_order = batch.len();
+        for (k, judged) in judged.into_iter().enumerate() {
+            if let Some(p) = judged? {
+                plan = p;
+                judged_in_order = k + 1;
+                break;
+            }
+        }
+        trials += judged_in_order;
+        next += judged_in_order;
+    }
+    if debug {
+        eprintln!(
+            "cut: drops done at {:.3} s, {} trials, cost {}",
+            t0.elapsed().as_secs_f64(),
+            trials,
+            plan.cost
+        );
+    }
+    for &i in &chosen {
+        // Swapping a recompute that costs under 1% of the plan cannot gain much, nor can
+        // any swap in a plan that adds under 0.1% of a step.
+        if !plan.recompute[i]
+            || prob.candidates[i].cost.saturating_mul(100) < plan.cost
+            || (plan.cost as f64) < climber.cost_floor
+        {
+            continue;
+        }
+        let mut cheaper: Vec<usize> = (0..plan.recompute.len())
+            .filter(|&j| !plan.recompute[j] && prob.candidates[j].cost < prob.candidates[i].cost)
+            .collect();
+        cheaper.sort_by(|&x, &y| {
+            ratio(&prob.candidates[y])
+                .total_cmp(&ratio(&prob.candidates[x]))
+                .then(x.cmp(&y))
+        });
+        for j in cheaper.into_iter().take(SWAP_WIDTH) {
+            if trials >= MAX_TRIALS || clock.passed() {
+                break;
+            }
+            trials += 1;
+            let mut trial = plan.recompute.clone();
+            trial[i] = false;
+            trial[j] = true;
+            if oracle.total(&trial)? <= effective {
+                plan = plan_from_set(prob, trial);
+                break;
+            }
+        }
+    }
+    if debug {
+        eprintln!(
+            "cut: swaps done at {:.3} s, {} trials, cost {}",
+            t0.elapsed().as_secs_f64(),
+            trials,
+            plan.cost
+        );
+    }
+    let (_, realised) = oracle.realise(&plan)?;
+    plan.info.wall = started.elapsed();
+    Ok(Searched::Fits(Box::new(Found {
+        plan,
+        realised,
+        attempts,
+        ilp,
+        time_limit_hit: clock.hit(),
+    })))
+}
+
+/// The oracle-in-the-loop climb's fixed context.
+struct Climber<'a, O> {
+    oracle: &'a O,
+    prob: &'a Problem,
+    effective: u64,
+    cost_floor: f64,
+    debug: bool,
+    /// The time limit: a search still running then stops with what it has (the only way the
+    /// clock can change a result, and the outcome says so).
+    clock: &'a Deadline,
+    /// Threads trials are simulated on (the answer does not depend on it).
+    threads: usize,
+    progress: Option<fn(Progress)>,
+}
+
+/// How a climb ended.
+enum Climb {
+    /// This plan fits.
+    Fits(Box<Plan>),
+    /// No flip lowers the peak any more: the lowest simulated total reached.
+    Stuck(u64),
+}
+
+impl<O: Oracle> Climber<'_, O> {
+    /// Hill-climb from `set`, bounded by a move and a simulation count (never by time, so
+    /// that the same input gives the same plan).
+    fn climb(&self, mut set: Vec<bool>, trials: &mut usize) -> Result<Climb, PlanError> {
+        let (mut current, mut peak_at) = self.oracle.peak(&set)?;
+        if current <= self.effective {
+            return Ok(Climb::Fits(Box::new(plan_from_set(self.prob, set))));
+        }
+        let max_moves = 2 * set.len() + 1;
+        let mut incumbent: Option<Plan> = None; // the cheapest fitting plan seen
+        let mut moves_after_fit = 0usize;
+        for _ in 0..max_moves {
+            if *trials >= MAX_TRIALS || self.clock.passed() {
+                break;
+            }
+            if let Some(f) = self.progress {
+                f(Progress::Trials {
+                    count: *trials,
+                    best_total_bytes: current,
+                });
+            }
+            // Flips worth trying: every chosen candidate (drop it) and the unchosen ones with
+            // the most bytes·window per FLOP (add one), those absent at the simulated peak first.
+            let covers = |i: usize| {
+                let c = &self.prob.candidates[i];
+                c.free_from <= peak_at && peak_at < c.needed_at
+            };
+            let mut adds: Vec<usize> = (0..set.len()).filter(|&i| !set[i]).collect();
+            adds.sort_by(|&x, &y| {
+                covers(y)
+                    .cmp(&covers(x))
+                    .then(
+                        ratio(&self.prob.candidates[y]).total_cmp(&ratio(&self.prob.candidates[x])),
+                    )
+                    .then(x.cmp(&y))
+            });
+            adds.truncate(SEARCH_WIDTH);
+            let flips: Vec<usize> = (0..set.len()).filter(|&i| set[i]).chain(adds).collect();
+            let current_cost = plan_from_set(self.prob, set.clone()).cost;
+            let mut fits: Option<(usize, Plan)> = None;
+            // (score, total, flip, cost, peak)
+            let mut step_best: Option<(f64, u64, usize, u64, usize)> = None;
+            // Every flip is simulated (in parallel), then judged in order: the same answer on
+            // any number of cores.
+            *trials += flips.len();
+            let judged = par_map(self.threads, &flips, |&i| {
+                let mut trial = set.clone();
+                trial[i] = !trial[i];
+                self.oracle
+                    .peak(&trial)
+                    .map(|(total, peak)| (plan_from_set(self.prob, trial), total, peak))
+            });
+            for (&i, judged) in flips.iter().zip(judged) {
+                let (plan, total, peak) = judged?;
+                if total <= self.effective {
+                    if fits
+                        .as_ref()
+                        .is_none_or(|f| (plan.cost, i) < (f.1.cost, f.0))
+                    {
+                        fits = Some((i, plan));
+                    }
+                    continue;
+                }
+                if total >= current {
+                    continue;
+                }
+                let gain = (current - total) as f64;
+                let added = plan.cost as f64 - current_cost as f64;
+                // Per added FLOP, with a floor of 0.1% of a step on the cost, so that near-free
+                // flips that save next to nothing do not win every move. A drop that helps costs
+                // nothing but still scores by its gain: a drop saving 4 KiB must not beat an add
+                // saving 30 MiB.
+                let score = gain / (added.max(0.0) + self.cost_floor);
+                if step_best.is_none_or(|b| score > b.0 || (score == b.0 && total < b.1)) {
+                    step_best = Some((score, total, i, plan.cost, peak));
+                }
+            }
+            if let Some((i, plan)) = fits {
+                if incumbent.as_ref().is_none_or(|inc| plan.cost < inc.cost) {
+                    if self.debug {
+                        eprintln!("search: flip candidate {i} -> fits at {} FLOPs", plan.cost);
+                    }
+                    incumbent = Some(plan);
+                }
+            }
+            // Go on climbing, for a few moves, while the climb costs less than the plan that
+            // fits: a few cheap flips may fit where one expensive flip does.
+            if incumbent.is_some() {
+                moves_after_fit += 1;
+            }
+            let promising = |b: &(f64, u64, usize, u64, usize)| {
+                incumbent
+                    .as_ref()
+                    .is_none_or(|inc| b.3 < inc.cost && moves_after_fit <= MOVES_AFTER_FIT)
+            };
+            let Some((_, total, i, _, peak)) = step_best.filter(promising) else {
+                break;
+            };
+            if self.debug {
+                eprintln!(
+                    "search: flip candidate {i} -> simulated total {total}, peak at step {peak}"
+                );
+            }
+            set[i] = !set[i];
+            current = total;
+            peak_at = peak;
+        }
+        if let Some(plan) = incumbent {
+            return Ok(Climb::Fits(Box::new(plan)));
+        }
+        Ok(Climb::Stuck(current))
+    }
+}
+
+/// `f` over `items` on up to `threads` threads, results in order.
+fn par_map<T: Sync, R: Send>(threads: usize, items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = threads.min(items.len()).max(1);
+    if threads == 1 {
+        return items.iter().map(&f).collect();
+    }
+    let chunk = items.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|part| scope.spawn(|| part.iter().map(&f).collect::<Vec<R>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
+}
+
+/// Bytes freed times window length per FLOP: how promising a candidate looks.
+fn ratio(c: &ckpt_solver::Candidate) -> f64 {
+    c.bytes as f64 * (c.needed_at - c.free_from) as f64 / (c.cost as f64 + 1.0)
+}

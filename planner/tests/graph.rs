@@ -1,0 +1,85 @@
+//! The library on a real graph, with no CLI: `analyse`, then `plan` through the
+//! [`Simulator`] oracle. A plan fits under the simulator and says truthfully how it was
+//! found; refusals are typed.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ckpt_planner::{
+    analyse, plan, AnalyseOptions, DiagnosisKind, Oracle, Outcome, PlanOptions, Simulator,
+};
+use ckpt_solver::{Method, Status};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(name)
+}
+
+fn options(ceiling: u64) -> PlanOptions {
+    PlanOptions {
+        time_limit: Duration::from_secs(120),
+        threads: 1,
+        ..PlanOptions::new(ceiling, AnalyseOptions::default())
+    }
+}
+
+/// gpt2_d0_aot at 90% of its total: a rewrite whose analysis fits the ceiling, whose
+/// recompute set the oracle also puts under it, and whose label matches its method.
+#[test]
+fn a_plan_fits_under_the_simulator_and_is_labelled_by_its_method() {
+    let g = ckpt_ir::import_file(&fixture("gpt2_d0_aot.onnx")).unwrap();
+    let before = analyse(g, &AnalyseOptions::default()).unwrap();
+    let ceiling = before.ledger.total_bytes * 90 / 100;
+    let o = options(ceiling);
+    let Outcome::Rewritten(r) = plan(&before, &o).unwrap() else {
+        panic!("no plan at 90%");
+    };
+    assert!(r.after.ledger.total_bytes <= ceiling);
+    assert!(!r.time_limit_hit);
+    if !r.lowered {
+        let prob = ckpt_passes::recompute::problem(&before.sim, &r.cands, 0);
+        let oracle = Simulator {
+            before: &before,
+            cands: &r.cands,
+            prob: &prob,
+            options: &o,
+        };
+        assert_eq!(
+            oracle.total(&r.plan.recompute).unwrap(),
+            r.after.ledger.total_bytes
+        );
+    }
+    let label = r.plan.info.label();
+    match r.plan.info.method {
+        Method::Search => assert!(label.contains("no optimality bound"), "{label}"),
+        Method::Ilp => assert!(
+            matches!(r.plan.info.status, Status::Optimal | Status::WithinGap) && r.ilp.used,
+            "{:?}",
+            r.plan.info
+        ),
+        m => panic!("a plan by {m:?}"),
+    }
+}
+
+/// Below the fixed bytes: `FixedExceedsCeiling`, its lowest total the fixed bytes. Just above
+/// them: `NoPlanFound`, its lowest total above the ceiling and no higher than no recompute.
+#[test]
+fn refusals_are_typed() {
+    let g = ckpt_ir::import_file(&fixture("mlp_d0_onnxad.onnx")).unwrap();
+    let before = analyse(g, &AnalyseOptions::default()).unwrap();
+    let fixed = before.ledger.fixed_bytes;
+    let Outcome::CannotFit(d) = plan(&before, &options(fixed / 2)).unwrap() else {
+        panic!("a plan under half the fixed bytes");
+    };
+    assert_eq!(d.kind, DiagnosisKind::FixedExceedsCeiling);
+    assert_eq!(d.lowest_reachable_total_bytes, fixed);
+    let ceiling = fixed + 1;
+    let Outcome::CannotFit(d) = plan(&before, &options(ceiling)).unwrap() else {
+        panic!("a plan one byte above the fixed bytes");
+    };
+    assert_eq!(d.kind, DiagnosisKind::NoPlanFound);
+    assert!(d.lowest_reachable_total_bytes > ceiling);
+    assert!(d.lowest_reachable_total_bytes <= before.ledger.total_bytes);
+    assert_eq!(d.dominant_ledger_line, before.ledger.dominant());
+}
