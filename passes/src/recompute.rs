@@ -551,7 +551,76 @@ pub fn rewrite(graph: &Graph, cands: &Candidates, plan: &Plan, label: &str) -> P
             }
         }
     }
-    b.patch
+    drop_unread_optional_outputs(graph, b.patch)
+}
+
+/// Omit the optional outputs of clones that nothing reads. Whether a value is needed is first
+/// decided over the whole plan (another rebuild step may read it); a clone belongs to one
+/// rebuild step, so its copy of an output read only elsewhere is unread, and ORT would hold
+/// it to the end of the run.
+fn drop_unread_optional_outputs(graph: &Graph, mut patch: Patch) -> Patch {
+    let mut read: BTreeSet<usize> = BTreeSet::new();
+    let mut note = |r: &Option<TensorRef>| {
+        if let Some(TensorRef::New(i)) = r {
+            read.insert(*i);
+        }
+    };
+    for n in &patch.nodes {
+        n.inputs.iter().for_each(&mut note);
+    }
+    for m in &patch.moves {
+        m.inputs.iter().for_each(&mut note);
+    }
+    for r in &patch.rewires {
+        note(&Some(r.to));
+    }
+    for n in &mut patch.nodes {
+        if !ckpt_ir::ops::optional_tail(graph, n.copy_of) {
+            continue;
+        }
+        for o in n.outputs.iter_mut().skip(1) {
+            if matches!(o, Some(TensorRef::New(i)) if !read.contains(i)) {
+                *o = None;
+            }
+        }
+    }
+    // Keep the tensors some node still produces, renumbered in order.
+    let produced: BTreeSet<usize> = patch
+        .nodes
+        .iter()
+        .flat_map(|n| n.outputs.iter())
+        .filter_map(|o| match o {
+            Some(TensorRef::New(i)) => Some(*i),
+            _ => None,
+        })
+        .collect();
+    let mut renumber: BTreeMap<usize, usize> = BTreeMap::new();
+    let tensors = std::mem::take(&mut patch.tensors);
+    for (i, t) in tensors.into_iter().enumerate() {
+        if produced.contains(&i) {
+            renumber.insert(i, patch.tensors.len());
+            patch.tensors.push(t);
+        }
+    }
+    let remap = |r: &mut TensorRef| {
+        if let TensorRef::New(i) = r {
+            *i = renumber[i];
+        }
+    };
+    for n in &mut patch.nodes {
+        n.inputs
+            .iter_mut()
+            .chain(n.outputs.iter_mut())
+            .flatten()
+            .for_each(remap);
+    }
+    for m in &mut patch.moves {
+        m.inputs.iter_mut().flatten().for_each(remap);
+    }
+    for r in &mut patch.rewires {
+        remap(&mut r.to);
+    }
+    patch
 }
 
 /// Builds the clones and moves of one rewrite.

@@ -75,3 +75,62 @@ fn a_recompute_frees_the_buffer_across_the_gap() {
     assert_eq!(s.live, vec![256, 512, 512, 512, 512, 768]);
     assert_eq!(s.arena_peak, 768);
 }
+
+/// A LayerNormalization whose output and mean are each read late, at different steps: each
+/// rebuild step clones it, and each clone keeps only the optional outputs its own step reads
+/// (an unread output would stay allocated to the end of the run).
+const LN_TWO_LATE_READS: &str = r#"
+input %0 "x": f32[16,64]
+init %1 "g": f32[64] = [1.0]
+init %2 "bb": f32[64] = [0.0]
+%3 "y": f32[16,64], %4 "mean": f32[16,1], %5 "rstd": f32[16,1] = LayerNormalization(%0, %1, %2) {axis=-1}  # "n_ln"
+%6 "a": f32[16,64] = Exp(%3)  # "n_a"
+%7 "b": f32[16,64] = Exp(%6)  # "n_b"
+%8 "m1": f32[16,64] = Mul(%7, %4)  # "n_m1"
+%9 "c": f32[16,64] = Exp(%8)  # "n_c"
+%10 "d": f32[16,64] = Exp(%9)  # "n_d"
+%11 "e": f32[16,64] = Add(%10, %3)  # "n_e"
+%12 "f": f32[16,64] = Exp(%11)  # "n_f"
+%13 "h": f32[16,64] = Exp(%12)  # "n_h"
+%14 "k": f32[16,64] = Mul(%13, %4)  # "n_k"
+output %14 "k"
+"#;
+
+#[test]
+fn clones_keep_only_the_optional_outputs_their_step_reads() {
+    let (g, patch) = recompute_all(LN_TWO_LATE_READS);
+    let ln_clones: Vec<&ckpt_ir::NewNode> = patch
+        .nodes
+        .iter()
+        .filter(|n| g.node(n.copy_of).op_type == "LayerNormalization")
+        .collect();
+    assert!(
+        ln_clones.len() >= 2,
+        "two rebuild steps each clone the LayerNormalization: {}",
+        print_patch(&patch, &g, g.nodes())
+    );
+    let mut after = g.clone();
+    patch.apply(&mut after).unwrap();
+    for &n in after.nodes() {
+        let node = after.node(n);
+        if !node.name.ends_with(".recompute") && !node.name.contains(".recompute") {
+            continue;
+        }
+        for t in node.output_tensors().skip(1) {
+            assert!(
+                !after.tensor(t).consumers().is_empty(),
+                "clone {} keeps its unread output {}:\n{}",
+                node.name,
+                after.tensor(t).name,
+                print_patch(&patch, &g, g.nodes())
+            );
+        }
+    }
+    // Every new tensor is some node's output (the omitted ones are gone from the patch).
+    let produced = patch
+        .nodes
+        .iter()
+        .flat_map(|n| n.outputs.iter().flatten())
+        .count();
+    assert_eq!(produced, patch.tensors.len());
+}
