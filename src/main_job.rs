@@ -469,6 +469,10 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
     let (original, reference) = original_at_level(original, &a.original, &options.profile, &a.run)?;
     let before = optimize::analyse(original, &options)?;
     let after = optimize::analyse(rewritten, &options)?;
+    options
+        .profile
+        .one_region(after.device.arena_bytes)
+        .map_err(|e| Failure::input(anyhow!(e)))?;
     let result = validate_analyses(
         &before,
         &after,

@@ -193,7 +193,7 @@ fn eval_printed(text: &str, b: &Bindings) -> Option<i128> {
     Some(total)
 }
 
-/// The deployment profile the flags select.
+/// The deployment profile the flags select; one the tool does not offer is refused (exit 1).
 pub fn profile(a: &crate::cli::ProfileArgs) -> Result<ckpt_ir::Profile, Failure> {
     let mut p = ckpt_ir::Profile::default();
     let set = |p: &mut ckpt_ir::Profile, k: &str, v: &str| {
@@ -219,6 +219,7 @@ pub fn profile(a: &crate::cli::ProfileArgs) -> Result<ckpt_ir::Profile, Failure>
         &a.intra_op_threads.to_string(),
     )?;
     set(&mut p, "initial_chunk_size_bytes", &a.initial_chunk)?;
+    p.offered(false).map_err(|e| Failure::input(anyhow!(e)))?;
     Ok(p)
 }
 

@@ -18,6 +18,14 @@
 //!   growing at the cap;
 //! - what the caller holds between steps: outputs dropped before the next step, or the
 //!   previous step's outputs still alive in the arena while the next step runs.
+//!
+//! Not every combination is offered ([`Profile::offered`]). With held outputs, an arena of
+//! several regions needs what the C library's placement of the regions decides: ORT breaks
+//! ties between equal free chunks by address, so the same graph needs different caps in
+//! different processes, and no replay can know the caller's heap. Held outputs are offered
+//! in one region of the arena budget (`kNextPowerOfTwo` from the budget), and with ORT's
+//! 1 MiB first region only with the memory pattern on, where every fixture measured its
+//! prediction to the byte (`docs/ort-internals.md` §2.5, `tests/profile.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -44,6 +52,20 @@ pub enum ProfileError {
         key: String,
         value: String,
         why: &'static str,
+    },
+    /// A combination of settings whose device need the tool cannot predict within 1%.
+    #[error(
+        "the deployment profile {flags} ({keys}) is not offered: {why}; use {instead}"
+    )]
+    NotOffered {
+        /// The CLI flags that select the combination.
+        flags: String,
+        /// The metadata entries that record it.
+        keys: String,
+        /// The measured reason.
+        why: &'static str,
+        /// What to use instead.
+        instead: &'static str,
     },
 }
 
@@ -248,7 +270,101 @@ const KEYS: &[&str] = &[
     "ort_version",
 ];
 
+/// Why held outputs in an arena of several regions are not offered (measured,
+/// `examples/truth_table.rs --profiles`, ORT 1.31.1 CPU, two runs of each).
+const HELD_MANY_REGIONS: &str = "with held outputs, an arena of several regions needs a cap that depends on where the C library places its regions (ORT breaks ties between equal free chunks by address, and the placement is the process's heap history), so its need is not predictable: measured against the prediction +4.71% on resnet18_d0_aot and +3.14% on bert_d01_aot (memory pattern off), +19.28% on mlp_d01_aot and -2.18% on vit_d0_aot (memory pattern on) under kSameAsRequested, -1.94% on t5_d0_makefx under kNextPowerOfTwo from ORT's 1 MiB first region (memory pattern off)";
+/// What to use instead.
+const ONE_REGION: &str = "`--arena-extend kNextPowerOfTwo --initial-chunk budget` (one region of the arena budget: predicted to the byte), or `--caller-outputs released`";
+
 impl Profile {
+    /// Whether the tool offers this profile ([`ProfileError::NotOffered`] if not): with held
+    /// outputs only an arena of one region of the budget (`kNextPowerOfTwo` from
+    /// [`InitialChunk::ArenaBudget`]), or `kNextPowerOfTwo` from ORT's 1 MiB with the memory
+    /// pattern on. `recorded`: the profile was read from a model, whose arena budget is
+    /// recorded as [`InitialChunk::Bytes`] (then [`Profile::one_region`] checks it against the
+    /// need); from flags a size is refused with held outputs, since it may be below the need.
+    /// On CUDA the arena's first region is always ORT's 1 MiB (its options take no initial
+    /// chunk).
+    pub fn offered(&self, recorded: bool) -> Result<(), ProfileError> {
+        if self.caller_outputs != CallerOutputs::Held {
+            return Ok(());
+        }
+        let cuda = self.execution_provider == ExecutionProvider::Cuda;
+        let chunk = match self.initial_chunk {
+            InitialChunk::ArenaBudget | InitialChunk::Bytes(_) if cuda => InitialChunk::OrtDefault,
+            c => c,
+        };
+        let (flags, keys) = match (self.arena_extend_strategy, chunk) {
+            (ExtendStrategy::SameAsRequested, _) => (
+                "`--arena-extend kSameAsRequested --caller-outputs held`".to_string(),
+                "`ckpt-opt.profile.arena_extend_strategy` = `kSameAsRequested`, `ckpt-opt.profile.caller_outputs` = `held`".to_string(),
+            ),
+            (ExtendStrategy::NextPowerOfTwo, InitialChunk::ArenaBudget) => return Ok(()),
+            (ExtendStrategy::NextPowerOfTwo, InitialChunk::Bytes(_)) if recorded => {
+                return Ok(())
+            }
+            (ExtendStrategy::NextPowerOfTwo, InitialChunk::Bytes(b)) => (
+                format!("`--initial-chunk {b} --caller-outputs held`"),
+                format!("`ckpt-opt.profile.initial_chunk_size_bytes` = `{b}`, `ckpt-opt.profile.caller_outputs` = `held`"),
+            ),
+            (ExtendStrategy::NextPowerOfTwo, InitialChunk::OrtDefault)
+                if self.enable_mem_pattern =>
+            {
+                return Ok(())
+            }
+            (ExtendStrategy::NextPowerOfTwo, InitialChunk::OrtDefault) => (
+                format!(
+                    "`{}--mem-pattern off --caller-outputs held`",
+                    if cuda {
+                        "--provider cuda "
+                    } else {
+                        "--initial-chunk default "
+                    }
+                ),
+                format!(
+                    "{}`ckpt-opt.profile.enable_mem_pattern` = `false`, `ckpt-opt.profile.caller_outputs` = `held`",
+                    if cuda {
+                        "`ckpt-opt.profile.execution_provider` = `cuda`, "
+                    } else {
+                        "no `ckpt-opt.profile.initial_chunk_size_bytes`, "
+                    }
+                ),
+            ),
+        };
+        Err(ProfileError::NotOffered {
+            flags,
+            keys,
+            why: HELD_MANY_REGIONS,
+            instead: if cuda {
+                "`--caller-outputs released`, or `--mem-pattern on` (CUDA's arena starts from ORT's 1 MiB region)"
+            } else {
+                ONE_REGION
+            },
+        })
+    }
+
+    /// Whether a profile read from a model ([`Profile::offered`] with `recorded`) holds its
+    /// steps in one region when they need `need` bytes of arena: held outputs with a recorded
+    /// first region below the need grow further regions, which is not offered.
+    pub fn one_region(&self, need: u64) -> Result<(), ProfileError> {
+        match self.initial_chunk {
+            InitialChunk::Bytes(b)
+                if self.caller_outputs == CallerOutputs::Held
+                    && self.arena_extend_strategy == ExtendStrategy::NextPowerOfTwo
+                    && self.execution_provider == ExecutionProvider::Cpu
+                    && b < need =>
+            {
+                Err(ProfileError::NotOffered {
+                    flags: format!("`--initial-chunk {b} --caller-outputs held`"),
+                    keys: format!("`ckpt-opt.profile.initial_chunk_size_bytes` = `{b}` below the arena need of {need} B, `ckpt-opt.profile.caller_outputs` = `held`"),
+                    why: HELD_MANY_REGIONS,
+                    instead: ONE_REGION,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The first region the arena reserves when the arena is capped at `cap` bytes (`None`:
     /// uncapped).
     pub fn initial_chunk_bytes(&self, cap: Option<u64>) -> u64 {
@@ -412,7 +528,8 @@ impl Profile {
     }
 
     /// The profile a model's `metadata_props` record, if any key of it is present; settings
-    /// not recorded keep their defaults.
+    /// not recorded keep their defaults. A recorded profile the tool does not offer
+    /// ([`Profile::offered`]) is refused.
     pub fn from_metadata<'a>(
         props: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<Option<Profile>, ProfileError> {
@@ -429,6 +546,9 @@ impl Profile {
                 p.session_config.insert(entry.to_string(), v.to_string());
                 any = true;
             }
+        }
+        if any {
+            p.offered(true)?;
         }
         Ok(any.then_some(p))
     }
