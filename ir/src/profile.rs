@@ -54,9 +54,7 @@ pub enum ProfileError {
         why: &'static str,
     },
     /// A combination of settings whose device need the tool cannot predict within 1%.
-    #[error(
-        "the deployment profile {flags} ({keys}) is not offered: {why}; use {instead}"
-    )]
+    #[error("the deployment profile {flags} ({keys}) is not offered: {why}; use {instead}")]
     NotOffered {
         /// The CLI flags that select the combination.
         flags: String,
@@ -613,6 +611,52 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("initial_chunk_size_bytes"), "{e}");
+    }
+
+    /// Held outputs are offered in one region of the budget (and from ORT's 1 MiB with the
+    /// memory pattern on); a recorded first region counts as the budget when it holds the need.
+    #[test]
+    fn held_outputs_are_offered_in_one_region_only() {
+        let held = Profile {
+            caller_outputs: CallerOutputs::Held,
+            ..Profile::default()
+        };
+        assert_eq!(held.offered(false), Ok(()));
+        let recorded = held.resolved(4096);
+        assert!(matches!(
+            recorded.offered(false),
+            Err(ProfileError::NotOffered { .. })
+        ));
+        assert_eq!(recorded.offered(true), Ok(()));
+        assert_eq!(recorded.one_region(4096), Ok(()));
+        let e = recorded.one_region(4352).unwrap_err().to_string();
+        assert!(e.contains("below the arena need of 4352 B"), "{e}");
+        let released = Profile::default().resolved(4096);
+        assert_eq!(released.offered(false), Ok(()));
+        assert_eq!(released.one_region(1 << 30), Ok(()));
+        let e = Profile::from_metadata([
+            ("ckpt-opt.profile.arena_extend_strategy", "kSameAsRequested"),
+            ("ckpt-opt.profile.caller_outputs", "held"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("--arena-extend kSameAsRequested --caller-outputs held"),
+            "{e}"
+        );
+        let cuda = Profile {
+            execution_provider: ExecutionProvider::Cuda,
+            ..held.clone()
+        };
+        assert!(cuda.offered(false).is_err());
+        assert_eq!(
+            Profile {
+                enable_mem_pattern: true,
+                ..cuda
+            }
+            .offered(false),
+            Ok(())
+        );
     }
 
     #[test]
