@@ -218,9 +218,14 @@ fn short(p: &Profile) -> String {
         "default profile (one region)".to_string()
     } else {
         format!(
-            "pattern {} {} {}",
+            "pattern {} {} {}{}",
             if p.enable_mem_pattern { "on " } else { "off" },
             p.arena_extend_strategy,
+            match p.initial_chunk {
+                InitialChunk::ArenaBudget => "budget ",
+                InitialChunk::OrtDefault => "",
+                InitialChunk::Bytes(_) => "sized ",
+            },
             p.caller_outputs
         )
     }
@@ -253,8 +258,9 @@ fn every_profile() -> Vec<Profile> {
     out
 }
 
-/// `--profiles`: the predicted need against ORT's under [`every_profile`], `repeats` times each.
-fn profile_matrix(files: Vec<PathBuf>, repeats: usize) -> Result<()> {
+/// `--profiles`: the predicted need against ORT's under [`every_profile`], `repeats` times each;
+/// the worst deviation.
+fn profile_matrix(files: Vec<PathBuf>, repeats: usize) -> Result<f64> {
     println!(
         "{:<24} {:<7} {:<16} {:<7} {:<8} {:>11} {:>11} {:>8}",
         "model", "pattern", "extend", "chunk", "outputs", "pred need", "ORT need", "error"
@@ -300,8 +306,7 @@ fn profile_matrix(files: Vec<PathBuf>, repeats: usize) -> Result<()> {
             );
         }
     }
-    println!("worst deviation: {:.3}%", worst * 100.0);
-    Ok(())
+    Ok(worst)
 }
 
 /// The cost of each level, online on the original, memory pattern off and on.
@@ -375,7 +380,10 @@ fn main() -> Result<()> {
         }
     }
     if all_profiles {
-        return profile_matrix(files, repeats);
+        let mut worst = profile_matrix(files, repeats)?;
+        training_rows(&root, &filter, &every_profile(), &mut worst)?;
+        println!("worst deviation: {:.3}%", worst * 100.0);
+        return Ok(());
     }
     if levels {
         println!(

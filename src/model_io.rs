@@ -223,6 +223,18 @@ pub fn profile(a: &crate::cli::ProfileArgs) -> Result<ckpt_ir::Profile, Failure>
     Ok(p)
 }
 
+/// Set `profile`'s ONNX Runtime version to the one `graph` runs on (onnxruntime-training for
+/// ORT training artifacts) and refuse a profile the tool does not offer on it (exit 1).
+pub fn on_runtime_of(
+    profile: &mut ckpt_ir::Profile,
+    graph: &ckpt_ir::Graph,
+) -> Result<(), Failure> {
+    profile.ort_version = ckpt_opt::training::ort_version_for(graph);
+    profile
+        .offered(false)
+        .map_err(|e| Failure::input(anyhow!(e)))
+}
+
 /// The analysis the flags ask for, with `bindings` already checked against the graph.
 pub fn analyse_options(
     m: &crate::cli::ModelArgs,

@@ -425,3 +425,40 @@ fn unoffered_profiles_are_refused_with_the_measured_reason() {
         "is not offered",
     );
 }
+
+/// On an ORT training artifact (onnxruntime-training 1.19.2) only one region of the budget with
+/// the memory pattern off is offered: the memory pattern, `kSameAsRequested` and ORT's 1 MiB
+/// first region are refused, exit 1, with the measurement, by the main job and by `inspect`.
+#[test]
+fn training_artifact_profiles_other_than_one_region_are_refused() {
+    let g = ort_gpt2();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.onnx");
+    let dims = ["--dim", "batch=2", "--dim", "seq=32"];
+    for flags in [
+        &["--mem-pattern", "on"][..],
+        &["--arena-extend", "kSameAsRequested"],
+        &["--initial-chunk", "default"],
+    ] {
+        let mut args = vec![g.as_str(), "--ceiling", "90%", "-o", path_str(&out)];
+        args.extend_from_slice(&dims);
+        args.extend_from_slice(flags);
+        refused(
+            &args,
+            "on an ORT training artifact",
+            "+94.6% on ort_gpt2_training",
+        );
+        refused(
+            &args,
+            "`ckpt-opt.profile.ort_version` = `1.19.2`",
+            "--initial-chunk budget",
+        );
+        assert!(!out.exists(), "{flags:?} wrote {}", out.display());
+        let mut inspect = vec!["inspect", g.as_str()];
+        inspect.extend_from_slice(&dims);
+        inspect.extend_from_slice(flags);
+        refused(&inspect, "on an ORT training artifact", "is not offered");
+    }
+    let o = run(&["inspect", &g, "--dim", "batch=2", "--dim", "seq=32"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
