@@ -17,6 +17,11 @@
 //!   against the runner's (bisection on `max_mem`; that runtime reports no in-use or reserved
 //!   bytes).
 //!
+//! With `--profiles`, instead: only the device rows, under every profile the flags can name
+//! at level `disable` (memory pattern on and off × `kNextPowerOfTwo` or `kSameAsRequested` ×
+//! first region the arena budget or ORT's 1 MiB × outputs released or held: 16), each
+//! measured `TRUTH_TABLE_REPEATS` times (default 1) to show run-to-run variation.
+//!
 //! With `--levels`, instead: the side-by-side cost of each level (disable, basic, extended,
 //! all) × memory pattern off/on, measured online on the original: the device need, ORT's
 //! in-use and reserved peaks, and the step time (p50 of 5 runs after 2 warm-ups).
@@ -213,12 +218,95 @@ fn short(p: &Profile) -> String {
         "default profile (one region)".to_string()
     } else {
         format!(
-            "pattern {} {} {}",
+            "pattern {} {} {}{}",
             if p.enable_mem_pattern { "on " } else { "off" },
             p.arena_extend_strategy,
+            match p.initial_chunk {
+                InitialChunk::ArenaBudget => "budget ",
+                InitialChunk::OrtDefault => "",
+                InitialChunk::Bytes(_) => "sized ",
+            },
             p.caller_outputs
         )
     }
+}
+
+/// Every profile the flags can name at level `disable`, the default first.
+fn every_profile() -> Vec<Profile> {
+    let mut out = vec![Profile::default()];
+    for pattern in [false, true] {
+        for extend in [
+            ExtendStrategy::NextPowerOfTwo,
+            ExtendStrategy::SameAsRequested,
+        ] {
+            for chunk in [InitialChunk::ArenaBudget, InitialChunk::OrtDefault] {
+                for caller in [CallerOutputs::Released, CallerOutputs::Held] {
+                    let p = Profile {
+                        enable_mem_pattern: pattern,
+                        arena_extend_strategy: extend,
+                        initial_chunk: chunk,
+                        caller_outputs: caller,
+                        ..Profile::default()
+                    };
+                    if p != Profile::default() {
+                        out.push(p);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `--profiles`: the predicted need against ORT's under [`every_profile`], `repeats` times each;
+/// the worst deviation.
+fn profile_matrix(files: Vec<PathBuf>, repeats: usize) -> Result<f64> {
+    println!(
+        "{:<24} {:<7} {:<16} {:<7} {:<8} {:>11} {:>11} {:>8}",
+        "model", "pattern", "extend", "chunk", "outputs", "pred need", "ORT need", "error"
+    );
+    let mut worst: f64 = 0.0;
+    for f in files {
+        let g = ckpt_ir::import_file(&f)?;
+        let b = Bindings::new();
+        let sim = simulate(&g, &schedule(&g)?, &b)?;
+        let overrides = InputOverrides::parse(&[], &["attention_mask=1:2".to_string()])?;
+        let (inputs, _) = make_inputs(&g, &b, 1, &overrides, &[])?;
+        let bytes = std::fs::read(&f)?;
+        let name = f
+            .file_stem()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for p in every_profile() {
+            let pred = device_need(&sim, &p).arena_bytes;
+            let mut measured = Vec::new();
+            for _ in 0..repeats {
+                measured.push(measure(&bytes, &name, &inputs, &p)?.arena_bytes);
+            }
+            let errs: Vec<String> = measured
+                .iter()
+                .map(|&m| {
+                    let e = pred as f64 / m as f64 - 1.0;
+                    worst = worst.max(e.abs());
+                    format!("{:+.3}%", 100.0 * e)
+                })
+                .collect();
+            let ms: Vec<String> = measured.iter().map(|m| m.to_string()).collect();
+            println!(
+                "{name:<24} {:<7} {:<16} {:<7} {:<8} {pred:>11} {:>11} {:>8}",
+                if p.enable_mem_pattern { "on" } else { "off" },
+                p.arena_extend_strategy.as_str(),
+                match p.initial_chunk {
+                    InitialChunk::ArenaBudget => "budget",
+                    _ => "default",
+                },
+                p.caller_outputs.as_str(),
+                ms.join("/"),
+                errs.join("/")
+            );
+        }
+    }
+    Ok(worst)
 }
 
 /// The cost of each level, online on the original, memory pattern off and on.
@@ -249,6 +337,11 @@ fn level_costs(name: &str, bytes: &[u8], inputs: &[HostTensor]) -> Result<()> {
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let levels = args.iter().any(|a| a == "--levels");
+    let all_profiles = args.iter().any(|a| a == "--profiles");
+    let repeats: usize = std::env::var("TRUTH_TABLE_REPEATS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1);
     let filter = args
         .iter()
         .find(|a| !a.starts_with("--"))
@@ -285,6 +378,12 @@ fn main() -> Result<()> {
                 });
             }
         }
+    }
+    if all_profiles {
+        let mut worst = profile_matrix(files, repeats)?;
+        training_rows(&root, &filter, &every_profile(), &mut worst)?;
+        println!("worst deviation: {:.3}%", worst * 100.0);
+        return Ok(());
     }
     if levels {
         println!(

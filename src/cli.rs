@@ -161,7 +161,10 @@ pub struct ProfileArgs {
     pub initial_chunk: String,
     /// What the caller holds between steps: `released` (outputs dropped or copied out before
     /// the next step) or `held` (`outs = sess.run(...)` in a loop keeps the previous outputs in
-    /// the arena during the next step).
+    /// the arena during the next step). `held` is offered only in one CPU region of the budget
+    /// with the memory pattern off (`--mem-pattern off --arena-extend kNextPowerOfTwo
+    /// --initial-chunk budget`); elsewhere ORT's need depends on the process (where the C
+    /// library places the regions), and the profile is refused.
     #[arg(long = "caller-outputs", default_value = "released", value_parser = ["released", "held"])]
     pub caller_outputs: String,
     /// The session's intra-op threads (`intra_op_num_threads`, 1-1024): convolutions take a

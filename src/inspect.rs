@@ -20,7 +20,7 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
     let mut options = crate::model_io::analyse_options(&a.model_args, &bindings)?;
     let graph = at_level(given, a, &mut options)?;
     // The runtime the model needs (training ops: onnxruntime-training) is the one predicted.
-    options.profile.ort_version = ckpt_opt::training::ort_version_for(&graph);
+    crate::model_io::on_runtime_of(&mut options.profile, &graph)?;
     let class = classify(&graph, a.model_args.loss.as_deref());
 
     let kind_of = |t| class.as_ref().ok().map(|c| c.kind(t).name()).unwrap_or("?");

@@ -454,7 +454,7 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
     same_interface(&original, &rewritten, a)?;
     let b = parse_bindings(&a.model_args.dims, &original)?;
     let mut options = crate::model_io::analyse_options(&a.model_args, &b)?;
-    options.profile.ort_version = ckpt_opt::training::ort_version_for(&original);
+    crate::model_io::on_runtime_of(&mut options.profile, &original)?;
     // The profile the rewritten model records is the one it promises to hold under.
     let recorded = ckpt_ir::Profile::from_model(rewritten.model())
         .with_context(|| format!("reading the profile recorded in {}", a.rewritten.display()))?;
@@ -469,6 +469,10 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
     let (original, reference) = original_at_level(original, &a.original, &options.profile, &a.run)?;
     let before = optimize::analyse(original, &options)?;
     let after = optimize::analyse(rewritten, &options)?;
+    options
+        .profile
+        .one_region(after.device.arena_bytes)
+        .map_err(|e| Failure::input(anyhow!(e)))?;
     let result = validate_analyses(
         &before,
         &after,
@@ -604,7 +608,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
     };
     let bindings = parse_bindings(&args.model_args.dims, &graph)?;
     let mut options = crate::model_io::analyse_options(&args.model_args, &bindings)?;
-    options.profile.ort_version = ckpt_opt::training::ort_version_for(&graph);
+    crate::model_io::on_runtime_of(&mut options.profile, &graph)?;
     let (graph, reference) = graph_at_level(graph, &input_bytes, &model, &mut options, &args.run)?;
     let profile = options.profile.clone();
     // A percentage ceiling is of the unmodified graph's predicted device total: analyse first.

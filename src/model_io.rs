@@ -193,7 +193,7 @@ fn eval_printed(text: &str, b: &Bindings) -> Option<i128> {
     Some(total)
 }
 
-/// The deployment profile the flags select.
+/// The deployment profile the flags select; one the tool does not offer is refused (exit 1).
 pub fn profile(a: &crate::cli::ProfileArgs) -> Result<ckpt_ir::Profile, Failure> {
     let mut p = ckpt_ir::Profile::default();
     let set = |p: &mut ckpt_ir::Profile, k: &str, v: &str| {
@@ -219,7 +219,20 @@ pub fn profile(a: &crate::cli::ProfileArgs) -> Result<ckpt_ir::Profile, Failure>
         &a.intra_op_threads.to_string(),
     )?;
     set(&mut p, "initial_chunk_size_bytes", &a.initial_chunk)?;
+    p.offered(false).map_err(|e| Failure::input(anyhow!(e)))?;
     Ok(p)
+}
+
+/// Set `profile`'s ONNX Runtime version to the one `graph` runs on (onnxruntime-training for
+/// ORT training artifacts) and refuse a profile the tool does not offer on it (exit 1).
+pub fn on_runtime_of(
+    profile: &mut ckpt_ir::Profile,
+    graph: &ckpt_ir::Graph,
+) -> Result<(), Failure> {
+    profile.ort_version = ckpt_opt::training::ort_version_for(graph);
+    profile
+        .offered(false)
+        .map_err(|e| Failure::input(anyhow!(e)))
 }
 
 /// The analysis the flags ask for, with `bindings` already checked against the graph.

@@ -301,3 +301,162 @@ fn every_help_lists_examples_and_exit_codes() {
         }
     }
 }
+
+/// A copy of `src` whose `metadata_props` record `entries` (a rewritten model's profile).
+fn with_metadata(src: &str, entries: &[(&str, &str)], out: &std::path::Path) {
+    use ckpt_ir::Message;
+    let bytes = std::fs::read(src).unwrap();
+    let mut m = ckpt_ir::onnx::ModelProto::decode(bytes.as_slice()).unwrap();
+    for (k, v) in entries {
+        m.metadata_props
+            .push(ckpt_ir::onnx::StringStringEntryProto {
+                key: Some(k.to_string()),
+                value: Some(v.to_string()),
+            });
+    }
+    std::fs::write(out, m.encode_to_vec()).unwrap();
+}
+
+/// The profiles the tool does not offer (held outputs anywhere but one region with the memory
+/// pattern off: their need depends on the process) are refused by every command that
+/// reads the profile flags, exit 1, naming the flags, the measured reason and the alternative,
+/// with nothing written; `validate` refuses a rewritten model that records one, and one whose
+/// recorded first region is below its need with held outputs.
+#[test]
+fn unoffered_profiles_are_refused_with_the_measured_reason() {
+    let m = mlp();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.onnx");
+    let receipt = dir.path().join("receipt.json");
+    for flags in [
+        &[
+            "--arena-extend",
+            "kSameAsRequested",
+            "--caller-outputs",
+            "held",
+        ][..],
+        &[
+            "--arena-extend",
+            "kSameAsRequested",
+            "--caller-outputs",
+            "held",
+            "--mem-pattern",
+            "on",
+        ],
+        &["--initial-chunk", "default", "--caller-outputs", "held"],
+        &["--initial-chunk", "4MiB", "--caller-outputs", "held"],
+        &["--provider", "cuda", "--caller-outputs", "held"],
+        &["--mem-pattern", "on", "--caller-outputs", "held"],
+        &[
+            "--initial-chunk",
+            "default",
+            "--caller-outputs",
+            "held",
+            "--mem-pattern",
+            "on",
+        ],
+    ] {
+        let mut args = vec![
+            m.as_str(),
+            "--ceiling",
+            "90%",
+            "-o",
+            path_str(&out),
+            "--receipt",
+            path_str(&receipt),
+        ];
+        args.extend_from_slice(flags);
+        refused(&args, "--caller-outputs held", "is not offered");
+        refused(
+            &args,
+            "`ckpt-opt.profile.caller_outputs` = `held`",
+            "measured",
+        );
+        refused(&args, "--caller-outputs released", "t5_d0_makefx");
+        assert!(!out.exists() && !receipt.exists(), "{flags:?} wrote a file");
+        let mut inspect = vec!["inspect", m.as_str()];
+        inspect.extend_from_slice(flags);
+        refused(&inspect, "--caller-outputs held", "is not offered");
+    }
+    // Offered: held outputs in one region of the budget with the pattern off; released in any.
+    for flags in [
+        &["--caller-outputs", "held"][..],
+        &["--mem-pattern", "on", "--initial-chunk", "default"],
+        &[
+            "--arena-extend",
+            "kSameAsRequested",
+            "--initial-chunk",
+            "default",
+        ],
+    ] {
+        let mut inspect = vec!["inspect", m.as_str()];
+        inspect.extend_from_slice(flags);
+        let o = run(&inspect);
+        assert_eq!(o.status.code(), Some(0), "{flags:?}: {}", stderr(&o));
+    }
+    let recorded = dir.path().join("recorded.onnx");
+    with_metadata(
+        &m,
+        &[
+            ("ckpt-opt.profile.arena_extend_strategy", "kSameAsRequested"),
+            ("ckpt-opt.profile.caller_outputs", "held"),
+        ],
+        &recorded,
+    );
+    refused(
+        &["validate", &m, path_str(&recorded)],
+        "`ckpt-opt.profile.arena_extend_strategy` = `kSameAsRequested`",
+        "is not offered",
+    );
+    let small = dir.path().join("small_region.onnx");
+    with_metadata(
+        &m,
+        &[
+            ("ckpt-opt.profile.initial_chunk_size_bytes", "1024"),
+            ("ckpt-opt.profile.caller_outputs", "held"),
+        ],
+        &small,
+    );
+    refused(
+        &["validate", &m, path_str(&small)],
+        "`ckpt-opt.profile.initial_chunk_size_bytes` = `1024` below the arena need",
+        "is not offered",
+    );
+}
+
+/// On an ORT training artifact (onnxruntime-training 1.19.2) only one region of the budget with
+/// the memory pattern off is offered: the memory pattern, `kSameAsRequested` and ORT's 1 MiB
+/// first region are refused, exit 1, with the measurement, by the main job and by `inspect`.
+#[test]
+fn training_artifact_profiles_other_than_one_region_are_refused() {
+    let g = ort_gpt2();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.onnx");
+    let dims = ["--dim", "batch=2", "--dim", "seq=32"];
+    for flags in [
+        &["--mem-pattern", "on"][..],
+        &["--arena-extend", "kSameAsRequested"],
+        &["--initial-chunk", "default"],
+    ] {
+        let mut args = vec![g.as_str(), "--ceiling", "90%", "-o", path_str(&out)];
+        args.extend_from_slice(&dims);
+        args.extend_from_slice(flags);
+        refused(
+            &args,
+            "on an ORT training artifact",
+            "+94.6% on ort_gpt2_training",
+        );
+        refused(
+            &args,
+            "`ckpt-opt.profile.ort_version` = `1.19.2`",
+            "--initial-chunk budget",
+        );
+        assert!(!out.exists(), "{flags:?} wrote {}", out.display());
+        let mut inspect = vec!["inspect", g.as_str()];
+        inspect.extend_from_slice(&dims);
+        inspect.extend_from_slice(flags);
+        refused(&inspect, "on an ORT training artifact", "is not offered");
+    }
+    let o = run(&["inspect", &g, "--dim", "batch=2", "--dim", "seq=32"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}

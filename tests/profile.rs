@@ -89,38 +89,98 @@ fn two_intra_op_threads_are_predicted_to_the_byte() {
     }
 }
 
-/// The memory pattern on and off, outputs released and held, in one region of the budget, on
-/// three fixtures: each predicted within 1% (most to the byte). Arenas of several regions are
-/// left out on purpose — kSameAsRequested is one of them whatever its first region, since it
-/// grows by each request: ORT breaks ties between equal free chunks by heap address, so its
-/// own need changes from run to run (README, "How close").
-#[test]
-fn other_profiles_are_predicted_within_one_percent() {
-    let mut worst = (0.0f64, String::new());
-    for name in ["mlp_d0_aot", "gpt2_d0_aot", "llama_d0_makefx"] {
-        let path = root().join(format!("tests/fixtures/{name}.onnx"));
-        for pattern in [false, true] {
-            {
-                let extend = ExtendStrategy::NextPowerOfTwo;
+/// Every profile the flags can name at level `disable`: memory pattern on and off ×
+/// `kNextPowerOfTwo` or `kSameAsRequested` × first region the arena budget or ORT's 1 MiB ×
+/// outputs released or held (16).
+fn every_profile() -> Vec<Profile> {
+    let mut out = Vec::new();
+    for pattern in [false, true] {
+        for extend in [
+            ExtendStrategy::NextPowerOfTwo,
+            ExtendStrategy::SameAsRequested,
+        ] {
+            for chunk in [InitialChunk::ArenaBudget, InitialChunk::OrtDefault] {
                 for caller in [CallerOutputs::Released, CallerOutputs::Held] {
-                    let p = Profile {
+                    out.push(Profile {
                         enable_mem_pattern: pattern,
                         arena_extend_strategy: extend,
+                        initial_chunk: chunk,
                         caller_outputs: caller,
                         ..Profile::default()
-                    };
-                    let (pred, meas) = need(&path, &p);
-                    let e = (pred as f64 / meas as f64 - 1.0).abs();
-                    let label = format!("{name} under {}: {pred} vs {meas}", p.describe());
-                    assert!(e <= 0.01, "{label}");
-                    if e >= worst.0 {
-                        worst = (e, label);
-                    }
+                    });
                 }
             }
         }
     }
+    out
+}
+
+/// Every profile the tool offers (9 of the 16 the flags name: every one with outputs
+/// released, and held outputs in one region of the budget with the memory pattern off) is
+/// predicted within 1% of ORT's need on a conv net, an encoder-decoder, an onnx-ad graph, a
+/// ViT and an HF GPT-2 — the fixtures on which the refused ones missed (README, "How close").
+/// Most are to the byte.
+#[test]
+fn every_offered_profile_is_predicted_within_one_percent() {
+    let offered: Vec<Profile> = every_profile()
+        .into_iter()
+        .filter(|p| p.offered(false).is_ok())
+        .collect();
+    assert_eq!(offered.len(), 9, "{offered:#?}");
+    let mut worst = (0.0f64, String::new());
+    let mut misses = Vec::new();
+    for name in [
+        "resnet18_d0_aot",
+        "t5_d0_makefx",
+        "gpt2_d0_onnxad",
+        "vit_d0_aot",
+        "hfgpt2_d01_makefx",
+    ] {
+        let path = root().join(format!("tests/fixtures/{name}.onnx"));
+        for p in &offered {
+            let (pred, meas) = need(&path, p);
+            let e = (pred as f64 / meas as f64 - 1.0).abs();
+            let label = format!("{name} under {}: {pred} vs {meas}", p.describe());
+            if e > 0.01 {
+                misses.push(label.clone());
+            }
+            if e >= worst.0 {
+                worst = (e, label);
+            }
+        }
+    }
+    assert!(misses.is_empty(), "{misses:#?}");
     eprintln!("worst: {:.3}% ({})", 100.0 * worst.0, worst.1);
+}
+
+/// The seven refused combinations are the held-output ones but one region of the budget with
+/// the memory pattern off, each refused naming its flags, the measured reason and the
+/// one-region alternative.
+#[test]
+fn held_outputs_in_several_regions_are_refused() {
+    let refused: Vec<Profile> = every_profile()
+        .into_iter()
+        .filter(|p| p.offered(false).is_err())
+        .collect();
+    assert_eq!(refused.len(), 7, "{refused:#?}");
+    for p in &refused {
+        assert_eq!(p.caller_outputs, CallerOutputs::Held, "{}", p.describe());
+        assert!(
+            p.arena_extend_strategy == ExtendStrategy::SameAsRequested
+                || p.initial_chunk == InitialChunk::OrtDefault
+                || p.enable_mem_pattern,
+            "{}",
+            p.describe()
+        );
+        let e = p.offered(false).unwrap_err().to_string();
+        for part in [
+            "--caller-outputs held",
+            "measured",
+            "--initial-chunk budget",
+        ] {
+            assert!(e.contains(part), "{}: no `{part}` in {e}", p.describe());
+        }
+    }
 }
 
 /// The output model records the profile it was planned under, and `validate` of that model

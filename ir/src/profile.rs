@@ -18,6 +18,14 @@
 //!   growing at the cap;
 //! - what the caller holds between steps: outputs dropped before the next step, or the
 //!   previous step's outputs still alive in the arena while the next step runs.
+//!
+//! Not every combination is offered ([`Profile::offered`]). With held outputs, an arena of
+//! several regions needs what the C library's placement of the regions decides: ORT breaks
+//! ties between equal free chunks by address, so the same graph needs different caps in
+//! different processes, and no replay can know the caller's heap. Held outputs are offered
+//! only in one region of the arena budget (`kNextPowerOfTwo` from the budget) with the
+//! memory pattern off: with the pattern on, even one region measured differently in two
+//! processes (`docs/ort-internals.md` §2.5, `tests/profile.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -44,6 +52,18 @@ pub enum ProfileError {
         key: String,
         value: String,
         why: &'static str,
+    },
+    /// A combination of settings whose device need the tool cannot predict within 1%.
+    #[error("the deployment profile {flags} ({keys}) is not offered: {why}; use {instead}")]
+    NotOffered {
+        /// The CLI flags that select the combination.
+        flags: String,
+        /// The metadata entries that record it.
+        keys: String,
+        /// The measured reason.
+        why: &'static str,
+        /// What to use instead.
+        instead: &'static str,
     },
 }
 
@@ -248,7 +268,152 @@ const KEYS: &[&str] = &[
     "ort_version",
 ];
 
+/// Why held outputs in an arena of several regions are not offered (measured,
+/// `examples/truth_table.rs --profiles`, ORT 1.31.1 CPU, two runs of each).
+const HELD_MANY_REGIONS: &str = "with held outputs, an arena of several regions needs a cap that depends on where the C library places its regions (ORT breaks ties between equal free chunks by address, and the placement is the process's heap history), so its need is not predictable: measured against the prediction +4.71% on resnet18_d0_aot and +3.14% on bert_d01_aot under kSameAsRequested, +3.67% on resnet18_d0_aot and -1.94% on t5_d0_makefx under kNextPowerOfTwo from ORT's 1 MiB first region, +19.28% on mlp_d01_aot with the memory pattern on";
+/// Why held outputs with the memory pattern on are not offered, even in one region.
+const HELD_PATTERN: &str = "with held outputs and the memory pattern on, ORT's need changed between processes even in one region of the budget: measured +2.51% against the prediction on t5_d0_makefx in one run (both of its measurements) and to the byte in another";
+/// Why onnxruntime-training profiles other than one region with the pattern off are not
+/// offered (measured, `examples/truth_table.rs ort_ --profiles`).
+const TRAINING_RUNTIME: &str = "onnxruntime-training 1.19.2's planner and memory pattern differ from 1.31.1's in ways the tool does not model: measured against the prediction, with the memory pattern on +94.6% on ort_gpt2_training and -38.8% on ort_mlp_training, under kSameAsRequested +6.31% and under kNextPowerOfTwo from ORT's 1 MiB first region +2.36% on ort_gpt2_training";
+/// What to use instead.
+const ONE_REGION: &str = "`--mem-pattern off --arena-extend kNextPowerOfTwo --initial-chunk budget` on the CPU (one region of the arena budget: predicted to the byte), or `--caller-outputs released`";
+
 impl Profile {
+    /// Whether the tool offers this profile ([`ProfileError::NotOffered`] if not): with held
+    /// outputs only one CPU arena region of the budget (`kNextPowerOfTwo` from
+    /// [`InitialChunk::ArenaBudget`]) with the memory pattern off. `recorded`: the profile was
+    /// read from a model, whose arena budget is recorded as [`InitialChunk::Bytes`] (then
+    /// [`Profile::one_region`] checks it against the need); from flags a size is refused with
+    /// held outputs, since it may be below the need. CUDA's arena always starts from ORT's
+    /// 1 MiB (its options take no initial chunk). On onnxruntime-training see
+    /// [`Profile::offered_on_training_runtime`].
+    pub fn offered(&self, recorded: bool) -> Result<(), ProfileError> {
+        if self.ort_version == TRAINING_ORT_VERSION {
+            self.offered_on_training_runtime(recorded)?;
+        }
+        if self.caller_outputs != CallerOutputs::Held {
+            return Ok(());
+        }
+        let cuda = self.execution_provider == ExecutionProvider::Cuda;
+        let one_region = !cuda
+            && self.arena_extend_strategy == ExtendStrategy::NextPowerOfTwo
+            && match self.initial_chunk {
+                InitialChunk::ArenaBudget => true,
+                InitialChunk::Bytes(_) => recorded,
+                InitialChunk::OrtDefault => false,
+            };
+        if one_region && !self.enable_mem_pattern {
+            return Ok(());
+        }
+        let chunk = match self.initial_chunk {
+            InitialChunk::ArenaBudget => "budget".to_string(),
+            InitialChunk::OrtDefault => "default".to_string(),
+            InitialChunk::Bytes(b) => b.to_string(),
+        };
+        Err(ProfileError::NotOffered {
+            flags: format!(
+                "`{}--mem-pattern {} --arena-extend {} --initial-chunk {chunk} --caller-outputs held`",
+                if cuda { "--provider cuda " } else { "" },
+                if self.enable_mem_pattern { "on" } else { "off" },
+                self.arena_extend_strategy,
+            ),
+            keys: format!(
+                "`ckpt-opt.profile.execution_provider` = `{}`, `ckpt-opt.profile.enable_mem_pattern` = `{}`, `ckpt-opt.profile.arena_extend_strategy` = `{}`, `ckpt-opt.profile.initial_chunk_size_bytes` {}, `ckpt-opt.profile.caller_outputs` = `held`",
+                self.execution_provider,
+                self.enable_mem_pattern,
+                self.arena_extend_strategy,
+                match self.initial_chunk {
+                    InitialChunk::OrtDefault => "absent".to_string(),
+                    InitialChunk::ArenaBudget => "= `arena_budget`".to_string(),
+                    InitialChunk::Bytes(b) => format!("= `{b}`"),
+                }
+            ),
+            why: if one_region {
+                HELD_PATTERN
+            } else {
+                HELD_MANY_REGIONS
+            },
+            instead: ONE_REGION,
+        })
+    }
+
+    /// On onnxruntime-training ([`TRAINING_ORT_VERSION`], ORT training artifacts) only one
+    /// `kNextPowerOfTwo` region of the budget with the memory pattern off is offered: that
+    /// runtime's planner and memory pattern differ from 1.31.1's in ways not modelled.
+    pub fn offered_on_training_runtime(&self, recorded: bool) -> Result<(), ProfileError> {
+        let one_region = match self.initial_chunk {
+            InitialChunk::ArenaBudget => true,
+            InitialChunk::Bytes(_) => recorded,
+            InitialChunk::OrtDefault => false,
+        };
+        if !self.enable_mem_pattern
+            && self.arena_extend_strategy == ExtendStrategy::NextPowerOfTwo
+            && one_region
+            && self.execution_provider == ExecutionProvider::Cpu
+        {
+            return Ok(());
+        }
+        Err(ProfileError::NotOffered {
+            flags: format!(
+                "`--mem-pattern {} --arena-extend {} --initial-chunk {}{}` on an ORT training artifact",
+                if self.enable_mem_pattern { "on" } else { "off" },
+                self.arena_extend_strategy,
+                match self.initial_chunk {
+                    InitialChunk::ArenaBudget => "budget".to_string(),
+                    InitialChunk::OrtDefault => "default".to_string(),
+                    InitialChunk::Bytes(b) => b.to_string(),
+                },
+                if self.execution_provider == ExecutionProvider::Cuda {
+                    " --provider cuda"
+                } else {
+                    ""
+                }
+            ),
+            keys: format!(
+                "`ckpt-opt.profile.ort_version` = `{TRAINING_ORT_VERSION}`, `ckpt-opt.profile.enable_mem_pattern` = `{}`, `ckpt-opt.profile.arena_extend_strategy` = `{}`",
+                self.enable_mem_pattern, self.arena_extend_strategy
+            ),
+            why: TRAINING_RUNTIME,
+            instead: "`--mem-pattern off --arena-extend kNextPowerOfTwo --initial-chunk budget` (the defaults: one region of the arena budget)",
+        })
+    }
+
+    /// Whether a profile read from a model ([`Profile::offered`] with `recorded`) holds its
+    /// steps in one region when they need `need` bytes of arena: a recorded first region below
+    /// the need grows further regions, which is not offered with held outputs or on
+    /// onnxruntime-training.
+    pub fn one_region(&self, need: u64) -> Result<(), ProfileError> {
+        let held = self.caller_outputs == CallerOutputs::Held;
+        let training = self.ort_version == TRAINING_ORT_VERSION;
+        match self.initial_chunk {
+            InitialChunk::Bytes(b)
+                if (held || training)
+                    && self.arena_extend_strategy == ExtendStrategy::NextPowerOfTwo
+                    && self.execution_provider == ExecutionProvider::Cpu
+                    && b < need =>
+            {
+                Err(ProfileError::NotOffered {
+                    flags: format!(
+                        "`--initial-chunk {b}{}`",
+                        if held { " --caller-outputs held" } else { "" }
+                    ),
+                    keys: format!(
+                        "`ckpt-opt.profile.initial_chunk_size_bytes` = `{b}` below the arena need of {need} B, {}",
+                        if held {
+                            "`ckpt-opt.profile.caller_outputs` = `held`".to_string()
+                        } else {
+                            format!("`ckpt-opt.profile.ort_version` = `{TRAINING_ORT_VERSION}`")
+                        }
+                    ),
+                    why: if held { HELD_MANY_REGIONS } else { TRAINING_RUNTIME },
+                    instead: ONE_REGION,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The first region the arena reserves when the arena is capped at `cap` bytes (`None`:
     /// uncapped).
     pub fn initial_chunk_bytes(&self, cap: Option<u64>) -> u64 {
@@ -412,7 +577,8 @@ impl Profile {
     }
 
     /// The profile a model's `metadata_props` record, if any key of it is present; settings
-    /// not recorded keep their defaults.
+    /// not recorded keep their defaults. A recorded profile the tool does not offer
+    /// ([`Profile::offered`]) is refused.
     pub fn from_metadata<'a>(
         props: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<Option<Profile>, ProfileError> {
@@ -429,6 +595,9 @@ impl Profile {
                 p.session_config.insert(entry.to_string(), v.to_string());
                 any = true;
             }
+        }
+        if any {
+            p.offered(true)?;
         }
         Ok(any.then_some(p))
     }
@@ -495,6 +664,79 @@ mod tests {
         assert!(e.contains("initial_chunk_size_bytes"), "{e}");
     }
 
+    /// Held outputs are offered in one region of the budget (and from ORT's 1 MiB with the
+    /// memory pattern on); a recorded first region counts as the budget when it holds the need.
+    #[test]
+    fn held_outputs_are_offered_in_one_region_only() {
+        let held = Profile {
+            caller_outputs: CallerOutputs::Held,
+            ..Profile::default()
+        };
+        assert_eq!(held.offered(false), Ok(()));
+        let recorded = held.resolved(4096);
+        assert!(matches!(
+            recorded.offered(false),
+            Err(ProfileError::NotOffered { .. })
+        ));
+        assert_eq!(recorded.offered(true), Ok(()));
+        assert_eq!(recorded.one_region(4096), Ok(()));
+        let e = recorded.one_region(4352).unwrap_err().to_string();
+        assert!(e.contains("below the arena need of 4352 B"), "{e}");
+        let released = Profile::default().resolved(4096);
+        assert_eq!(released.offered(false), Ok(()));
+        assert_eq!(released.one_region(1 << 30), Ok(()));
+        let e = Profile::from_metadata([
+            ("ckpt-opt.profile.arena_extend_strategy", "kSameAsRequested"),
+            ("ckpt-opt.profile.caller_outputs", "held"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("--arena-extend kSameAsRequested") && e.contains("--caller-outputs held"),
+            "{e}"
+        );
+        // On onnxruntime-training: one region of the budget, memory pattern off, only.
+        let training = Profile {
+            ort_version: TRAINING_ORT_VERSION,
+            ..Profile::default()
+        };
+        assert_eq!(training.offered(false), Ok(()));
+        for p in [
+            Profile {
+                enable_mem_pattern: true,
+                ..training.clone()
+            },
+            Profile {
+                arena_extend_strategy: ExtendStrategy::SameAsRequested,
+                ..training.clone()
+            },
+            Profile {
+                initial_chunk: InitialChunk::OrtDefault,
+                ..training.clone()
+            },
+        ] {
+            let e = p.offered(true).unwrap_err().to_string();
+            assert!(e.contains("on an ORT training artifact"), "{e}");
+        }
+        assert!(training.resolved(4096).one_region(8192).is_err());
+        let cuda = Profile {
+            execution_provider: ExecutionProvider::Cuda,
+            ..held.clone()
+        };
+        assert!(cuda.offered(false).is_err());
+        let e = Profile {
+            enable_mem_pattern: true,
+            ..held.clone()
+        }
+        .offered(false)
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("+2.51%") && e.contains("--mem-pattern on"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn metadata_reads_back() {
         let mut p = Profile::default();
@@ -502,11 +744,24 @@ mod tests {
         p.set("arena_extend_strategy", "kNextPowerOfTwo").unwrap();
         p.set("initial_chunk_size_bytes", "4096").unwrap();
         assert_eq!(p.initial_chunk, InitialChunk::Bytes(4096));
-        p.set("caller_outputs", "held").unwrap();
-        p.set("ort_version", "1.19.2").unwrap();
-        assert_eq!(p.ort_version, TRAINING_ORT_VERSION);
-        let md = p.metadata();
+        let mut h = Profile::default();
+        h.set("caller_outputs", "held").unwrap();
+        h.set("initial_chunk_size_bytes", "8192").unwrap();
+        let md = h.metadata();
+        let back = Profile::from_metadata(md.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .unwrap()
+            .unwrap();
+        assert_eq!(back.caller_outputs, CallerOutputs::Held);
+        let mut t = Profile::default();
+        t.set("ort_version", "1.19.2").unwrap();
+        assert_eq!(t.ort_version, TRAINING_ORT_VERSION);
+        let md = t.metadata();
         assert!(md.contains(&("ckpt-opt.profile.ort_version".into(), "1.19.2".into())));
+        let back = Profile::from_metadata(md.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .unwrap()
+            .unwrap();
+        assert_eq!(back, t);
+        let md = p.metadata();
         assert!(md.contains(&(
             "ckpt-opt.profile.arena_extend_strategy".into(),
             "kNextPowerOfTwo".into()
