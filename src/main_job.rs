@@ -640,6 +640,13 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         Outcome::Rewritten(r) => &r.before,
     };
     let recorded = job.recorded_profile(before.ledger.fixed_bytes);
+    // Held outputs are offered in one region only: a budget above the largest first region
+    // ORT accepts resolves to several, which the prediction cannot hold.
+    if let Outcome::Rewritten(r) = &outcome {
+        recorded
+            .one_region(r.after.device.arena_bytes)
+            .map_err(|e| Failure::input(anyhow!(e)))?;
+    }
     let random_seed = args.seed_random_ops.then_some(args.run.seed);
     let mut receipt = Receipt {
         tool: Tool {
