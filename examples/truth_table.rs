@@ -233,29 +233,7 @@ fn short(p: &Profile) -> String {
 
 /// Every profile the flags can name at level `disable`, the default first.
 fn every_profile() -> Vec<Profile> {
-    let mut out = vec![Profile::default()];
-    for pattern in [false, true] {
-        for extend in [
-            ExtendStrategy::NextPowerOfTwo,
-            ExtendStrategy::SameAsRequested,
-        ] {
-            for chunk in [InitialChunk::ArenaBudget, InitialChunk::OrtDefault] {
-                for caller in [CallerOutputs::Released, CallerOutputs::Held] {
-                    let p = Profile {
-                        enable_mem_pattern: pattern,
-                        arena_extend_strategy: extend,
-                        initial_chunk: chunk,
-                        caller_outputs: caller,
-                        ..Profile::default()
-                    };
-                    if p != Profile::default() {
-                        out.push(p);
-                    }
-                }
-            }
-        }
-    }
-    out
+    Profile::every_flag_combination()
 }
 
 /// `--profiles`: the predicted need against ORT's under [`every_profile`], `repeats` times each;

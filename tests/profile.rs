@@ -89,30 +89,9 @@ fn two_intra_op_threads_are_predicted_to_the_byte() {
     }
 }
 
-/// Every profile the flags can name at level `disable`: memory pattern on and off ×
-/// `kNextPowerOfTwo` or `kSameAsRequested` × first region the arena budget or ORT's 1 MiB ×
-/// outputs released or held (16).
+/// Every profile the flags can name at level `disable` (16).
 fn every_profile() -> Vec<Profile> {
-    let mut out = Vec::new();
-    for pattern in [false, true] {
-        for extend in [
-            ExtendStrategy::NextPowerOfTwo,
-            ExtendStrategy::SameAsRequested,
-        ] {
-            for chunk in [InitialChunk::ArenaBudget, InitialChunk::OrtDefault] {
-                for caller in [CallerOutputs::Released, CallerOutputs::Held] {
-                    out.push(Profile {
-                        enable_mem_pattern: pattern,
-                        arena_extend_strategy: extend,
-                        initial_chunk: chunk,
-                        caller_outputs: caller,
-                        ..Profile::default()
-                    });
-                }
-            }
-        }
-    }
-    out
+    Profile::every_flag_combination()
 }
 
 /// Every profile the tool offers (9 of the 16 the flags name: every one with outputs

@@ -280,6 +280,35 @@ const TRAINING_RUNTIME: &str = "onnxruntime-training 1.19.2's planner and memory
 const ONE_REGION: &str = "`--mem-pattern off --arena-extend kNextPowerOfTwo --initial-chunk budget` on the CPU (one region of the arena budget: predicted to the byte), or `--caller-outputs released`";
 
 impl Profile {
+    /// Every profile the flags can name on the CPU at level `disable`, offered or not: memory
+    /// pattern off and on × `kNextPowerOfTwo` or `kSameAsRequested` × first region the arena
+    /// budget or ORT's 1 MiB × outputs released or held (16), the default first.
+    pub fn every_flag_combination() -> Vec<Profile> {
+        let mut out = vec![Profile::default()];
+        for enable_mem_pattern in [false, true] {
+            for arena_extend_strategy in [
+                ExtendStrategy::NextPowerOfTwo,
+                ExtendStrategy::SameAsRequested,
+            ] {
+                for initial_chunk in [InitialChunk::ArenaBudget, InitialChunk::OrtDefault] {
+                    for caller_outputs in [CallerOutputs::Released, CallerOutputs::Held] {
+                        let p = Profile {
+                            enable_mem_pattern,
+                            arena_extend_strategy,
+                            initial_chunk,
+                            caller_outputs,
+                            ..Profile::default()
+                        };
+                        if p != Profile::default() {
+                            out.push(p);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Whether the tool offers this profile ([`ProfileError::NotOffered`] if not): with held
     /// outputs only one CPU arena region of the budget (`kNextPowerOfTwo` from
     /// [`InitialChunk::ArenaBudget`]) with the memory pattern off. `recorded`: the profile was
