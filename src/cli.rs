@@ -372,6 +372,11 @@ pub struct FrontierArgs {
     /// Measure each plan's device total and step time on ONNX Runtime under the profile.
     #[arg(long)]
     pub validate: bool,
+    /// What a recompute costs: `flops` (the op registry's count) or `profile` (ONNX Runtime's
+    /// measured per-node medians under the profile, over --runs runs; points then state the
+    /// added milliseconds and take the plan adding the least time).
+    #[arg(long, default_value = "flops", value_parser = ["flops", "profile"])]
+    pub cost: String,
     /// Output folder: frontier.json, frontier.svg, frontier.md.
     #[arg(long)]
     pub out: PathBuf,
@@ -388,8 +393,12 @@ pub struct CapacityArgs {
     /// The largest value searched.
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
     pub max: u64,
+    /// Print the JSON instead of the Markdown summary.
     #[arg(long)]
     pub json: bool,
+    /// Also write DIR/capacity.json and DIR/capacity.md.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
     #[command(flatten)]
     pub report: ReportArgs,
 }

@@ -158,6 +158,44 @@ pub fn profile_node_costs(
     Ok(costs)
 }
 
+/// Whether `--cost profile` can run `before`'s graph: plain ONNX Runtime cannot run one that
+/// needs the training runtime.
+pub fn profilable(before: &crate::optimize::Analysis) -> Result<()> {
+    if crate::training::needs_training_runtime(before.graph.model()) {
+        anyhow::bail!(
+            "--cost profile runs the graph on plain ONNX Runtime, and this graph needs the training runtime (com.microsoft training ops); use --cost flops"
+        );
+    }
+    Ok(())
+}
+
+/// `--cost profile`: each node's median kernel time on ONNX Runtime under `profile`, over
+/// `runs` timed runs, on inputs made as validation makes them (`seed`, `overrides`). A graph
+/// that needs the training runtime is refused (plain ONNX Runtime cannot run it).
+pub fn measure(
+    before: &crate::optimize::Analysis,
+    bindings: &ckpt_ir::Bindings,
+    seed: u64,
+    overrides: &crate::inputs::InputOverrides,
+    runs: usize,
+    profile: &ckpt_ir::Profile,
+) -> Result<NodeCosts> {
+    profilable(before)?;
+    crate::progress::stage("profiling the graph's nodes on ONNX Runtime (--cost profile)");
+    let params: Vec<_> = before
+        .class
+        .of_kind(ckpt_passes::TensorKind::Parameter)
+        .collect();
+    let (inputs, _) =
+        crate::inputs::make_inputs(&before.graph, bindings, seed, overrides, &params)?;
+    profile_node_costs(
+        &before.graph,
+        &inputs,
+        &crate::profile::session_config(profile),
+        runs,
+    )
+}
+
 /// Cost every candidate by `costs`: the sum over the nodes its recompute clones, at least 1.
 pub fn apply(cands: &mut Candidates, costs: &NodeCosts) {
     costs.planner_costs().apply(cands);

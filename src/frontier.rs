@@ -30,7 +30,11 @@ use ckpt_passes::recompute::{candidates, problem, rewrite, Candidates};
 use ckpt_passes::Phase;
 use ckpt_solver::{Method, Plan};
 
-use crate::optimize::{analyse, plan_analysed, step_flops, AnalyseOptions, Analysis, Job, Outcome};
+use crate::cost::NodeCosts;
+use crate::optimize::{
+    analyse, default_threads, plan_analysed, plan_costed, step_flops, AnalyseOptions, Analysis,
+    Job, Outcome,
+};
 use crate::size::{human, CeilingSpec};
 
 /// One plan: a rewrite of the graph (or the graph itself) with its predicted device total.
@@ -43,6 +47,8 @@ pub struct KnownPlan {
     pub total_bytes: u64,
     /// FLOPs the clones add (moves add none).
     pub added_flops: u64,
+    /// With `--cost profile`: the measured kernel time the clones add, in nanoseconds.
+    pub added_ns: Option<u64>,
     /// The analysed rewrite.
     pub analysis: Analysis,
 }
@@ -115,12 +121,25 @@ pub fn evaluate_set(
     options: &AnalyseOptions,
     method: &str,
 ) -> Result<KnownPlan> {
+    evaluate_set_costed(before, cands, set, options, method, None)
+}
+
+/// [`evaluate_set`], with the measured kernel time the clones add where `costs` are given.
+pub fn evaluate_set_costed(
+    before: &Analysis,
+    cands: &Candidates,
+    set: Vec<bool>,
+    options: &AnalyseOptions,
+    method: &str,
+    costs: Option<&NodeCosts>,
+) -> Result<KnownPlan> {
     if !set.iter().any(|&x| x) {
         return Ok(KnownPlan {
             method: method.into(),
             found_at_ceiling_bytes: None,
             total_bytes: before.ledger.total_bytes,
             added_flops: 0,
+            added_ns: costs.map(|_| 0),
             analysis: analyse(before.graph.clone(), options)?,
         });
     }
@@ -142,24 +161,29 @@ pub fn evaluate_set(
         found_at_ceiling_bytes: None,
         total_bytes: analysis.ledger.total_bytes,
         added_flops,
+        added_ns: costs.map(|c| patch.nodes.iter().map(|n| c.of(n.copy_of)).sum()),
         analysis,
     })
 }
 
 /// The three baselines of a graph: no recompute, per-block, recompute-all (in that order).
 pub fn baselines(before: &Analysis, options: &AnalyseOptions) -> Result<Vec<KnownPlan>> {
+    baselines_costed(before, options, None)
+}
+
+/// [`baselines`], each with its measured added kernel time where `costs` are given.
+pub fn baselines_costed(
+    before: &Analysis,
+    options: &AnalyseOptions,
+    costs: Option<&NodeCosts>,
+) -> Result<Vec<KnownPlan>> {
     let cands = candidates(&before.graph, &before.sim, &before.types, &options.bindings);
     let n = cands.list.len();
+    let set = |s: Vec<bool>, m: &str| evaluate_set_costed(before, &cands, s, options, m, costs);
     Ok(vec![
-        evaluate_set(before, &cands, vec![false; n], options, NO_RECOMPUTE)?,
-        evaluate_set(
-            before,
-            &cands,
-            per_block_set(before, &cands),
-            options,
-            PER_BLOCK,
-        )?,
-        evaluate_set(before, &cands, vec![true; n], options, RECOMPUTE_ALL)?,
+        set(vec![false; n], NO_RECOMPUTE)?,
+        set(per_block_set(before, &cands), PER_BLOCK)?,
+        set(vec![true; n], RECOMPUTE_ALL)?,
     ])
 }
 
@@ -183,6 +207,18 @@ pub fn plan_at(
     ceiling: u64,
     time_limit: Duration,
 ) -> Result<Planned> {
+    plan_at_costed(graph, options, ceiling, time_limit, None)
+}
+
+/// [`plan_at`], costing recompute by measured node times where `costs` are given (the main
+/// job's `--cost profile`).
+pub fn plan_at_costed(
+    graph: &Graph,
+    options: &AnalyseOptions,
+    ceiling: u64,
+    time_limit: Duration,
+    costs: Option<&NodeCosts>,
+) -> Result<Planned> {
     let t0 = Instant::now();
     let before = analyse(graph.clone(), options)?;
     let job = Job {
@@ -193,12 +229,17 @@ pub fn plan_at(
         reserve_pct: 0.0,
         time_limit,
     };
-    Ok(match plan_analysed(&job, before, t0)? {
+    let outcome = match costs {
+        Some(c) => plan_costed(&job, before, t0, default_threads(), Some(c))?,
+        None => plan_analysed(&job, before, t0)?,
+    };
+    Ok(match outcome {
         Outcome::AlreadyFits { before } => Planned::Plan(Box::new(KnownPlan {
             method: NO_RECOMPUTE.into(),
             found_at_ceiling_bytes: Some(ceiling),
             total_bytes: before.ledger.total_bytes,
             added_flops: 0,
+            added_ns: costs.map(|_| 0),
             analysis: before,
         })),
         Outcome::CannotFit { diagnosis, .. } => Planned::CannotFit {
@@ -209,17 +250,19 @@ pub fn plan_at(
             found_at_ceiling_bytes: Some(ceiling),
             total_bytes: r.after.ledger.total_bytes,
             added_flops: r.counts.added_flops,
+            added_ns: costs.map(|c| crate::cost::added_ns(&r.before.graph, &r.cands, &r.plan, c)),
             analysis: r.after,
         })),
     })
 }
 
-/// The index of the cheapest plan of `pool` that fits `ceiling`: fewest added FLOPs, then the
-/// lowest total, then the earliest.
+/// The index of the cheapest plan of `pool` that fits `ceiling`: fewest added FLOPs (measured
+/// nanoseconds where the pool was costed by `--cost profile`), then the lowest total, then the
+/// earliest.
 pub fn cheapest_fitting(pool: &[KnownPlan], ceiling: u64) -> Option<usize> {
     let plans: Vec<(u64, u64)> = pool
         .iter()
-        .map(|p| (p.total_bytes, p.added_flops))
+        .map(|p| (p.total_bytes, p.added_ns.unwrap_or(p.added_flops)))
         .collect();
     cheapest_index(&plans, ceiling)
 }
@@ -257,6 +300,12 @@ pub struct Point {
     /// The ceiling the planner found the chosen plan for (`None`: a baseline); a plan found at
     /// a lower ceiling is reused where it is the cheapest.
     pub found_at_ceiling_bytes: Option<u64>,
+    /// With `--cost profile`: the kernel time the plan adds, predicted from ONNX Runtime's
+    /// measured per-node medians, in milliseconds, and as a share of the measured step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub added_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub added_ms_percent: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub measured_peak_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -276,6 +325,10 @@ pub struct BaselineRow {
     pub added_flops: u64,
     pub added_flops_percent: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub added_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub added_ms_percent: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub measured_peak_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub p50_ms: Option<f64>,
@@ -291,6 +344,11 @@ pub struct Frontier {
     pub bindings: ckpt_ir::Bindings,
     /// FLOPs of one step of the unmodified graph.
     pub step_flops: u64,
+    /// How recompute was costed: `flops`, or `profile` (ONNX Runtime's measured node times).
+    pub cost_model: String,
+    /// With `--cost profile`: the sum of the unmodified graph's median node times, in ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_kernel_ms: Option<f64>,
     pub no_recompute_bytes: u64,
     pub floor_bytes: u64,
     /// Points in descending ceiling order.
@@ -325,7 +383,10 @@ fn find_floor(
     before: &Analysis,
     pool: &mut Vec<KnownPlan>,
     time_limit: Duration,
+    costs: Option<&NodeCosts>,
 ) -> Result<u64> {
+    let plan_at =
+        |g: &Graph, o: &AnalyseOptions, c: u64, t: Duration| plan_at_costed(g, o, c, t, costs);
     let known = |pool: &[KnownPlan]| pool.iter().map(|p| p.total_bytes).min().unwrap_or(u64::MAX);
     let probe = before.ledger.fixed_bytes + 1;
     let Planned::CannotFit {
@@ -378,12 +439,13 @@ pub fn sweep(
     options: &AnalyseOptions,
     ceilings: &Ceilings,
     time_limit: Duration,
+    costs: Option<&NodeCosts>,
 ) -> Result<Sweep> {
     let before = analyse(graph.clone(), options)?;
     let step = step_flops(&before, &options.bindings).max(1);
-    let mut pool = baselines(&before, options)?;
+    let mut pool = baselines_costed(&before, options, costs)?;
     let base_total = before.ledger.total_bytes;
-    let floor = find_floor(graph, options, &before, &mut pool, time_limit)?;
+    let floor = find_floor(graph, options, &before, &mut pool, time_limit, costs)?;
     let mut list: Vec<u64> = match ceilings {
         Ceilings::Points(n) => {
             let n = (*n).max(2);
@@ -401,12 +463,19 @@ pub fn sweep(
         if c >= base_total {
             continue;
         }
-        if let Planned::Plan(p) = plan_at(graph, options, c, time_limit)? {
+        if let Planned::Plan(p) = plan_at_costed(graph, options, c, time_limit, costs)? {
             pool.push(*p);
         }
     }
     let floor = pool.iter().map(|p| p.total_bytes).fold(floor, u64::min);
     let pct = |f: u64| 100.0 * f as f64 / step as f64;
+    let step_ns = costs.map(|c| c.step_ns().max(1));
+    let ms = |p: &KnownPlan| p.added_ns.map(|ns| ns as f64 / 1e6);
+    let ms_pct = |p: &KnownPlan| {
+        p.added_ns
+            .zip(step_ns)
+            .map(|(ns, s)| 100.0 * ns as f64 / s as f64)
+    };
     let points = list
         .iter()
         .map(|&c| {
@@ -417,6 +486,8 @@ pub fn sweep(
                 predicted_peak_bytes: p.map(|p| p.total_bytes),
                 added_flops: p.map_or(0, |p| p.added_flops),
                 added_flops_percent: p.map_or(0.0, |p| pct(p.added_flops)),
+                added_ms: p.and_then(ms),
+                added_ms_percent: p.and_then(ms_pct),
                 fits: p.is_some(),
                 method: p.map_or_else(|| "none fits".into(), |p| p.method.clone()),
                 found_at_ceiling_bytes: p.and_then(|p| p.found_at_ceiling_bytes),
@@ -434,6 +505,8 @@ pub fn sweep(
             predicted_peak_bytes: p.total_bytes,
             added_flops: p.added_flops,
             added_flops_percent: pct(p.added_flops),
+            added_ms: ms(p),
+            added_ms_percent: ms_pct(p),
             measured_peak_bytes: None,
             p50_ms: None,
             p95_ms: None,
@@ -444,6 +517,8 @@ pub fn sweep(
         profile: options.profile.describe(),
         bindings: options.bindings.clone(),
         step_flops: step,
+        cost_model: if costs.is_some() { "profile" } else { "flops" }.into(),
+        step_kernel_ms: step_ns.map(|s| s as f64 / 1e6),
         no_recompute_bytes: base_total,
         floor_bytes: floor,
         points,
@@ -472,16 +547,33 @@ pub fn markdown(f: &Frontier) -> String {
     ));
     if f.validated {
         s.push_str("Measured on ONNX Runtime under the profile: device total (smallest arena the profile's steps run in + what the caller feeds) and step time (p50/p95 of timed runs).\n\n");
+    } else if f.cost_model == "profile" {
+        s.push_str("Not measured: peaks are predicted by the simulator; the added time is predicted from ONNX Runtime's measured per-node medians (--cost profile), not timed (run with --validate to measure peak and step time).\n\n");
     } else {
         s.push_str("Not measured: peaks are predicted by the simulator and the added cost is estimated from FLOPs (run with --validate to measure peak and step time on ONNX Runtime).\n\n");
+    }
+    if let Some(step) = f.step_kernel_ms {
+        s.push_str(&format!(
+            "Cost model: ONNX Runtime's measured node times (--cost profile); one step's kernels take {step:.3} ms. Each ceiling takes the plan that adds the least measured time.\n\n"
+        ));
     }
     let measured = |m: Option<u64>| m.map_or("-".to_string(), human);
     let ms = |m: Option<f64>| m.map_or("-".to_string(), |v| format!("{v:.2}"));
     s.push_str("| ceiling | fits | predicted peak | measured peak | added FLOPs | % of a step | p50 ms | p95 ms | method |\n");
     s.push_str("|---:|:---:|---:|---:|---:|---:|---:|---:|---|\n");
+    let added = |ms: Option<f64>, pct: Option<f64>| match (ms, pct) {
+        (Some(m), Some(p)) => format!(" {m:.3} ms ({p:.2}%) |"),
+        _ => String::new(),
+    };
+    if f.step_kernel_ms.is_some() {
+        s = s.replace(
+            "| method |\n|---:|:---:|---:|---:|---:|---:|---:|---:|---|\n",
+            "| method | added time (predicted) |\n|---:|:---:|---:|---:|---:|---:|---:|---:|---|---:|\n",
+        );
+    }
     for p in &f.points {
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {:.2}% | {} | {} | {}{} |\n",
+            "| {} | {} | {} | {} | {} | {:.2}% | {} | {} | {}{} |{}\n",
             human(p.ceiling_bytes),
             if p.fits { "yes" } else { "no" },
             p.predicted_peak_bytes.map_or("-".to_string(), human),
@@ -494,19 +586,25 @@ pub fn markdown(f: &Frontier) -> String {
             match p.found_at_ceiling_bytes {
                 Some(c) if c != p.ceiling_bytes => format!(" (found for {})", human(c)),
                 _ => String::new(),
-            }
+            },
+            added(p.added_ms, p.added_ms_percent)
         ));
     }
-    s.push_str("\n## Baselines\n\n| baseline | predicted peak | measured peak | added FLOPs | % of a step | p50 ms |\n|---|---:|---:|---:|---:|---:|\n");
+    s.push_str(&format!(
+        "\n## Baselines\n\n| baseline | predicted peak | measured peak | added FLOPs | % of a step | p50 ms |{}\n|---|---:|---:|---:|---:|---:|{}\n",
+        if f.step_kernel_ms.is_some() { " added time (predicted) |" } else { "" },
+        if f.step_kernel_ms.is_some() { "---:|" } else { "" }
+    ));
     for b in &f.baselines {
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {:.2}% | {} |\n",
+            "| {} | {} | {} | {} | {:.2}% | {} |{}\n",
             b.name,
             human(b.predicted_peak_bytes),
             measured(b.measured_peak_bytes),
             b.added_flops,
             b.added_flops_percent,
-            ms(b.p50_ms)
+            ms(b.p50_ms),
+            added(b.added_ms, b.added_ms_percent)
         ));
     }
     s.push_str("\nEach ceiling takes the cheapest plan known to fit it (a plan found for a lower ceiling fits every higher one), so added cost never rises with the ceiling. Not covered: other deployment profiles, other shapes, and ORT optimization levels above `disable`.\n");

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use ckpt_opt::cost::{added_ns, profile_node_costs, CostKind, MeasuredCost, NodeCosts};
+use ckpt_opt::cost::{added_ns, CostKind, MeasuredCost, NodeCosts};
 use ckpt_opt::inputs::{make_inputs, InputOverrides};
 use ckpt_opt::optimize::{self, Job, Outcome};
 use ckpt_opt::profile::session_config;
@@ -1043,21 +1043,14 @@ fn profile_costs(
     r: &RunArgs,
     profile: &ckpt_ir::Profile,
 ) -> Result<NodeCosts, Failure> {
-    if ckpt_opt::training::needs_training_runtime(before.graph.model()) {
-        return Err(Failure::input(anyhow!(
-            "--cost profile runs the graph on plain ONNX Runtime, and this graph needs the training runtime (com.microsoft training ops); use --cost flops"
-        )));
-    }
+    ckpt_opt::cost::profilable(before).map_err(Failure::input)?;
     if let Some(lib) = &r.ort_lib {
         ckpt_runtime::init(Some(lib))
             .context("loading ONNX Runtime")
             .map_err(could_not_validate)?;
     }
-    ckpt_opt::progress::stage("profiling the graph's nodes on ONNX Runtime (--cost profile)");
-    let params: Vec<_> = before.class.of_kind(TensorKind::Parameter).collect();
     let overrides = InputOverrides::parse(&r.inputs, &r.int_ranges)?;
-    let (inputs, _) = make_inputs(&before.graph, bindings, r.seed, &overrides, &params)?;
-    profile_node_costs(&before.graph, &inputs, &session_config(profile), r.runs)
+    ckpt_opt::cost::measure(before, bindings, r.seed, &overrides, r.runs, profile)
         .map_err(could_not_validate)
 }
 

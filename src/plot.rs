@@ -2,7 +2,8 @@
 //! with the ceilings as horizontal lines, the floor, and the three baselines marked.
 //!
 //! Rules: the x axis is the measured p50 increase in milliseconds when the frontier was
-//! validated, else the added FLOPs as a percentage of a step (the estimate); the y axis is the
+//! validated, else the added time as a percentage of a step: predicted from ONNX Runtime's
+//! measured node times with `--cost profile`, estimated from FLOPs otherwise; the y axis is the
 //! device total in GiB, or MiB when the no-recompute total is under 1 GiB. Measured peaks are
 //! drawn when present, else predicted ones. Only points that fit are plotted.
 
@@ -29,6 +30,8 @@ pub fn frontier_svg(f: &Frontier) -> Result<String, String> {
     };
     let x_label = if f.validated {
         "added step time (ms, measured p50 increase on ONNX Runtime)"
+    } else if f.step_kernel_ms.is_some() {
+        "added step time (% of a step, predicted from ONNX Runtime's measured node times)"
     } else {
         "added step time (% of a step, estimated from added FLOPs)"
     };
@@ -38,7 +41,10 @@ pub fn frontier_svg(f: &Frontier) -> Result<String, String> {
         .filter(|p| p.fits)
         .map(|p| {
             (
-                x(p.p50_ms, p.added_flops_percent),
+                x(
+                    p.p50_ms,
+                    p.added_ms_percent.unwrap_or(p.added_flops_percent),
+                ),
                 y(p.measured_peak_bytes
                     .or(p.predicted_peak_bytes)
                     .unwrap_or(0)),
@@ -51,7 +57,10 @@ pub fn frontier_svg(f: &Frontier) -> Result<String, String> {
         .map(|b| {
             (
                 b.name.as_str(),
-                x(b.p50_ms, b.added_flops_percent),
+                x(
+                    b.p50_ms,
+                    b.added_ms_percent.unwrap_or(b.added_flops_percent),
+                ),
                 y(b.measured_peak_bytes.unwrap_or(b.predicted_peak_bytes)),
             )
         })

@@ -68,12 +68,31 @@ pub fn run_frontier(a: &FrontierArgs) -> Result<(), Failure> {
     };
     out_dir(&a.out)?;
     let name = a.model.display().to_string();
+    let costs = match a.cost.as_str() {
+        "profile" => {
+            let before = ckpt_opt::optimize::analyse(graph.clone(), &o)?;
+            ckpt_opt::cost::profilable(&before).map_err(Failure::input)?;
+            Some(
+                ckpt_opt::cost::measure(
+                    &before,
+                    &o.bindings,
+                    a.report.seed,
+                    &Default::default(),
+                    a.report.runs,
+                    &o.profile,
+                )
+                .map_err(crate::main_job::could_not_validate)?,
+            )
+        }
+        _ => None,
+    };
     let mut s = frontier::sweep(
         &name,
         &graph,
         &o,
         &ceilings,
         Duration::from_secs_f64(a.report.time_limit),
+        costs.as_ref(),
     )?;
     if a.validate {
         frontier::validate_sweep(&mut s, &o, a.report.seed, a.report.runs)
@@ -164,13 +183,20 @@ pub fn run_capacity(a: &CapacityArgs) -> Result<(), Failure> {
         time_limit: Duration::from_secs_f64(a.report.time_limit),
     };
     let c = capacity::capacity(&a.model.display().to_string(), &graph, &o, &q)?;
+    let json = serde_json::to_string_pretty(&c).map_err(Failure::input)?;
+    let md = capacity::markdown(&c);
+    if let Some(dir) = &a.out {
+        out_dir(dir)?;
+        write(dir, "capacity.json", &format!("{json}\n"))?;
+        write(dir, "capacity.md", &md)?;
+    }
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&c).map_err(Failure::input)?
-        );
+        println!("{json}");
     } else {
-        print!("{}", capacity::markdown(&c));
+        print!("{md}");
+    }
+    if let Some(dir) = &a.out {
+        eprintln!("wrote {}/capacity.json, capacity.md", dir.display());
     }
     Ok(())
 }

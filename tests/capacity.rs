@@ -99,6 +99,38 @@ fn capacity_finds_the_largest_batch_checked_one_above() {
     ]);
     check(&c, "batch", "seq=32", ceiling);
     assert_eq!(c["items"], "samples");
+    // With --out the same answer is written as capacity.json beside a Markdown summary.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cap");
+    let written = capacity(&[
+        "--dim",
+        "batch",
+        "--dim",
+        "seq=32",
+        "--ceiling",
+        "6000000",
+        "--max",
+        "64",
+        "--out",
+        path_str(&out),
+    ]);
+    let file: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("capacity.json")).unwrap()).unwrap();
+    assert_eq!(file, written);
+    assert_eq!(
+        file["no_recompute"]["max_value"],
+        c["no_recompute"]["max_value"]
+    );
+    let md = std::fs::read_to_string(out.join("capacity.md")).unwrap();
+    assert!(md.starts_with("# Capacity: "), "{md}");
+    assert!(md.contains("| no recompute | "), "{md}");
+    assert!(
+        md.contains(&format!(
+            "| with recompute | {} |",
+            file["with_recompute"]["max_value"]
+        )),
+        "{md}"
+    );
 }
 
 #[test]

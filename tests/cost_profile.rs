@@ -308,3 +308,61 @@ fn profile_cost_refuses_a_graph_that_needs_the_training_runtime() {
     assert!(stderr(&o).contains("--cost flops"), "{}", stderr(&o));
     assert!(!receipt.exists());
 }
+
+/// `frontier --cost profile`: the sweep runs ORT's profiler once and costs every plan and
+/// baseline by measured node times. Each fitting point states its predicted added
+/// milliseconds and their share of the measured step (consistent with each other), points stay
+/// monotone in that cost, the Markdown says which cost model ranked the plans, and the plot's
+/// axis says the time is predicted from measured node times.
+#[test]
+fn frontier_with_profile_cost_states_added_milliseconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = write_model(dir.path());
+    let out = dir.path().join("frontier");
+    let o = run(&[
+        "frontier",
+        path_str(&model),
+        "--ceilings",
+        "95%,90%,85%",
+        "--cost",
+        "profile",
+        "--runs",
+        "5",
+        "--out",
+        path_str(&out),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let f: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("frontier.json")).unwrap()).unwrap();
+    assert_eq!(f["cost_model"], "profile");
+    let step = f["step_kernel_ms"].as_f64().unwrap();
+    assert!(step > 0.0, "{f}");
+    let points = f["points"].as_array().unwrap();
+    let fitting: Vec<&serde_json::Value> = points.iter().filter(|p| p["fits"] == true).collect();
+    assert!(!fitting.is_empty(), "{f}");
+    let mut last = 0.0f64;
+    for p in &fitting {
+        let ms = p["added_ms"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no added_ms: {p}"));
+        let pct = p["added_ms_percent"].as_f64().unwrap();
+        assert!((pct - 100.0 * ms / step).abs() < 1e-6 * pct.max(1.0), "{p}");
+        assert!(
+            ms + 1e-9 >= last,
+            "added time falls as the ceiling falls: {f}"
+        );
+        last = ms;
+    }
+    for b in f["baselines"].as_array().unwrap() {
+        assert!(b["added_ms"].as_f64().is_some(), "{b}");
+    }
+    assert_eq!(f["baselines"][0]["added_ms"].as_f64(), Some(0.0));
+    let md = std::fs::read_to_string(out.join("frontier.md")).unwrap();
+    assert!(
+        md.contains("Cost model: ONNX Runtime's measured node times"),
+        "{md}"
+    );
+    assert!(md.contains("added time (predicted)"), "{md}");
+    let svg = std::fs::read_to_string(out.join("frontier.svg")).unwrap();
+    assert!(svg.contains("predicted from ONNX Runtime"), "{svg}");
+}
