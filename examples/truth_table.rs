@@ -35,7 +35,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use ckpt_ir::profile::{CallerOutputs, ExtendStrategy, InitialChunk, OptLevel as Level, Profile};
+use ckpt_ir::profile::{CallerOutputs, InitialChunk, OptLevel as Level, Profile};
 use ckpt_ir::{Bindings, Message};
 use ckpt_opt::inputs::{make_inputs, InputOverrides};
 use ckpt_opt::offline::optimize_for_level;
@@ -340,23 +340,13 @@ fn main() -> Result<()> {
     files.push(root.join("examples/gpt2_4l_train.onnx"));
     files.retain(|f| f.to_string_lossy().contains(&filter));
     let cuda = std::env::var("TRUTH_TABLE_PROVIDER").is_ok_and(|p| p == "cuda");
+    // The default, then the 8 variants that start from ORT's 1 MiB first region.
     let mut profiles = vec![Profile::default()];
-    for pattern in [false, true] {
-        for extend in [
-            ExtendStrategy::SameAsRequested,
-            ExtendStrategy::NextPowerOfTwo,
-        ] {
-            for caller in [CallerOutputs::Released, CallerOutputs::Held] {
-                profiles.push(Profile {
-                    enable_mem_pattern: pattern,
-                    arena_extend_strategy: extend,
-                    initial_chunk: InitialChunk::OrtDefault,
-                    caller_outputs: caller,
-                    ..Profile::default()
-                });
-            }
-        }
-    }
+    profiles.extend(
+        Profile::every_flag_combination()
+            .into_iter()
+            .filter(|p| p.initial_chunk == InitialChunk::OrtDefault),
+    );
     if all_profiles {
         let mut worst = profile_matrix(files, repeats)?;
         training_rows(&root, &filter, &every_profile(), &mut worst)?;

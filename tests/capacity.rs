@@ -84,36 +84,30 @@ fn check(c: &Value, dim: &str, other: &str, ceiling: u64) {
     assert!(c["accumulation"]["steps"].as_u64().unwrap() * nr >= wr);
 }
 
+/// The batch search of [`capacity_finds_the_largest_batch_checked_one_above`].
+const BATCH_AT_6MB: [&str; 8] = [
+    "--dim",
+    "batch",
+    "--dim",
+    "seq=32",
+    "--ceiling",
+    "6000000",
+    "--max",
+    "64",
+];
+
 #[test]
 fn capacity_finds_the_largest_batch_checked_one_above() {
     let ceiling = 6_000_000u64;
-    let c = capacity(&[
-        "--dim",
-        "batch",
-        "--dim",
-        "seq=32",
-        "--ceiling",
-        "6000000",
-        "--max",
-        "64",
-    ]);
+    let c = capacity(&BATCH_AT_6MB);
     check(&c, "batch", "seq=32", ceiling);
     assert_eq!(c["items"], "samples");
     // With --out the same answer is written as capacity.json beside a Markdown summary.
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cap");
-    let written = capacity(&[
-        "--dim",
-        "batch",
-        "--dim",
-        "seq=32",
-        "--ceiling",
-        "6000000",
-        "--max",
-        "64",
-        "--out",
-        path_str(&out),
-    ]);
+    let mut args = BATCH_AT_6MB.to_vec();
+    args.extend(["--out", path_str(&out)]);
+    let written = capacity(&args);
     let file: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("capacity.json")).unwrap()).unwrap();
     assert_eq!(file, written);
