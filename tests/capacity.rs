@@ -13,8 +13,12 @@ fn model() -> std::path::PathBuf {
 /// The unmodified graph's predicted device total at the bindings (`inspect`, independent of
 /// the capacity search).
 fn total(dims: &[&str]) -> u64 {
-    let m = model();
-    let mut args = vec!["inspect", path_str(&m), "--json"];
+    total_of(&model(), dims)
+}
+
+/// [`total`] of the model at `m`.
+fn total_of(m: &std::path::Path, dims: &[&str]) -> u64 {
+    let mut args = vec!["inspect", path_str(m), "--json"];
     for d in dims {
         args.extend(["--dim", d]);
     }
@@ -25,8 +29,12 @@ fn total(dims: &[&str]) -> u64 {
 }
 
 fn capacity(args: &[&str]) -> Value {
-    let m = model();
-    let mut a = vec!["capacity", path_str(&m), "--json", "--time-limit", "120"];
+    capacity_of(&model(), args)
+}
+
+/// [`capacity`] of the model at `m`.
+fn capacity_of(m: &std::path::Path, args: &[&str]) -> Value {
+    let mut a = vec!["capacity", path_str(m), "--json", "--time-limit", "120"];
     a.extend(args);
     let o = run(&a);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -34,6 +42,12 @@ fn capacity(args: &[&str]) -> Value {
 }
 
 fn check(c: &Value, dim: &str, other: &str, ceiling: u64) {
+    check_of(&model(), c, dim, other, ceiling)
+}
+
+/// [`check`] of the model at `m`.
+fn check_of(m: &std::path::Path, c: &Value, dim: &str, other: &str, ceiling: u64) {
+    let total = |dims: &[&str]| total_of(m, dims);
     let nr = c["no_recompute"]["max_value"]
         .as_u64()
         .expect("no_recompute.max_value");
@@ -179,4 +193,26 @@ fn capacity_refuses_a_bound_or_missing_search_dim() {
     ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("--dim seq=VALUE"), "{}", stderr(&o));
+}
+
+/// An ORT training artifact (onnxruntime-training's `generate_artifacts`, symbolic batch and
+/// seq), plan only: the capacity search runs on the training runtime's graph without running
+/// it, and each answer holds by inspect's ledger and the check one above.
+#[test]
+fn capacity_plans_an_ort_training_artifact() {
+    let m = root().join("tests/fixtures/ort_gpt2_training.onnx");
+    let c = capacity_of(
+        &m,
+        &[
+            "--dim",
+            "batch",
+            "--dim",
+            "seq=16",
+            "--ceiling",
+            "3000000",
+            "--max",
+            "32",
+        ],
+    );
+    check_of(&m, &c, "batch", "seq=16", 3_000_000);
 }
