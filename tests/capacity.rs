@@ -10,13 +10,8 @@ fn model() -> std::path::PathBuf {
     root().join("tests/fixtures/symbolic/gpt2_d0_dynamic.onnx")
 }
 
-/// The unmodified graph's predicted device total at the bindings (`inspect`, independent of
+/// The predicted device total of the unmodified graph at `m` and the bindings (`inspect`, independent of
 /// the capacity search).
-fn total(dims: &[&str]) -> u64 {
-    total_of(&model(), dims)
-}
-
-/// [`total`] of the model at `m`.
 fn total_of(m: &std::path::Path, dims: &[&str]) -> u64 {
     let mut args = vec!["inspect", path_str(m), "--json"];
     for d in dims {
