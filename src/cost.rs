@@ -170,8 +170,8 @@ pub fn profilable(before: &crate::optimize::Analysis) -> Result<()> {
 }
 
 /// `--cost profile`: each node's median kernel time on ONNX Runtime under `profile`, over
-/// `runs` timed runs, on inputs made as validation makes them (`seed`, `overrides`). A graph
-/// that needs the training runtime is refused (plain ONNX Runtime cannot run it).
+/// `runs` timed runs, on inputs made as validation makes them (`seed`, `overrides`). Callers
+/// check [`profilable`] first (a refusal there is a usage error; a failure here is ORT's).
 pub fn measure(
     before: &crate::optimize::Analysis,
     bindings: &ckpt_ir::Bindings,
@@ -180,7 +180,6 @@ pub fn measure(
     runs: usize,
     profile: &ckpt_ir::Profile,
 ) -> Result<NodeCosts> {
-    profilable(before)?;
     crate::progress::stage("profiling the graph's nodes on ONNX Runtime (--cost profile)");
     let params: Vec<_> = before
         .class
@@ -204,11 +203,12 @@ pub fn apply(cands: &mut Candidates, costs: &NodeCosts) {
 /// The kernel time the rewrite of `plan` adds: the measured time of every node its patch
 /// clones (each once).
 pub fn added_ns(graph: &Graph, cands: &Candidates, plan: &Plan, costs: &NodeCosts) -> u64 {
-    rewrite(graph, cands, plan, "cost")
-        .nodes
-        .iter()
-        .map(|n| costs.of(n.copy_of))
-        .sum()
+    patch_ns(&rewrite(graph, cands, plan, "cost"), costs)
+}
+
+/// The measured time of every node `patch` clones (moves add none).
+pub fn patch_ns(patch: &ckpt_ir::Patch, costs: &NodeCosts) -> u64 {
+    patch.nodes.iter().map(|n| costs.of(n.copy_of)).sum()
 }
 
 /// What the receipt says of a measured cost model.

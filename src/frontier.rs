@@ -161,7 +161,7 @@ pub fn evaluate_set_costed(
         found_at_ceiling_bytes: None,
         total_bytes: analysis.ledger.total_bytes,
         added_flops,
-        added_ns: costs.map(|c| patch.nodes.iter().map(|n| c.of(n.copy_of)).sum()),
+        added_ns: costs.map(|c| crate::cost::patch_ns(&patch, c)),
         analysis,
     })
 }
