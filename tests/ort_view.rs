@@ -3,7 +3,7 @@
 //! dim, and the same graphs with the dim declared, predicted to the byte under the default
 //! deployment profile against ORT's measured need.
 
-use ckpt_ir::build::{attr_i, ModelBuilder};
+use ckpt_ir::build::{attr_i, attr_ints, ModelBuilder};
 use ckpt_ir::profile::{CallerOutputs, Profile};
 use ckpt_ir::{Bindings, DType};
 use ckpt_opt::inputs::{make_inputs, InputOverrides};
@@ -79,6 +79,17 @@ fn shape_chain(m: ModelBuilder, src: &str, chain: &str) -> ModelBuilder {
             .node("Shape", &[src], &["s"])
             .node("Gather", &["s", "ix"], &["c"]),
         "shape" => m.node("Shape", &[src], &["c"]),
+        // A `Constant` node is an initializer when ORT infers: its data is seen.
+        "constant" => m.node_with(
+            "Constant",
+            &[],
+            &["c"],
+            vec![attr_ints("value_ints", &[512, 1024])],
+        ),
+        // An Identity of an initializer hides its data (Identity propagates no values).
+        "identity" => m
+            .init_i64("k", &[2], &[512, 1024])
+            .node("Identity", &["k"], &["c"]),
         other => panic!("no chain {other}"),
     }
 }
@@ -162,11 +173,15 @@ fn unresolved_reshape_blocks_in_place_and_reuse_and_value_info_restores_them() {
 
 /// What ORT's data propagation resolves (integers only): Shape → Reshape, and Shape →
 /// scalar Gather → Unsqueeze → Concat on a static shape; not a Gather with 1-D indices, and
-/// nothing from the shape of a tensor with a symbolic dim. Each predicted to the byte.
+/// nothing from the shape of a tensor with a symbolic dim. A `Constant` node's data is seen
+/// (ORT made it an initializer), an Identity of an initializer's is not. Each predicted to
+/// the byte.
 #[test]
 fn ort_resolves_integer_shape_values_only() {
     for (chain, symbolic, expect) in [
         ("shape", false, true),
+        ("constant", false, true),
+        ("identity", false, false),
         ("gather_scalar", false, true),
         ("gather_1d", false, false),
         ("shape", true, false),

@@ -218,8 +218,9 @@ impl InferView for OrtView {
             self.declared.get(name).cloned().unwrap_or((None, None));
         let n = graph.node(node);
         let inferred = inferred.map(|mut tt| {
+            // A `Constant` node is an initializer by the time ORT infers: its data is seen.
             let propagates = n.domain == ckpt_ir::ONNX_DOMAIN
-                && propagates_values(&n.op_type, tt.shape.rank() == 0);
+                && (n.op_type == "Constant" || propagates_values(&n.op_type, tt.shape.rank() == 0));
             tt.shape = Shape(
                 tt.shape
                     .dims()
