@@ -121,6 +121,12 @@ pub struct Rewritten {
     pub time_limit_hit: bool,
     /// The plan moves the graph's backward-only terms first (zero FLOPs).
     pub lowered: bool,
+    /// The plan guards the graph's constant reshape targets first (zero FLOPs,
+    /// `ckpt_passes::guards`).
+    pub guarded: bool,
+    /// The graph `cands` and `plan` index when the plan is of a variant (terms moved, targets
+    /// guarded); else they index `before.graph`.
+    pub planned_graph: Option<Graph>,
 }
 
 impl Rewritten {
@@ -128,10 +134,20 @@ impl Rewritten {
     /// simulator in the loop (no optimality bound)`, or `order moves only` for a plan that
     /// recomputes nothing.
     pub fn method_label(&self) -> String {
-        if self.lowered && !self.plan.recompute.iter().any(|&r| r) {
-            return "order moves only".into();
+        if !self.plan.recompute.iter().any(|&r| r) {
+            match (self.lowered, self.guarded) {
+                (true, false) => return "order moves only".into(),
+                (false, true) => return "reuse guards only".into(),
+                (true, true) => return "order moves and reuse guards only".into(),
+                (false, false) => {}
+            }
         }
         self.plan.info.label()
+    }
+
+    /// The graph the candidates and the plan index.
+    pub fn planned(&self) -> &Graph {
+        self.planned_graph.as_ref().unwrap_or(&self.before.graph)
     }
 }
 
@@ -189,6 +205,8 @@ pub fn plan_costed(
                 ilp: ilp_json(&r.ilp),
                 time_limit_hit: r.time_limit_hit,
                 lowered: r.lowered,
+                guarded: r.guarded,
+                planned_graph: r.planned_graph,
             }))
         }
     })
@@ -334,7 +352,7 @@ pub fn trace_json(a: &Analysis) -> serde_json::Value {
 
 /// Segments of a plan for the receipt.
 pub fn segments_json(r: &Rewritten) -> Vec<serde_json::Value> {
-    let g = &r.before.graph;
+    let g = r.planned();
     r.cands
         .list
         .iter()

@@ -125,7 +125,7 @@ pub fn validate(
     let mut b = rewritten.clone();
     let seeded = seed_random_ops(&mut a, o.seed);
     seed_random_ops(&mut b, o.seed);
-    let (control, control_tensor) = broken_control(&b)?;
+    let (control, control_tensor) = broken_control(&b, None)?;
     let (a_bytes, b_bytes, c_bytes) = (
         a.encode_to_vec(),
         b.encode_to_vec(),

@@ -64,7 +64,12 @@ pub fn seed_random_ops(model: &mut onnx::ModelProto, seed: u64) -> usize {
 
 /// A broken variant: the first floating-point input of the node that computes the first
 /// graph output (the loss) is scaled by 1 + 1e-3. Returns the model and the tensor's name.
-pub fn broken_control(model: &onnx::ModelProto) -> Result<(onnx::ModelProto, String)> {
+/// `dir`: where the model's external data lives (its dtypes are inferred when the file
+/// declares none, as a rewrite that dropped value_info does).
+pub fn broken_control(
+    model: &onnx::ModelProto,
+    dir: Option<&std::path::Path>,
+) -> Result<(onnx::ModelProto, String)> {
     let mut m = model.clone();
     let g = m
         .graph
@@ -82,7 +87,7 @@ pub fn broken_control(model: &onnx::ModelProto) -> Result<(onnx::ModelProto, Str
     if let Ok(graph) = ckpt_ir::import_bytes(
         model.encode_to_vec().into(),
         std::path::Path::new("control.onnx"),
-        None,
+        dir,
     ) {
         if let Ok(types) = ckpt_ir::ops::infer(&graph) {
             float_names.extend(
@@ -481,7 +486,7 @@ pub fn validate(
     )
     .context("running the rewritten graph")?;
     let cmp: Comparison = compare(&ref_out, &cand_out, &o.tol);
-    let (control, control_tensor) = broken_control(&b)?;
+    let (control, control_tensor) = broken_control(&b, b_dir)?;
     let control_bytes = control.encode_to_vec();
     crate::progress::stage("validation: running the broken control");
     let control_out = run(

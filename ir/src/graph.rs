@@ -91,6 +91,8 @@ pub enum NodeOrigin {
     Imported,
     /// A recompute clone of the named original node.
     Recompute { of: NodeId },
+    /// An `Identity` a patch put in front of a node's input ([`crate::patch::Guard`]).
+    Guard,
 }
 
 /// An operator application.

@@ -59,6 +59,18 @@ pub struct Rewire {
     pub to: TensorRef,
 }
 
+/// Hide input `slot` of `node` from ONNX Runtime's load-time shape inference: the node reads
+/// `Identity(x)` (new tensor `name`, typed like `x`) instead of `x`. The same values at zero
+/// FLOPs; ORT's data propagation does not see through `Identity`, so the data of a constant
+/// `x` (a `Reshape`'s target shape) no longer reaches the node's shape function, and what
+/// the node computes has dims ORT leaves unknown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Guard {
+    pub node: NodeId,
+    pub slot: usize,
+    pub name: String,
+}
+
 /// A labelled rewrite.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Patch {
@@ -67,6 +79,11 @@ pub struct Patch {
     pub nodes: Vec<NewNode>,
     pub rewires: Vec<Rewire>,
     pub moves: Vec<Move>,
+    /// Inputs hidden from ORT's inference, applied after the rewires.
+    pub guards: Vec<Guard>,
+    /// Tensors whose value_info entries in the file are dropped: ORT then infers their types
+    /// itself (entries a patch added are kept).
+    pub forget_value_info: Vec<TensorId>,
     /// Model `metadata_props` entries to set (replacing an existing key).
     pub metadata: Vec<(String, String)>,
 }
@@ -102,6 +119,12 @@ pub enum PatchError {
         expected: usize,
         actual: usize,
     },
+    #[error("patch `{label}`: node {node} has no input in slot {slot} to guard")]
+    BadGuard {
+        label: String,
+        node: NodeId,
+        slot: usize,
+    },
     #[error("patch `{label}` broke the graph: {source}")]
     Verify { label: String, source: VerifyError },
 }
@@ -119,6 +142,8 @@ impl Patch {
             && self.nodes.is_empty()
             && self.rewires.is_empty()
             && self.moves.is_empty()
+            && self.guards.is_empty()
+            && self.forget_value_info.is_empty()
             && self.metadata.is_empty()
     }
 
@@ -284,6 +309,20 @@ impl Patch {
             graph.disconnect(rw.from, rw.node);
             graph.connect(to, rw.node);
         }
+        self.apply_guards(graph, &mut applied)?;
+        if !self.forget_value_info.is_empty() {
+            let names: std::collections::HashSet<&str> = self
+                .forget_value_info
+                .iter()
+                .map(|&t| graph.tensor(t).name.as_str())
+                .collect();
+            let mut model = (*graph.model).clone();
+            if let Some(g) = model.graph.as_mut() {
+                g.value_info
+                    .retain(|vi| !vi.name.as_deref().is_some_and(|n| names.contains(n)));
+            }
+            graph.model = std::sync::Arc::new(model);
+        }
         for (k, v) in &self.metadata {
             let props = &mut std::sync::Arc::make_mut(&mut graph.model).metadata_props;
             match props.iter_mut().find(|e| e.key.as_deref() == Some(k)) {
@@ -295,6 +334,86 @@ impl Patch {
             }
         }
         Ok(applied)
+    }
+}
+
+impl Patch {
+    /// The guards: an `Identity` per guarded input, placed in file order right before its
+    /// reader, and the reader rewired to it.
+    fn apply_guards(&self, graph: &mut Graph, applied: &mut Applied) -> Result<(), PatchError> {
+        if self.guards.is_empty() {
+            return Ok(());
+        }
+        let mut before: std::collections::HashMap<NodeId, Vec<NodeId>> = Default::default();
+        for gd in &self.guards {
+            let bad = || PatchError::BadGuard {
+                label: self.label.clone(),
+                node: gd.node,
+                slot: gd.slot,
+            };
+            if gd.node.index() >= graph.node_bound() {
+                return Err(bad());
+            }
+            let Some(x) = graph.node(gd.node).inputs.get(gd.slot).copied().flatten() else {
+                return Err(bad());
+            };
+            if graph.tensor_id(&gd.name).is_some() {
+                return Err(PatchError::NameTaken {
+                    label: self.label.clone(),
+                    name: gd.name.clone(),
+                });
+            }
+            let like = graph.tensor(x).clone();
+            if let Some(vi) = value_info_like(graph, x, &gd.name) {
+                graph.added_value_info.push(vi);
+            }
+            let out = graph.add_tensor(Tensor {
+                name: gd.name.clone(),
+                dtype: like.dtype,
+                shape: like.shape.clone(),
+                source: TensorSource::GraphInput, // set by add_node
+                is_output: false,
+                consumers: Vec::new(),
+            });
+            let proto = onnx::NodeProto {
+                name: Some(gd.name.clone()),
+                op_type: Some("Identity".into()),
+                ..Default::default()
+            };
+            let id = graph.add_node(Node {
+                name: gd.name.clone(),
+                domain: crate::ONNX_DOMAIN.to_string(),
+                op_type: "Identity".into(),
+                inputs: vec![Some(x)],
+                outputs: vec![Some(out)],
+                origin: NodeOrigin::Guard,
+                proto: std::sync::Arc::new(proto),
+            });
+            before.entry(gd.node).or_default().push(id);
+            graph.node_mut(gd.node).inputs[gd.slot] = Some(out);
+            graph.disconnect(x, gd.node);
+            graph.connect(out, gd.node);
+            applied.tensors.push(out);
+            applied.nodes.push(id);
+        }
+        let mut order = Vec::with_capacity(graph.order.len() + self.guards.len());
+        for &n in &graph.order {
+            if let Some(ids) = before.get(&n) {
+                order.extend(ids);
+            }
+            order.push(n);
+        }
+        if order.len() != graph.order.len() + self.guards.len() {
+            // A guarded node that is not in the graph's order.
+            let g = &self.guards[0];
+            return Err(PatchError::BadGuard {
+                label: self.label.clone(),
+                node: g.node,
+                slot: g.slot,
+            });
+        }
+        graph.order = order;
+        Ok(())
     }
 }
 

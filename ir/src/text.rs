@@ -308,6 +308,21 @@ pub(crate) fn write_patch(
             name(w.to)
         )?;
     }
+    for g in &patch.guards {
+        writeln!(
+            f,
+            "  guard {}[{}] through Identity -> {:?}",
+            g.node, g.slot, g.name
+        )?;
+    }
+    if !patch.forget_value_info.is_empty() {
+        let names: Vec<String> = patch
+            .forget_value_info
+            .iter()
+            .map(|&t| name(TensorRef::Existing(t)))
+            .collect();
+        writeln!(f, "  forget value_info {}", names.join(" "))?;
+    }
     for (k, v) in &patch.metadata {
         writeln!(f, "  metadata {k:?} = {v:?}")?;
     }

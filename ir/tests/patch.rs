@@ -4,8 +4,8 @@ use std::path::Path;
 
 use ckpt_ir::build::ModelBuilder;
 use ckpt_ir::{
-    export, import_bytes, print_graph, DType, Move, NewNode, NewTensor, Patch, PatchError, Rewire,
-    TensorRef,
+    export, export_bytes, import_bytes, print_graph, DType, Guard, Move, NewNode, NewTensor, Patch,
+    PatchError, Rewire, TensorRef,
 };
 
 fn graph() -> ckpt_ir::Graph {
@@ -48,6 +48,8 @@ fn clone_and_rewire() {
         }],
         moves: vec![],
         metadata: vec![("k".into(), "v".into())],
+        guards: vec![],
+        forget_value_info: vec![],
     };
     insta::assert_snapshot!("patch_value", patch.to_string());
     let applied = patch.apply(&mut g).unwrap();
@@ -247,5 +249,105 @@ fn bad_moves_are_rejected() {
     assert!(matches!(
         arity.apply(&mut g.clone()),
         Err(PatchError::BadMove { .. })
+    ));
+}
+
+fn reshape_graph() -> ckpt_ir::Graph {
+    let bytes = ModelBuilder::new(20)
+        .input("x", DType::F32, "2,4")
+        .init_i64("shape", &[1], &[8])
+        .node("Relu", &["x"], &["a"])
+        .node("Reshape", &["a", "shape"], &["r"])
+        .node("Neg", &["r"], &["y"])
+        .value_info("a", DType::F32, "2,4")
+        .value_info("r", DType::F32, "8")
+        .output("y", DType::F32, "8")
+        .bytes();
+    import_bytes(bytes.into(), Path::new("t.onnx"), None).unwrap()
+}
+
+/// A guard makes a Reshape read its target through an `Identity` placed right before it;
+/// the printed patch says so; forgotten value_info entries leave the exported file, the
+/// others stay; the export imports again with the Identity in place.
+#[test]
+fn guard_reads_a_reshape_target_through_an_identity() {
+    let mut g = reshape_graph();
+    let reshape = g.nodes()[1];
+    let shape = g.tensor_id("shape").unwrap();
+    let r = g.tensor_id("r").unwrap();
+    let patch = Patch {
+        label: "guard".into(),
+        guards: vec![Guard {
+            node: reshape,
+            slot: 1,
+            name: "shape.guard".into(),
+        }],
+        forget_value_info: vec![r],
+        ..Default::default()
+    };
+    let text = patch.to_string();
+    assert!(
+        text.contains(&format!(
+            "guard {reshape}[1] through Identity -> \"shape.guard\""
+        )) && text.contains(&format!("forget value_info {r}")),
+        "{text}"
+    );
+    let applied = patch.apply(&mut g).unwrap();
+    let [id] = applied.nodes[..] else {
+        panic!("one new node: {applied:?}");
+    };
+    let guarded = g.tensor_id("shape.guard").unwrap();
+    assert_eq!(g.node(id).op_type, "Identity");
+    assert_eq!(g.node(id).inputs, vec![Some(shape)]);
+    assert_eq!(g.node(id).outputs, vec![Some(guarded)]);
+    assert_eq!(g.node(reshape).inputs[1], Some(guarded));
+    assert_eq!(g.tensor(shape).consumers(), &[id]);
+    assert_eq!(g.tensor(guarded).consumers(), &[reshape]);
+    let pos = |n| g.nodes().iter().position(|&m| m == n).unwrap();
+    assert_eq!(pos(id) + 1, pos(reshape));
+    let m = export(&g);
+    let declared: Vec<&str> = m
+        .graph
+        .as_ref()
+        .unwrap()
+        .value_info
+        .iter()
+        .filter_map(|v| v.name.as_deref())
+        .collect();
+    assert!(
+        declared.contains(&"a") && !declared.contains(&"r"),
+        "{declared:?}"
+    );
+    let again = import_bytes(export_bytes(&g).into(), Path::new("t2.onnx"), None).unwrap();
+    let ops: Vec<&str> = again
+        .nodes()
+        .iter()
+        .map(|&n| again.node(n).op_type.as_str())
+        .collect();
+    assert_eq!(ops, ["Relu", "Identity", "Reshape", "Neg"]);
+}
+
+/// A guard of a slot the node does not have, or of a name already taken, is refused.
+#[test]
+fn guard_of_a_missing_input_or_a_taken_name_is_refused() {
+    let mut g = reshape_graph();
+    let relu = g.nodes()[0];
+    let reshape = g.nodes()[1];
+    let guard = |node, slot, name: &str| Patch {
+        label: "bad guard".into(),
+        guards: vec![Guard {
+            node,
+            slot,
+            name: name.into(),
+        }],
+        ..Default::default()
+    };
+    assert!(matches!(
+        guard(relu, 1, "x.guard").apply(&mut g),
+        Err(PatchError::BadGuard { slot: 1, .. })
+    ));
+    assert!(matches!(
+        guard(reshape, 1, "a").apply(&mut g),
+        Err(PatchError::NameTaken { .. })
     ));
 }

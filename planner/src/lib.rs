@@ -11,8 +11,14 @@
 //!    recompute, then from the ILP's optima at tighter budgets. Labelled
 //!    [`ckpt_solver::Method::Search`]: no optimality bound.
 //! 3. **Cut**: drop the recomputes the fit does not need, swap expensive ones for cheaper.
-//! 4. **Lowered terms**: where the graph as given has no plan, its backward-only terms are
-//!    moved to run just before their readers (zero FLOPs) and it is planned again.
+//! 4. **Zero-FLOP variants**: the graph with its backward-only terms moved to run just before
+//!    their readers, with its constant reshape targets guarded (`ckpt_passes::guards`: ORT's
+//!    planner then keeps the buffers computed from them out of reuse), and with both, are
+//!    planned too where the graph as given has no plan or one that adds FLOPs; the plan that
+//!    adds the fewest FLOPs wins.
+//!
+//! ILP rounds stop at a node count, not a clock ([`ckpt_solver::IlpOptions::max_nodes`]):
+//! the plan is the same on a loaded machine.
 //!
 //! # Rules
 //!

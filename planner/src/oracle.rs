@@ -8,7 +8,7 @@
 //! solve): a rewritten run's recompute steps count as the original step they precede.
 
 use ckpt_ir::Graph;
-use ckpt_passes::device::device_need;
+use ckpt_passes::device::{device_need, fits};
 use ckpt_passes::memory::{schedule, simulate_threads, Simulation};
 use ckpt_passes::recompute::{rewrite, Candidates};
 use ckpt_solver::{evaluate, Method, Plan, Problem};
@@ -81,7 +81,28 @@ impl Simulator<'_> {
     fn run(&self, plan: &Plan) -> Result<(u64, Simulation), PlanError> {
         let (_, sim) = self.rewritten_run(plan)?;
         let need = device_need(&sim, &self.options.analysis.profile).arena_bytes;
-        Ok((self.before.ledger.fixed_bytes + need, sim))
+        let total = self.held_total(&sim, self.before.ledger.fixed_bytes + need);
+        Ok((total, sim))
+    }
+
+    /// `total` (fixed bytes plus the smallest arena the steps run in), or, where that is
+    /// within the ceiling but the steps do not run in the arena the written model records (a
+    /// first region of the budget, capped at it: the BFC arena is not monotone in its cap,
+    /// a larger first region can place chunks worse), just above the ceiling: the plan does
+    /// not fit as deployed.
+    fn held_total(&self, sim: &Simulation, total: u64) -> u64 {
+        let o = self.options;
+        let fixed = self.before.ledger.fixed_bytes;
+        let effective = o.effective_ceiling();
+        if total > effective {
+            return total;
+        }
+        let budget = o.ceiling.saturating_sub(fixed);
+        if fits(sim, &o.analysis.profile, budget) {
+            total
+        } else {
+            effective + ckpt_passes::arena::ALIGN
+        }
     }
 
     /// `plan`'s rewrite of the graph (unverified: a trial) and its simulated run.
@@ -211,7 +232,8 @@ impl Oracle for Simulator<'_> {
         patch.apply(&mut g2).map_err(PlanError::Patch)?;
         o.report(crate::Progress::Analysing);
         let after = analyse(g2, &o.analysis)?;
-        Ok((after.ledger.total_bytes, (after, text, counts)))
+        let total = self.held_total(&after.sim, after.ledger.total_bytes);
+        Ok((total, (after, text, counts)))
     }
 
     fn describe_peak(&self, set: &[bool]) -> Result<(), PlanError> {

@@ -224,38 +224,152 @@ pub struct Rewritten {
     pub time_limit_hit: bool,
     /// The plan is of the graph with its backward-only terms lowered (order moves first).
     pub lowered: bool,
+    /// The plan is of the graph with its constant reshape targets guarded
+    /// ([`ckpt_passes::guards`]; the guards come before the recompute in the patch).
+    pub guarded: bool,
+    /// The graph `cands` and `plan` index when it is a variant (terms moved, targets
+    /// guarded: it may have nodes the given graph lacks); `None`: the given graph.
+    pub planned_graph: Option<ckpt_ir::Graph>,
 }
 
-/// Plan `before` (the analysis of the graph as given, under `o.analysis`). Where that graph
-/// has no plan, its backward-only terms are moved to run just before their backward readers
-/// (zero FLOPs, [`ckpt_passes::recompute::lower_terms`]) and it is planned again; a plan
-/// found so is reported against the graph as given, its patch the moves followed by the
-/// recompute, and of two refusals the one with the lower reachable total is reported.
-/// Measured costs belong to the given graph's nodes, so with `o.costs` there is no such pass.
+/// Plan `before` (the analysis of the graph as given, under `o.analysis`).
+///
+/// The given graph and its zero-FLOP variants are planned in turn, each variant verified and
+/// simulated under the profile: (1) its backward-only terms moved to run just before their
+/// backward readers ([`ckpt_passes::recompute::lower_terms`], kept when that lowers the
+/// device total); (2) its constant reshape targets guarded ([`ckpt_passes::guards`]: ORT's
+/// planner then neither reuses nor shares the buffers computed from them, which go back to
+/// the arena); (3) the guarded graph with its terms moved. The plan that adds the fewest
+/// FLOPs wins (the earlier on a tie); a variant that fits as it is, is a plan that
+/// recomputes nothing and ends the search. A variant's plan is reported against the graph
+/// as given, its patch the variant's followed by the recompute; of the refusals, the one
+/// with the lowest reachable total is reported. Measured costs belong to the given graph's
+/// nodes, so with `o.costs` there are no variants.
 pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
     let first = plan_graph(before, o)?;
     if o.costs.is_some() {
         return Ok(first);
     }
-    let Outcome::CannotFit(diagnosis) = first else {
-        return Ok(first);
-    };
-    let Some((lowered, moves)) = lowered_terms(before, o)? else {
-        return Ok(Outcome::CannotFit(diagnosis));
-    };
-    match plan_graph(&lowered, o)? {
-        Outcome::CannotFit(second)
-            if second.lowest_reachable_total_bytes < diagnosis.lowest_reachable_total_bytes =>
-        {
-            Ok(Outcome::CannotFit(second))
-        }
-        Outcome::Rewritten(mut r) => {
-            r.patch_text = format!("{moves}\n{}", r.patch_text);
-            r.lowered = true;
-            Ok(Outcome::Rewritten(r))
-        }
-        _ => Ok(Outcome::CannotFit(diagnosis)),
+    let mut found: Option<Box<Rewritten>> = None;
+    let mut refused: Option<Diagnosis> = None;
+    match first {
+        Outcome::AlreadyFits => return Ok(Outcome::AlreadyFits),
+        Outcome::Rewritten(r) if r.counts.added_flops == 0 => return Ok(Outcome::Rewritten(r)),
+        Outcome::Rewritten(r) => found = Some(r),
+        Outcome::CannotFit(d) => refused = Some(d),
     }
+    let mut consider = |planned: Result<Box<Rewritten>, Diagnosis>| -> bool {
+        match planned {
+            Ok(r) => {
+                let free = r.counts.added_flops == 0;
+                if found
+                    .as_ref()
+                    .is_none_or(|f| r.counts.added_flops < f.counts.added_flops)
+                {
+                    found = Some(r);
+                }
+                free
+            }
+            Err(d) => {
+                refused = Some(match refused.take() {
+                    Some(a) => lower(a, d),
+                    None => d,
+                });
+                false
+            }
+        }
+    };
+    let lowered = lowered_terms(before, None, o)?;
+    let mut done = false;
+    if let Some(v) = &lowered {
+        done = consider(plan_variant(v, o)?);
+    }
+    if !done {
+        if let Some(g) = guarded(before, o)? {
+            done = consider(plan_variant(&g, o)?);
+            if !done {
+                if let Some(v) = lowered_terms(&g.analysis, Some(&g), o)? {
+                    consider(plan_variant(&v, o)?);
+                }
+            }
+        }
+    }
+    Ok(match (found, refused) {
+        (Some(r), _) => Outcome::Rewritten(r),
+        (None, Some(d)) => Outcome::CannotFit(d),
+        (None, None) => Outcome::AlreadyFits,
+    })
+}
+
+/// Of two refusals, the one with the lower reachable total (the first on a tie).
+fn lower(a: Diagnosis, b: Diagnosis) -> Diagnosis {
+    if b.lowest_reachable_total_bytes < a.lowest_reachable_total_bytes {
+        b
+    } else {
+        a
+    }
+}
+
+/// A zero-FLOP variant of the given graph: its analysis, the patches that made it (as text,
+/// against the given graph's numbering), and which moves it has.
+struct Variant {
+    analysis: Analysis,
+    patch_text: String,
+    lowered: bool,
+    guarded: bool,
+}
+
+/// Plan a variant: a plan of it, reported against the given graph, or the refusal.
+fn plan_variant(
+    v: &Variant,
+    o: &PlanOptions,
+) -> Result<Result<Box<Rewritten>, Diagnosis>, PlanError> {
+    let mut r = match plan_graph(&v.analysis, o)? {
+        Outcome::CannotFit(d) => return Ok(Err(d)),
+        Outcome::AlreadyFits => return Ok(Ok(as_is(v, o)?)),
+        Outcome::Rewritten(r) => r,
+    };
+    r.patch_text = format!("{}\n{}", v.patch_text, r.patch_text);
+    r.lowered = v.lowered;
+    r.guarded = v.guarded;
+    r.planned_graph = Some(v.analysis.graph.clone());
+    Ok(Ok(r))
+}
+
+/// A variant that fits as it is, as a plan that recomputes nothing.
+fn as_is(v: &Variant, o: &PlanOptions) -> Result<Box<Rewritten>, PlanError> {
+    let a = &v.analysis;
+    let cands = candidates(&a.graph, &a.sim, &a.types, &o.analysis.bindings);
+    let arena_ceiling = o
+        .effective_ceiling()
+        .saturating_sub(a.ledger.fixed_bytes)
+        .max(1);
+    let prob = problem(&a.sim, &cands, arena_ceiling);
+    let oracle = Simulator {
+        before: a,
+        cands: &cands,
+        prob: &prob,
+        options: o,
+    };
+    let plan = plan_from_set(&prob, vec![false; cands.list.len()]);
+    let (_, (after, patch_text, counts)) = oracle.realise(&plan)?;
+    Ok(Box::new(Rewritten {
+        after,
+        cands,
+        plan,
+        patch_text: format!("{}\n{patch_text}", v.patch_text),
+        counts,
+        arena_ceiling,
+        solve_attempts: 0,
+        ilp: IlpReport {
+            rounds: Vec::new(),
+            used: false,
+        },
+        time_limit_hit: false,
+        lowered: v.lowered,
+        guarded: v.guarded,
+        planned_graph: Some(a.graph.clone()),
+    }))
 }
 
 /// The graph with its backward-only terms placed where ORT's order runs them just before their
@@ -263,8 +377,9 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
 /// verified and simulated under the profile, lowers the device total; else `None`.
 fn lowered_terms(
     before: &Analysis,
+    on: Option<&Variant>,
     o: &PlanOptions,
-) -> Result<Option<(Analysis, String)>, PlanError> {
+) -> Result<Option<Variant>, PlanError> {
     let terms = ckpt_passes::recompute::backward_only_terms(&before.graph, &before.class);
     let patch = ckpt_passes::recompute::lower_terms(&before.graph, &terms, "backward-only terms");
     if patch.is_empty() {
@@ -276,8 +391,39 @@ fn lowered_terms(
     }
     o.report(Progress::Analysing);
     let lowered = analyse(g2, &o.analysis)?;
-    Ok((lowered.ledger.total_bytes < before.ledger.total_bytes)
-        .then(|| (lowered, patch.to_string())))
+    Ok(
+        (lowered.ledger.total_bytes < before.ledger.total_bytes).then(|| Variant {
+            analysis: lowered,
+            patch_text: match on {
+                Some(v) => format!("{}\n{patch}", v.patch_text),
+                None => patch.to_string(),
+            },
+            lowered: true,
+            guarded: on.is_some_and(|v| v.guarded),
+        }),
+    )
+}
+
+/// The given graph with its constant reshape targets guarded
+/// ([`ckpt_passes::guards::reuse_guards`]: zero FLOPs), verified and analysed; `None` when
+/// the graph has nothing to guard.
+fn guarded(before: &Analysis, o: &PlanOptions) -> Result<Option<Variant>, PlanError> {
+    let patch = ckpt_passes::guards::reuse_guards(&before.graph, "reuse guards");
+    if patch.is_empty() {
+        return Ok(None);
+    }
+    let mut g2 = before.graph.clone();
+    if patch.apply(&mut g2).is_err() {
+        return Ok(None);
+    }
+    o.report(Progress::Analysing);
+    let analysis = analyse(g2, &o.analysis)?;
+    Ok(Some(Variant {
+        analysis,
+        patch_text: patch.to_string(),
+        lowered: false,
+        guarded: true,
+    }))
 }
 
 /// One planning pass over the graph `before` holds.
@@ -346,6 +492,8 @@ fn plan_graph(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> 
                 ilp: f.ilp,
                 time_limit_hit: f.time_limit_hit,
                 lowered: false,
+                guarded: false,
+                planned_graph: None,
             })))
         }
         Searched::Stuck {
@@ -424,17 +572,20 @@ impl Deadline {
         }
     }
 
-    /// Whether `at` (or this deadline) has passed; a passed deadline is recorded as hit.
-    fn passed_at(&self, at: Instant) -> bool {
-        let passed = Instant::now() >= at;
+    /// Whether the deadline has passed; a passed deadline is recorded as hit.
+    fn passed(&self) -> bool {
+        let passed = Instant::now() >= self.at;
         if passed {
             self.hit.store(true, Ordering::Relaxed);
         }
         passed
     }
 
-    fn passed(&self) -> bool {
-        self.passed_at(self.at)
+    /// The time left (at least a millisecond: CBC's limit must be positive).
+    fn left(&self) -> Duration {
+        self.at
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1))
     }
 
     /// Whether the clock stopped anything so far.
@@ -462,6 +613,8 @@ impl Deadline {
 
 /// Relative gap at which a round of the corrected ILP stops.
 const ROUND_GAP: f64 = 0.01;
+/// Branch-and-bound nodes one ILP solve may explore (see the search's step 1).
+const ROUND_NODES: u64 = 500;
 /// Rounds of the simulator-corrected ILP.
 const CORRECTION_ROUNDS: usize = 12;
 /// How many unchosen candidates one search move tries adding.
@@ -508,12 +661,14 @@ pub fn search<O: Oracle>(
     //    new is learnt, or the rounds run out. Only plans the ILP proved optimal or within a 1%
     //    gap are used: the oracle, not the linear model, has the last word, and a gap
     //    (unlike a clock, which would make the output depend on the machine's speed) keeps
-    //    the answer reproducible. A tenth of the time limit per round: a round CBC cannot
-    //    settle quickly is not worth the search's time.
-    let opts = IlpOptions {
-        time_limit: so.time_limit / 10,
+    //    the answer reproducible. A round CBC cannot settle in [`ROUND_NODES`] branch-and-
+    //    bound nodes is not worth the search's time; the count, unlike a clock, stops it at
+    //    the same place on any machine. The time left is only CBC's safety stop.
+    let opts = || IlpOptions {
+        time_limit: clock.left(),
         watchdog_slack: so.time_limit / 20,
         relative_gap: ROUND_GAP,
+        max_nodes: Some(ROUND_NODES),
         ..Default::default()
     };
     let mut attempts = 0;
@@ -522,14 +677,14 @@ pub fn search<O: Oracle>(
     let mut correction = vec![0u64; prob.base_live.len()];
     let mut rounds = Vec::new();
     for round in 0..CORRECTION_ROUNDS {
-        if clock.passed_at(t0 + so.time_limit / 2) {
+        if clock.passed() {
             break;
         }
         let mut corrected = learnt_prob.clone();
         for (b, c) in corrected.base_live.iter_mut().zip(&correction) {
             *b += c;
         }
-        let solved = solve_ilp_with(&corrected, &opts);
+        let solved = solve_ilp_with(&corrected, &opts());
         clock.note_ilp(&solved);
         let plan = match solved {
             Ok(p)
@@ -686,7 +841,7 @@ pub fn search<O: Oracle>(
         let tighter = [0.9f64, 0.8].into_iter().filter_map(|f| {
             let mut p = prob.clone();
             p.ceiling = ((prob.ceiling as f64 * f) as u64).max(1);
-            let solved = solve_ilp_with(&p, &opts);
+            let solved = solve_ilp_with(&p, &opts());
             clock.note_ilp(&solved);
             match solved {
                 Ok(plan) if plan.info.status == Status::Optimal => Some(plan.recompute),

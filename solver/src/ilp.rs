@@ -36,6 +36,10 @@ pub struct IlpOptions {
     /// Dependency depth to which each segment models rematerialisation in
     /// the first round (0 = only candidates already needed).
     pub initial_depth: usize,
+    /// Branch-and-bound nodes CBC may explore in one solve: a count, so that where it stops
+    /// does not depend on the machine's speed or load (the time limit does). A solve stopped
+    /// by it ends the refinement with [`Fallback::NodeLimit`].
+    pub max_nodes: Option<u64>,
     /// Extra CBC parameters, applied last (e.g. `("cuts", "off")`).
     pub cbc_parameters: Vec<(String, String)>,
 }
@@ -48,6 +52,7 @@ impl Default for IlpOptions {
             relative_gap: 0.0,
             warm_start: true,
             initial_depth: 0,
+            max_nodes: None,
             cbc_parameters: Vec::new(),
         }
     }
@@ -275,6 +280,8 @@ enum Cbc {
         bound: f64,
     },
     Infeasible,
+    /// Stopped at [`IlpOptions::max_nodes`].
+    NodeLimit,
     Error(String),
 }
 
@@ -315,6 +322,15 @@ fn refine(
                 Cbc::Infeasible => {
                     return Refinement {
                         end: RefinementEnd::Infeasible,
+                        size,
+                    }
+                }
+                Cbc::NodeLimit => {
+                    return Refinement {
+                        end: RefinementEnd::Stopped {
+                            reason: Fallback::NodeLimit,
+                            bound: best_bound,
+                        },
                         size,
                     }
                 }
@@ -818,6 +834,9 @@ impl Formulation {
         if options.relative_gap > 0.0 {
             model.set_parameter("ratioGap", &options.relative_gap.to_string());
         }
+        if let Some(n) = options.max_nodes {
+            model.set_parameter("maxNodes", &n.to_string());
+        }
         for (k, v) in &options.cbc_parameters {
             model.set_parameter(k, v);
         }
@@ -964,6 +983,9 @@ impl Formulation {
                 }
             }
             Err(ResolutionError::Infeasible) => Cbc::Infeasible,
+            // good_lp reports CBC's stop on anything but time as a bare `Stopped`; with a
+            // node limit set, that is where it stopped.
+            Err(ResolutionError::Other("Stopped")) if options.max_nodes.is_some() => Cbc::NodeLimit,
             Err(e) => Cbc::Error(e.to_string()),
         }
     }

@@ -71,6 +71,8 @@ pub enum Fallback {
     Watchdog,
     /// The time limit ended the search before a fitting answer.
     TimeLimit,
+    /// CBC explored its node limit ([`crate::IlpOptions::max_nodes`]) without a proof.
+    NodeLimit,
     /// CBC answered with an error (the message) or no solution.
     SolverError(String),
     /// CBC's values, re-evaluated, exceed the ceiling.

@@ -1,0 +1,95 @@
+//! Reuse kept out of play: a zero-FLOP rewrite that hides the graph's constant reshape targets
+//! from ONNX Runtime's load-time shape inference.
+//!
+//! ORT's allocation planner hands a freed buffer to a later value of the same resolved shape,
+//! and such a buffer stays allocated from its first value to the last read of its last value,
+//! empty in between (`docs/recompute-under-ort.md`, point 3). In a training graph the freed
+//! forward buffers wait, allocated, for backward values of their shape, and a recomputed
+//! activation's buffer often goes to its own clone: the recompute then saves nothing where it
+//! matters. A value whose dims ORT cannot resolve is never reused and never taken in place
+//! (`crate::ort_view`): its buffer goes back to the arena after its last reader, where the BFC
+//! arena recycles it for any later request.
+//!
+//! Rules ([`reuse_guards`]):
+//! - every ONNX `Reshape` whose target shape is a constant (an initializer the caller cannot
+//!   override, or a `Constant` node's output) reads it through an `Identity`
+//!   ([`ckpt_ir::Guard`]): ORT's data propagation does not see through `Identity`, so the
+//!   Reshape's output has dims ORT leaves unknown, and so does what is computed from it until
+//!   an op's shape function pins the dims again (a broadcast against a known shape, a
+//!   reduction, another constant target);
+//! - the file's value_info entries of computed values (not graph outputs) are dropped: a
+//!   declared dim would win over the unknown one, and ORT infers them itself.
+//!
+//! The guarded graph computes the same values in the same order (the Identities read only
+//! initializers, so ORT's order places each right before its Reshape and nothing else
+//! moves). Whether it needs less memory is the simulator's call, under the deployment
+//! profile: the planner keeps it only when it does.
+
+use std::collections::BTreeSet;
+
+use ckpt_ir::{Graph, Guard, Patch, TensorSource, ONNX_DOMAIN};
+
+use crate::memory::is_constant_node;
+
+/// Whether `t` is a constant ORT's shape functions see: a fixed initializer or a `Constant`
+/// node's output (an initializer once ORT loads the model).
+fn is_constant(graph: &Graph, t: ckpt_ir::TensorId) -> bool {
+    match &graph.tensor(t).source {
+        TensorSource::Initializer { overridable, .. } => !overridable,
+        TensorSource::Node(p) => is_constant_node(graph, *p),
+        TensorSource::GraphInput => false,
+    }
+}
+
+/// The guards of `graph` (see the module doc), as one labelled patch; empty when the graph
+/// has no constant reshape target.
+pub fn reuse_guards(graph: &Graph, label: &str) -> Patch {
+    let mut patch = Patch::new(label);
+    let mut taken: BTreeSet<String> = BTreeSet::new();
+    for &n in graph.nodes() {
+        let node = graph.node(n);
+        if node.op_type != "Reshape" || node.domain != ONNX_DOMAIN {
+            continue;
+        }
+        let Some(target) = node.inputs.get(1).copied().flatten() else {
+            continue;
+        };
+        if !is_constant(graph, target) {
+            continue;
+        }
+        let base = &graph.tensor(target).name;
+        let mut name = format!("{base}.guard");
+        let mut k = 2;
+        while graph.tensor_id(&name).is_some() || taken.contains(&name) {
+            name = format!("{base}.guard{k}");
+            k += 1;
+        }
+        taken.insert(name.clone());
+        patch.guards.push(Guard {
+            node: n,
+            slot: 1,
+            name,
+        });
+    }
+    if patch.guards.is_empty() {
+        return patch;
+    }
+    let declared: BTreeSet<&str> = graph
+        .model()
+        .graph
+        .as_ref()
+        .into_iter()
+        .flat_map(|g| &g.value_info)
+        .filter_map(|vi| vi.name.as_deref())
+        .collect();
+    patch.forget_value_info = graph
+        .tensor_ids()
+        .filter(|&t| {
+            let tensor = graph.tensor(t);
+            matches!(tensor.source, TensorSource::Node(_))
+                && !tensor.is_output
+                && declared.contains(tensor.name.as_str())
+        })
+        .collect();
+    patch
+}
