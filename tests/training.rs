@@ -11,7 +11,7 @@ use ckpt_ir::profile::{CallerOutputs, ExtendStrategy, InitialChunk, Profile};
 use ckpt_ir::{Bindings, Message};
 use ckpt_opt::inputs::{make_inputs, InputOverrides};
 use ckpt_opt::profile::session_config;
-use ckpt_passes::device::{device_need, replay};
+use ckpt_passes::device::{device_need, fits, replay};
 use ckpt_passes::memory::{schedule, simulate};
 use ckpt_runtime::training::TrainingRunner;
 use ckpt_runtime::{Arena, Model, OptLevel, SessionConfig};
@@ -341,4 +341,17 @@ fn gpt2_artifact_need_is_predicted_under_the_default_profile() {
         .unwrap();
     let oom = t.out_of_memory.expect("the runtime runs out");
     assert!(oom.contains(&format!("Name:'{node}'")), "{node}: {oom}");
+    // With outputs held the need is not monotone in the cap, on the runtime as in the replay.
+    let held = Profile {
+        caller_outputs: CallerOutputs::Held,
+        ..p
+    };
+    let cfg = session_config(&held);
+    for (cap, runs) in [(2_243_072, true), (2_283_520, false), (2_283_776, true)] {
+        assert_eq!(fits(&sim, &held, cap), runs, "replay at {cap}");
+        let ran = r
+            .runs_under(&staged, &cfg, 3, true, need.load_bytes, cap)
+            .unwrap();
+        assert_eq!(ran, runs, "1.19.2 at {cap}");
+    }
 }

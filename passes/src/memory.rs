@@ -3,7 +3,9 @@
 //! It replays what ONNX Runtime 1.31's CPU EP does in one run (memory pattern off), as
 //! established in `docs/ort-internals.md`:
 //! - **order**: [`Schedule`] = ORT's default order over the graph as ORT loads it
-//!   (`Constant` nodes become initializers and are not steps);
+//!   (`Constant` nodes become initializers and are not steps), on the runtime that runs the
+//!   graph: onnxruntime-training 1.19.2 for one with training ops, which runs each
+//!   `Shape`/`Size` right after its input's producer ([`schedule_for`]);
 //! - **planner**: use counts; graph outputs get their own buffer, held to the end; alias
 //!   ops (Reshape, Identity, Squeeze, Unsqueeze, Flatten) share their input's buffer;
 //!   in-place ops (Relu, Sigmoid, Tanh, Softmax, … — `MayInplace`) take their input's
