@@ -30,17 +30,10 @@ pub fn needs_training_runtime(model: &onnx::ModelProto) -> bool {
     })
 }
 
-/// The ONNX Runtime version a graph runs on: the training runtime's when it has training ops.
+/// The ONNX Runtime version a graph runs on: the training runtime's when it has training ops
+/// ([`ckpt_ir::ort::runtime_version`]).
 pub fn ort_version_for(graph: &ckpt_ir::Graph) -> &'static str {
-    let training = graph.nodes().iter().any(|&n| {
-        let node = graph.node(n);
-        ckpt_ir::ops::training_only(&ckpt_ir::normalise_domain(&node.domain), &node.op_type)
-    });
-    if training {
-        ckpt_ir::ort::TRAINING_ORT_VERSION
-    } else {
-        ckpt_ir::ort::ORT_VERSION
-    }
+    ckpt_ir::ort::runtime_version(graph)
 }
 
 /// The graph inputs `model` writes in place: the buffer (input 0) of every accumulating

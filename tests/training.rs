@@ -11,7 +11,7 @@ use ckpt_ir::profile::{CallerOutputs, ExtendStrategy, InitialChunk, Profile};
 use ckpt_ir::{Bindings, Message};
 use ckpt_opt::inputs::{make_inputs, InputOverrides};
 use ckpt_opt::profile::session_config;
-use ckpt_passes::device::device_need;
+use ckpt_passes::device::{device_need, fits, replay};
 use ckpt_passes::memory::{schedule, simulate};
 use ckpt_runtime::training::TrainingRunner;
 use ckpt_runtime::{Arena, Model, OptLevel, SessionConfig};
@@ -224,4 +224,134 @@ fn training_artifact_need_is_predicted_to_the_byte() {
         }
     }
     assert!(misses.is_empty(), "{misses:#?}");
+}
+
+/// The GPT-2 artifact with the dims the truth table uses: its file, graph (types inferred),
+/// simulation under `schedule` (the training runtime's order) and inputs.
+fn gpt2() -> (
+    Vec<u8>,
+    ckpt_ir::Graph,
+    ckpt_passes::memory::Simulation,
+    Vec<ckpt_runtime::HostTensor>,
+) {
+    let path = root().join("tests/fixtures/ort_gpt2_training.onnx");
+    let (g, _) =
+        ckpt_opt::optimize::with_inferred_types(ckpt_ir::import_file(&path).unwrap()).unwrap();
+    let mut b = Bindings::new();
+    b.insert("batch".to_string(), 2);
+    b.insert("seq".to_string(), 32);
+    let sim = simulate(&g, &schedule(&g).unwrap(), &b).unwrap();
+    let overrides = InputOverrides::parse(&[], &[]).unwrap();
+    let (inputs, _) = make_inputs(&g, &b, 1, &overrides, &[]).unwrap();
+    (std::fs::read(&path).unwrap(), g, sim, inputs)
+}
+
+/// onnxruntime-training 1.19.2 runs each `Shape` right after its input's producer
+/// (`ckpt_ir::ort::shape_ops_follow_their_input`): `schedule` gives, for both artifacts, the
+/// node order that runtime's profiler records (`scripts/ort_training/order.py`), and for
+/// GPT-2, whose backward `Reshape`s read `Shape`s of forward activations, 1.31.1's plain
+/// walk would not.
+#[test]
+fn training_artifact_schedule_is_the_training_runtimes_order() {
+    let Some(r) = runner() else { return };
+    for (fixture, dims) in [
+        ("ort_mlp_training", &["batch=8"][..]),
+        ("ort_gpt2_training", &["batch=2", "seq=32"][..]),
+    ] {
+        let path = root().join(format!("tests/fixtures/{fixture}.onnx"));
+        let g = ckpt_ir::import_file(&path).unwrap();
+        let o = std::process::Command::new(&r.runtime.python)
+            .arg(root().join("scripts/ort_training/order.py"))
+            .arg(&path)
+            .args(dims)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let ran: Vec<String> = String::from_utf8(o.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        let names = |s: &ckpt_passes::memory::Schedule| -> Vec<String> {
+            s.order.iter().map(|&n| g.node(n).name.clone()).collect()
+        };
+        assert_eq!(names(&schedule(&g).unwrap()), ran, "{fixture}");
+        if fixture == "ort_gpt2_training" {
+            let plain = ckpt_passes::memory::schedule_for(&g, ckpt_ir::ort::ORT_VERSION).unwrap();
+            assert_ne!(names(&plain), ran, "{fixture}");
+        }
+    }
+}
+
+/// Under the default profile the GPT-2 artifact's need on the training runtime is predicted to
+/// the byte (2,132,736 B, bisected on `max_mem`); with 1.31.1's order it was +1.80%.
+#[test]
+fn gpt2_artifact_need_is_predicted_under_the_default_profile() {
+    let Some(mut r) = runner() else { return };
+    let (bytes, g, sim, inputs) = gpt2();
+    let p = Profile {
+        ort_version: ckpt_opt::training::ort_version_for(&g),
+        ..Profile::default()
+    };
+    assert_eq!(p.ort_version, "1.19.2");
+    let model = ckpt_ir::onnx::ModelProto::decode(bytes.as_slice()).unwrap();
+    let staged = r
+        .stage(
+            Model::new("gpt2", &bytes),
+            &inputs,
+            &ckpt_opt::training::updated_inputs(&model),
+        )
+        .unwrap();
+    let pred = device_need(&sim, &p).arena_bytes;
+    let need = r
+        .measure_need(
+            &staged,
+            &session_config(&p),
+            p.steps as usize,
+            p.caller_outputs == CallerOutputs::Held,
+            Some(pred),
+        )
+        .unwrap();
+    let meas = need.arena_bytes;
+    let err = pred as f64 / meas as f64 - 1.0;
+    assert!(
+        err.abs() <= 0.01,
+        "predicted {pred}, measured {meas} ({:+.2}%)",
+        100.0 * err
+    );
+    assert_eq!(pred, meas);
+    // 256 B below the need, the replay and the runtime run out at the same node.
+    let below = meas - 256;
+    let replayed = replay(&sim, &p, Some(below));
+    let step = sim.arena_events[replayed.failed_event.expect("the replay fails")].step;
+    let node = &g.node(sim.schedule.order[step]).name;
+    let mut cfg = session_config(&p);
+    if let Arena::Bfc { initial_chunk, .. } = &mut cfg.arena {
+        *initial_chunk = Some(below);
+    }
+    let t = r
+        .trial(
+            &staged,
+            &cfg,
+            p.steps as usize,
+            false,
+            Some(need.load_bytes + below),
+            false,
+        )
+        .unwrap();
+    let oom = t.out_of_memory.expect("the runtime runs out");
+    assert!(oom.contains(&format!("Name:'{node}'")), "{node}: {oom}");
+    // With outputs held the need is not monotone in the cap, on the runtime as in the replay.
+    let held = Profile {
+        caller_outputs: CallerOutputs::Held,
+        ..p
+    };
+    let cfg = session_config(&held);
+    for (cap, runs) in [(2_243_072, true), (2_283_520, false), (2_283_776, true)] {
+        assert_eq!(fits(&sim, &held, cap), runs, "replay at {cap}");
+        let ran = r
+            .runs_under(&staged, &cfg, 3, true, need.load_bytes, cap)
+            .unwrap();
+        assert_eq!(ran, runs, "1.19.2 at {cap}");
+    }
 }

@@ -1,5 +1,6 @@
 //! Facts about ONNX Runtime itself (not about one kernel), said once for every crate:
-//! the arena's allocation granularity and the optimizer a recompute rewrite must switch off.
+//! the arena's allocation granularity, the optimizer a recompute rewrite must switch off, and
+//! what differs between the runtime versions the simulator models.
 
 /// ORT's arena rounds every allocation up to this many bytes (`kAllocAlignment` in
 /// `core/framework/allocator.h`); a liveness simulation rounds the same way.
@@ -36,5 +37,34 @@ pub const TRAINING_ORT_VERSION: &str = "1.19.2";
 /// (`tests/training.rs`): onnxruntime-training [`TRAINING_ORT_VERSION`] does; [`ORT_VERSION`]
 /// `Reserve()`s them outside the arena's regions, so they take no room there.
 pub fn initializers_in_arena(ort_version: &str) -> bool {
+    ort_version == TRAINING_ORT_VERSION
+}
+
+/// The ONNX Runtime version that runs `graph`: [`TRAINING_ORT_VERSION`] when it has an op only
+/// ORT's training build has (`ops::training_only`), else [`ORT_VERSION`].
+pub fn runtime_version(graph: &crate::Graph) -> &'static str {
+    let training = graph.nodes().iter().any(|&n| {
+        let node = graph.node(n);
+        crate::ops::training_only(&crate::normalise_domain(&node.domain), &node.op_type)
+    });
+    if training {
+        TRAINING_ORT_VERSION
+    } else {
+        ORT_VERSION
+    }
+}
+
+/// The ops that [`shape_ops_follow_their_input`] moves (default domain).
+pub const EARLY_SHAPE_OPS: &[&str] = &["Shape", "Size"];
+
+/// Whether ONNX Runtime `ort_version`'s default execution order runs every [`EARLY_SHAPE_OPS`]
+/// node right after the node that produces its input, instead of where the reverse
+/// depth-first walk puts it: after each node of that walk's order it emits that node's
+/// consumers of those op types whose producers have all run, in ascending node index.
+/// Measured with the profiler's node order on the GPT-2 training artifact (all 318 nodes):
+/// onnxruntime-training [`TRAINING_ORT_VERSION`] does, so a backward `Reshape`'s `Shape` of a
+/// forward activation no longer holds that activation until the backward pass; [`ORT_VERSION`]
+/// runs the plain walk (`docs/ort-internals.md`, section 1).
+pub fn shape_ops_follow_their_input(ort_version: &str) -> bool {
     ort_version == TRAINING_ORT_VERSION
 }

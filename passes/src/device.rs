@@ -42,6 +42,9 @@ pub struct Replay {
     pub pattern_block: u64,
     /// The first allocation that failed under the cap: (step, request).
     pub failed: Option<(usize, OutOfMemory)>,
+    /// The index in [`Simulation::arena_events`] of that allocation (`None` when loading's
+    /// chunks or the pattern block failed, or nothing did).
+    pub failed_event: Option<usize>,
 }
 
 /// The arena the profile's session allocates from, capped at `cap`.
@@ -136,6 +139,7 @@ pub fn replay(sim: &Simulation, profile: &Profile, cap: Option<u64>) -> Replay {
     let mut step_in_use = Vec::with_capacity(steps);
     let mut held_outputs: Vec<u64> = Vec::new();
     let mut failed = None;
+    let mut failed_event = None;
     let load_key = steps as u64 * span;
     for (i, &bytes) in load.iter().enumerate() {
         if let Err(oom) = arena.alloc(load_key + i as u64, bytes) {
@@ -155,7 +159,7 @@ pub fn replay(sim: &Simulation, profile: &Profile, cap: Option<u64>) -> Replay {
         let patterned = block > 0 && run > 0 && arena.alloc(block_key, block).is_ok();
         let mut outputs = Vec::new();
         let mut allocated: Vec<u64> = Vec::new();
-        for e in &sim.arena_events {
+        for (i, e) in sim.arena_events.iter().enumerate() {
             if patterned && e.kind == EventKind::Buffer {
                 continue;
             }
@@ -163,6 +167,7 @@ pub fn replay(sim: &Simulation, profile: &Profile, cap: Option<u64>) -> Replay {
             if e.alloc {
                 if let Err(oom) = arena.alloc(key, e.bytes) {
                     failed = Some((run, oom));
+                    failed_event = Some(i);
                     step_in_use.push(arena.max_in_use);
                     arena.max_in_use = arena.max_in_use.max(before);
                     break 'runs;
@@ -199,6 +204,7 @@ pub fn replay(sim: &Simulation, profile: &Profile, cap: Option<u64>) -> Replay {
         step_in_use,
         pattern_block: block,
         failed,
+        failed_event,
     }
 }
 

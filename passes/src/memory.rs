@@ -3,7 +3,9 @@
 //! It replays what ONNX Runtime 1.31's CPU EP does in one run (memory pattern off), as
 //! established in `docs/ort-internals.md`:
 //! - **order**: [`Schedule`] = ORT's default order over the graph as ORT loads it
-//!   (`Constant` nodes become initializers and are not steps);
+//!   (`Constant` nodes become initializers and are not steps), on the runtime that runs the
+//!   graph: onnxruntime-training 1.19.2 for one with training ops, which runs each
+//!   `Shape`/`Size` right after its input's producer ([`schedule_for`]);
 //! - **planner**: use counts; graph outputs get their own buffer, held to the end; alias
 //!   ops (Reshape, Identity, Squeeze, Unsqueeze, Flatten) share their input's buffer;
 //!   in-place ops (Relu, Sigmoid, Tanh, Softmax, … — `MayInplace`) take their input's
@@ -80,8 +82,16 @@ pub fn is_constant_node(graph: &Graph, n: NodeId) -> bool {
     ckpt_ir::ops::folded_at_load(graph, n)
 }
 
-/// ORT's default execution order for `graph` as stored (no graph transformer applied).
+/// ORT's default execution order for `graph` as stored (no graph transformer applied), on
+/// the runtime that runs it ([`ckpt_ir::ort::runtime_version`]).
 pub fn schedule(graph: &Graph) -> Result<Schedule, MemoryError> {
+    schedule_for(graph, ckpt_ir::ort::runtime_version(graph))
+}
+
+/// ORT `ort_version`'s default execution order for `graph` as stored: the reverse depth-first
+/// walk, with `Shape`/`Size` nodes moved right after their input's producer where
+/// [`ckpt_ir::ort::shape_ops_follow_their_input`].
+pub fn schedule_for(graph: &Graph, ort_version: &str) -> Result<Schedule, MemoryError> {
     let mut ort_index = vec![usize::MAX; graph.node_bound()];
     let mut by_index: Vec<NodeId> = Vec::new();
     for &n in graph.nodes() {
@@ -100,13 +110,62 @@ pub fn schedule(graph: &Graph) -> Result<Schedule, MemoryError> {
             }))
         })
         .collect();
-    let order = try_ort_default_order(&table).map_err(|e| MemoryError::Order(e.to_string()))?;
+    let mut order = try_ort_default_order(&table).map_err(|e| MemoryError::Order(e.to_string()))?;
+    if ckpt_ir::ort::shape_ops_follow_their_input(ort_version) {
+        order = shape_ops_after_their_input(graph, &by_index, &table, &order);
+    }
     let order: Vec<NodeId> = order.into_iter().map(|i| by_index[i]).collect();
     let mut step = vec![usize::MAX; graph.node_bound()];
     for (s, n) in order.iter().enumerate() {
         step[n.index()] = s;
     }
     Ok(Schedule { order, step })
+}
+
+/// `order` (ORT node indices) with each node followed by its not yet run consumers of an
+/// [`ckpt_ir::ort::EARLY_SHAPE_OPS`] type whose producers have all run, in ascending index
+/// ([`ckpt_ir::ort::shape_ops_follow_their_input`]).
+fn shape_ops_after_their_input(
+    graph: &Graph,
+    by_index: &[NodeId],
+    table: &[OrderNode],
+    order: &[usize],
+) -> Vec<usize> {
+    let n = by_index.len();
+    let early: Vec<bool> = by_index
+        .iter()
+        .map(|&id| {
+            let node = graph.node(id);
+            ckpt_ir::normalise_domain(&node.domain) == ckpt_ir::ONNX_DOMAIN
+                && ckpt_ir::ort::EARLY_SHAPE_OPS.contains(&node.op_type.as_str())
+        })
+        .collect();
+    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (c, node) in table.iter().enumerate() {
+        for &p in node.inputs.iter().flatten() {
+            consumers[p].push(c);
+        }
+    }
+    for list in &mut consumers {
+        list.sort_unstable();
+        list.dedup();
+    }
+    let mut done = vec![false; n];
+    let mut out = Vec::with_capacity(n);
+    for &v in order {
+        if done[v] {
+            continue;
+        }
+        done[v] = true;
+        out.push(v);
+        for &c in &consumers[v] {
+            if early[c] && !done[c] && table[c].inputs.iter().flatten().all(|&p| done[p]) {
+                done[c] = true;
+                out.push(c);
+            }
+        }
+    }
+    out
 }
 
 /// A planned buffer: one arena allocation shared by one or more values.
@@ -550,4 +609,40 @@ pub fn simulate_threads(
 /// Node whose step is the peak, for reports.
 pub fn peak_node(sim: &Simulation) -> Option<NodeId> {
     sim.schedule.order.get(sim.peak_step).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ckpt_ir::ort::{ORT_VERSION, TRAINING_ORT_VERSION};
+
+    /// `sh = Shape(a)` has a lower index than the chain `b`, `c`, so the reverse depth-first walk
+    /// expands the chain first and runs `sh` just before its reader `r`, keeping `a` alive until
+    /// then; the training runtime runs it right after `a`'s producer.
+    #[test]
+    fn the_training_runtime_runs_shape_right_after_its_input() {
+        let g = ckpt_ir::parse_graph(
+            r#"
+input %0 "x": f32[4]
+%1 "a": f32[4] = Exp(%0)  # "a"
+%2 "sh": i64[1] = Shape(%1)  # "sh"
+%3 "b": f32[4] = Exp(%1)  # "b"
+%4 "c": f32[4] = Exp(%3)  # "c"
+%5 "r": f32[4] = Reshape(%4, %2)  # "r"
+output %5 "r"
+"#,
+        )
+        .unwrap();
+        let names = |version: &str| -> Vec<String> {
+            let s = schedule_for(&g, version).unwrap();
+            s.order.iter().map(|&n| g.node(n).name.clone()).collect()
+        };
+        assert_eq!(names(ORT_VERSION), ["a", "b", "c", "sh", "r"]);
+        assert_eq!(names(TRAINING_ORT_VERSION), ["a", "sh", "b", "c", "r"]);
+        // No training op: the graph runs on ORT_VERSION, so `schedule` keeps the plain walk.
+        assert_eq!(
+            schedule(&g).unwrap(),
+            schedule_for(&g, ORT_VERSION).unwrap()
+        );
+    }
 }
