@@ -136,7 +136,7 @@ fn violations(name: &str, s: &Sweep) -> Vec<String> {
             .filter(|k| k.total_bytes <= p.ceiling_bytes)
             .collect();
         check(
-            p.fits == !fitting.is_empty(),
+            p.fits != fitting.is_empty(),
             format!(
                 "at {}: fits {} but {} pool plans fit",
                 p.ceiling_bytes,
