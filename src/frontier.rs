@@ -10,9 +10,10 @@
 //!   joins one pool, and each ceiling takes the cheapest plan of the pool that fits it (fewest
 //!   added FLOPs, then the lowest peak). A plan that fits a lower ceiling fits every higher one,
 //!   so added FLOPs never rise as the ceiling rises, and `fits` never turns false.
-//! - The floor is the lowest device total any plan of the pool reaches (recompute-all, or a
-//!   planner's plan found by probing below the lowest the planner reports), not a proven
-//!   bound: the planner's search is a heuristic.
+//! - The floor is the lowest device total any plan of the pool reaches (recompute-all, a
+//!   planner's plan found by probing below the lowest the planner reports, or one found at a
+//!   swept ceiling), not a proven bound: the planner's search is a heuristic. Evenly spaced
+//!   points end at the floor, so the lowest point fits with the floor's plan.
 //! - Per-block checkpointing keeps each layer's residual-stream input and recomputes every
 //!   other candidate. The residual stream is found from the graph: a forward `Add` one of whose
 //!   operands is an ancestor of the other (the skip connection) makes that operand a block
@@ -281,6 +282,8 @@ pub fn cheapest_index(plans: &[(u64, u64)], ceiling: u64) -> Option<usize> {
 #[derive(Clone, Debug)]
 pub enum Ceilings {
     /// N ceilings evenly spaced from the no-recompute total down to the floor (both included).
+    /// Where a plan found at a swept ceiling goes below the floor they were spaced to, the
+    /// lowest ceiling moves down to it ([`end_at_floor`]).
     Points(usize),
     /// Given ceilings (`90%` is of the no-recompute total).
     List(Vec<CeilingSpec>),
@@ -432,6 +435,19 @@ fn find_floor(
 const FLOOR_DESCENT: usize = 8;
 const FLOOR_STEP_DIVISOR: u64 = 40;
 
+/// Make the lowest of the descending `ceilings` the pool's `floor`. The points are spaced down
+/// to the floor the probe found, but a plan the planner returns at a swept ceiling (the lowest
+/// one above all) may go below it: the lowest ceiling then moves down to that plan's total,
+/// so the lowest point is the floor and fits (a single ceiling, no recompute's, is kept and
+/// the floor added below it).
+pub fn end_at_floor(ceilings: &mut Vec<u64>, floor: u64) {
+    match ceilings.as_mut_slice() {
+        [_, .., last] if *last > floor => *last = floor,
+        [only] if *only > floor => ceilings.push(floor),
+        _ => {}
+    }
+}
+
 /// Sweep `graph` over `ceilings` with the planner (see the module doc).
 pub fn sweep(
     model: &str,
@@ -468,6 +484,9 @@ pub fn sweep(
         }
     }
     let floor = pool.iter().map(|p| p.total_bytes).fold(floor, u64::min);
+    if let Ceilings::Points(_) = ceilings {
+        end_at_floor(&mut list, floor);
+    }
     let pct = |f: u64| 100.0 * f as f64 / step as f64;
     let step_ns = costs.map(|c| c.step_ns().max(1));
     let ms = |p: &KnownPlan| p.added_ns.map(|ns| ns as f64 / 1e6);

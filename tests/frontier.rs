@@ -188,3 +188,24 @@ fn cheapest_known_plan_is_monotone_in_the_ceiling() {
     assert_eq!(cheapest_index(&plans, 80), Some(3));
     assert_eq!(cheapest_index(&plans, 59), None);
 }
+
+/// The lowest of evenly spaced ceilings moves down to the pool's floor when a plan found at a
+/// swept ceiling went below the floor they were spaced to (as on gpt2_d0_aot, where the plan
+/// found at the lowest ceiling was 1,792 bytes under it), and stays where it is otherwise.
+#[test]
+fn evenly_spaced_ceilings_end_at_the_pools_floor() {
+    use ckpt_opt::frontier::end_at_floor;
+    let mut c = vec![100, 90, 80];
+    end_at_floor(&mut c, 75);
+    assert_eq!(c, [100, 90, 75]);
+    let mut c = vec![100, 90, 80];
+    end_at_floor(&mut c, 80);
+    assert_eq!(c, [100, 90, 80]);
+    // One ceiling (no recompute's) is kept, with the floor below it.
+    let mut c = vec![100];
+    end_at_floor(&mut c, 60);
+    assert_eq!(c, [100, 60]);
+    let mut c = vec![100];
+    end_at_floor(&mut c, 100);
+    assert_eq!(c, [100]);
+}
