@@ -444,7 +444,7 @@ fn training_artifact_profiles_other_than_one_region_are_refused() {
         refused(
             &args,
             "on an ORT training artifact",
-            "+94.6% on ort_gpt2_training",
+            "+87.0% on ort_gpt2_training",
         );
         refused(
             &args,
