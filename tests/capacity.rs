@@ -108,15 +108,15 @@ const BATCH_AT_6MB: [&str; 8] = [
 #[test]
 fn capacity_finds_the_largest_batch_checked_one_above() {
     let ceiling = 6_000_000u64;
-    let c = capacity(&BATCH_AT_6MB);
-    check(&c, "batch", "seq=32", ceiling);
-    assert_eq!(c["items"], "samples");
-    // With --out the same answer is written as capacity.json beside a Markdown summary.
+    // With --out the answer printed is also written as capacity.json beside a Markdown summary.
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cap");
     let mut args = BATCH_AT_6MB.to_vec();
     args.extend(["--out", path_str(&out)]);
     let written = capacity(&args);
+    let c = written.clone();
+    check(&c, "batch", "seq=32", ceiling);
+    assert_eq!(c["items"], "samples");
     let file: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("capacity.json")).unwrap()).unwrap();
     assert_eq!(file, written);

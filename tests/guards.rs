@@ -182,3 +182,51 @@ fn a_guarded_plan_validates_under_its_ceiling() {
         .count();
     assert!(guards > 0, "the output has no guard");
 }
+
+/// Every standard fixture and the bundled example, guarded: the predicted need under the
+/// default profile is ORT's to the byte (the guarded graph is a variant the planner may pick,
+/// so its prediction must be as good as the given graph's).
+#[test]
+fn every_fixture_guarded_is_predicted_to_the_byte() {
+    let mut files: Vec<_> = common::std_fixtures().into_iter().map(|f| f.path).collect();
+    files.push(common::root().join("examples/gpt2_4l_train.onnx"));
+    let p = Profile::default();
+    let b = Bindings::new();
+    let overrides = InputOverrides::parse(&[], &["attention_mask=1:2".to_string()]).unwrap();
+    let mut misses = Vec::new();
+    let mut guarded_any = 0;
+    for f in &files {
+        let g = ckpt_ir::import_file(f).unwrap();
+        let patch = reuse_guards(&g, "guards");
+        if patch.guards.is_empty() {
+            continue;
+        }
+        guarded_any += 1;
+        let mut g2 = g.clone();
+        patch.apply(&mut g2).unwrap();
+        let sim = simulate(&g2, &schedule(&g2).unwrap(), &b).unwrap();
+        let (inputs, _) = make_inputs(&g2, &b, 1, &overrides, &[]).unwrap();
+        let bytes = ckpt_ir::export_bytes(&g2);
+        let measured = measure_need(
+            Model::new("guarded", &bytes),
+            &inputs,
+            &session_config(&p),
+            p.steps as usize,
+            false,
+        )
+        .unwrap()
+        .arena_bytes;
+        let predicted = device_need(&sim, &p).arena_bytes;
+        if predicted != measured {
+            misses.push(format!(
+                "{}: predicted {predicted}, measured {measured}",
+                f.display()
+            ));
+        }
+    }
+    assert!(
+        guarded_any >= 10,
+        "only {guarded_any} fixtures have a guard"
+    );
+    assert!(misses.is_empty(), "{misses:#?}");
+}

@@ -1,4 +1,4 @@
-//! End to end on every standard fixture at ceilings of 95%, 90%, 75% and 60% of the
+//! End to end on every standard fixture at ceilings of 95%, 90% and 75% of the
 //! original predicted device total under the default deployment profile: a plan is either
 //! rewritten and proven on ONNX Runtime (same losses and gradients bit for bit, control
 //! rejected, three steps run in an arena capped at the ceiling, measured device total under
@@ -10,7 +10,7 @@ mod common;
 use common::*;
 
 #[test]
-fn every_std_fixture_at_four_ceilings() {
+fn every_std_fixture_at_three_ceilings() {
     let mut rewritten = 0;
     let mut refused = 0;
     let mut exact = 0;
@@ -18,7 +18,7 @@ fn every_std_fixture_at_four_ceilings() {
         let o = run(&["inspect", path_str(&f.path), "--json"]);
         let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
         let total = v["ledger"]["total_bytes"].as_u64().unwrap();
-        for pct in [95u64, 90, 75, 60] {
+        for pct in [95u64, 90, 75] {
             let ceiling = total * pct / 100;
             let dir = tempfile::tempdir().unwrap();
             let out = dir.path().join("out.onnx");
@@ -34,7 +34,7 @@ fn every_std_fixture_at_four_ceilings() {
                 "--runs",
                 "1",
                 "--time-limit",
-                "20",
+                "10",
                 "--int-range",
                 "attention_mask=1:2",
             ]);
@@ -73,4 +73,5 @@ fn every_std_fixture_at_four_ceilings() {
         rewritten >= 2,
         "no fixture could be rewritten at any ceiling"
     );
+    assert_eq!(exact, rewritten, "every rewrite is predicted to the byte");
 }
