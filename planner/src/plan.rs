@@ -241,7 +241,8 @@ pub struct Rewritten {
 /// planner then neither reuses nor shares the buffers computed from them, which go back to
 /// the arena); (3) the guarded graph with its terms moved. The plan that adds the fewest
 /// FLOPs wins (the earlier on a tie); a variant that fits as it is, is a plan that
-/// recomputes nothing and ends the search. A variant's plan is reported against the graph
+/// recomputes nothing and ends the search; a plan of the given graph that adds at most a
+/// thousandth of a step is kept without trying the variants. A variant's plan is reported against the graph
 /// as given, its patch the variant's followed by the recompute; of the refusals, the one
 /// with the lowest reachable total is reported. Measured costs belong to the given graph's
 /// nodes, so with `o.costs` there are no variants.
@@ -252,9 +253,13 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
     }
     let mut found: Option<Box<Rewritten>> = None;
     let mut refused: Option<Diagnosis> = None;
+    // A plan adding under a thousandth of a step is kept: no variant can save more than that.
+    let negligible = step_flops(before, &o.analysis.bindings) / NEGLIGIBLE_SHARE;
     match first {
         Outcome::AlreadyFits => return Ok(Outcome::AlreadyFits),
-        Outcome::Rewritten(r) if r.counts.added_flops == 0 => return Ok(Outcome::Rewritten(r)),
+        Outcome::Rewritten(r) if r.counts.added_flops <= negligible => {
+            return Ok(Outcome::Rewritten(r))
+        }
         Outcome::Rewritten(r) => found = Some(r),
         Outcome::CannotFit(d) => refused = Some(d),
     }
@@ -300,6 +305,10 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
         (None, None) => Outcome::AlreadyFits,
     })
 }
+
+/// A plan of the given graph adding at most 1/`NEGLIGIBLE_SHARE` of a step's FLOPs is not
+/// planned again on the variants.
+const NEGLIGIBLE_SHARE: u64 = 1000;
 
 /// Of two refusals, the one with the lower reachable total (the first on a tie).
 fn lower(a: Diagnosis, b: Diagnosis) -> Diagnosis {
