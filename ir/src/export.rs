@@ -400,10 +400,15 @@ fn entry(key: &str, value: &str) -> onnx::StringStringEntryProto {
 mod tests {
     use super::*;
 
+    /// The temporary-file registry is process-wide: a test that drains it must not run beside
+    /// one that writes (it removed the other test's files under load).
+    static REGISTRY: Mutex<()> = Mutex::new(());
+
     /// What a signal handler calls removes a write's temporary file, and a published file is
     /// no longer registered.
     #[test]
     fn temp_files_are_removed_on_request_and_published_ones_kept() {
+        let _serial = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!("ckpt-ir-staged-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let target = dir.join("m.onnx");
@@ -424,6 +429,7 @@ mod tests {
     /// write of the same file; a running writer's (pid 1 always runs) and other files are kept.
     #[test]
     fn a_killed_writers_temp_file_is_removed_by_the_next_write() {
+        let _serial = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
         if !Path::new("/proc/self").exists() {
             eprintln!("skipped: no /proc to tell which writers run");
             return;

@@ -171,18 +171,7 @@ impl Patch {
                     name: nt.name.clone(),
                 });
             }
-            let like = graph.tensor(nt.like).clone();
-            if let Some(vi) = value_info_like(graph, nt.like, &nt.name) {
-                graph.added_value_info.push(vi);
-            }
-            let id = graph.add_tensor(Tensor {
-                name: nt.name.clone(),
-                dtype: like.dtype,
-                shape: like.shape.clone(),
-                source: TensorSource::GraphInput, // set by add_node
-                is_output: false,
-                consumers: Vec::new(),
-            });
+            let id = add_tensor_like(graph, nt.like, &nt.name);
             applied.tensors.push(id);
         }
         let resolve = |r: TensorRef| -> Result<TensorId, PatchError> {
@@ -363,18 +352,7 @@ impl Patch {
                     name: gd.name.clone(),
                 });
             }
-            let like = graph.tensor(x).clone();
-            if let Some(vi) = value_info_like(graph, x, &gd.name) {
-                graph.added_value_info.push(vi);
-            }
-            let out = graph.add_tensor(Tensor {
-                name: gd.name.clone(),
-                dtype: like.dtype,
-                shape: like.shape.clone(),
-                source: TensorSource::GraphInput, // set by add_node
-                is_output: false,
-                consumers: Vec::new(),
-            });
+            let out = add_tensor_like(graph, x, &gd.name);
             let proto = onnx::NodeProto {
                 name: Some(gd.name.clone()),
                 op_type: Some("Identity".into()),
@@ -415,6 +393,23 @@ impl Patch {
         graph.order = order;
         Ok(())
     }
+}
+
+/// A new tensor `name` typed like `like` (dtype, shape, and a copy of its value_info entry),
+/// its producer set when a node is added for it.
+fn add_tensor_like(graph: &mut Graph, like: TensorId, name: &str) -> TensorId {
+    let template = graph.tensor(like).clone();
+    if let Some(vi) = value_info_like(graph, like, name) {
+        graph.added_value_info.push(vi);
+    }
+    graph.add_tensor(Tensor {
+        name: name.to_string(),
+        dtype: template.dtype,
+        shape: template.shape,
+        source: TensorSource::GraphInput, // set by add_node
+        is_output: false,
+        consumers: Vec::new(),
+    })
 }
 
 /// A value_info for `name` typed like `like`: a copy of the file's entry when there is one.

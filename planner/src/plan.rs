@@ -242,10 +242,10 @@ pub struct Rewritten {
 /// the arena); (3) the guarded graph with its terms moved. The plan that adds the fewest
 /// FLOPs wins (the earlier on a tie); a variant that fits as it is, is a plan that
 /// recomputes nothing and ends the search; a plan of the given graph that adds at most a
-/// thousandth of a step is kept without trying the variants. A variant's plan is reported against the graph
-/// as given, its patch the variant's followed by the recompute; of the refusals, the one
-/// with the lowest reachable total is reported. Measured costs belong to the given graph's
-/// nodes, so with `o.costs` there are no variants.
+/// thousandth of a step is kept without trying the variants. A variant's plan is reported
+/// against the graph as given, its patch the variant's followed by the recompute; of the
+/// refusals, the one with the lowest reachable total is reported. Measured costs belong to
+/// the given graph's nodes, so with `o.costs` there are no variants.
 pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
     let first = plan_graph(before, o)?;
     if o.costs.is_some() {
@@ -391,15 +391,9 @@ fn lowered_terms(
 ) -> Result<Option<Variant>, PlanError> {
     let terms = ckpt_passes::recompute::backward_only_terms(&before.graph, &before.class);
     let patch = ckpt_passes::recompute::lower_terms(&before.graph, &terms, "backward-only terms");
-    if patch.is_empty() {
+    let Some(lowered) = applied(before, &patch, o)? else {
         return Ok(None);
-    }
-    let mut g2 = before.graph.clone();
-    if patch.apply(&mut g2).is_err() {
-        return Ok(None);
-    }
-    o.report(Progress::Analysing);
-    let lowered = analyse(g2, &o.analysis)?;
+    };
     Ok(
         (lowered.ledger.total_bytes < before.ledger.total_bytes).then(|| Variant {
             analysis: lowered,
@@ -413,11 +407,13 @@ fn lowered_terms(
     )
 }
 
-/// The given graph with its constant reshape targets guarded
-/// ([`ckpt_passes::guards::reuse_guards`]: zero FLOPs), verified and analysed; `None` when
-/// the graph has nothing to guard.
-fn guarded(before: &Analysis, o: &PlanOptions) -> Result<Option<Variant>, PlanError> {
-    let patch = ckpt_passes::guards::reuse_guards(&before.graph, "reuse guards");
+/// `before`'s graph with `patch` applied (verified) and analysed; `None` when the patch is
+/// empty or does not apply.
+fn applied(
+    before: &Analysis,
+    patch: &ckpt_ir::Patch,
+    o: &PlanOptions,
+) -> Result<Option<Analysis>, PlanError> {
     if patch.is_empty() {
         return Ok(None);
     }
@@ -426,7 +422,17 @@ fn guarded(before: &Analysis, o: &PlanOptions) -> Result<Option<Variant>, PlanEr
         return Ok(None);
     }
     o.report(Progress::Analysing);
-    let analysis = analyse(g2, &o.analysis)?;
+    Ok(Some(analyse(g2, &o.analysis)?))
+}
+
+/// The given graph with its constant reshape targets guarded
+/// ([`ckpt_passes::guards::reuse_guards`]: zero FLOPs), verified and analysed; `None` when
+/// the graph has nothing to guard.
+fn guarded(before: &Analysis, o: &PlanOptions) -> Result<Option<Variant>, PlanError> {
+    let patch = ckpt_passes::guards::reuse_guards(&before.graph, "reuse guards");
+    let Some(analysis) = applied(before, &patch, o)? else {
+        return Ok(None);
+    };
     Ok(Some(Variant {
         analysis,
         patch_text: patch.to_string(),
