@@ -36,6 +36,22 @@ fn mlp_inputs() -> (Vec<u8>, Vec<ckpt_runtime::HostTensor>) {
     (std::fs::read(&path).unwrap(), inputs)
 }
 
+/// `bytes` staged on the runner, with the inputs the artifact updates in place.
+fn stage(
+    r: &mut TrainingRunner,
+    name: &str,
+    bytes: &[u8],
+    inputs: &[ckpt_runtime::HostTensor],
+) -> ckpt_runtime::training::Staged {
+    let model = ckpt_ir::onnx::ModelProto::decode(bytes).unwrap();
+    r.stage(
+        Model::new(name, bytes),
+        inputs,
+        &ckpt_opt::training::updated_inputs(&model),
+    )
+    .unwrap()
+}
+
 fn bfc() -> SessionConfig {
     SessionConfig {
         opt_level: OptLevel::Disable,
@@ -175,14 +191,7 @@ fn training_artifact_need_is_predicted_to_the_byte() {
     let mut b = Bindings::new();
     b.insert("batch".to_string(), 8);
     let sim = simulate(&g, &schedule(&g).unwrap(), &b).unwrap();
-    let model = ckpt_ir::onnx::ModelProto::decode(bytes.as_slice()).unwrap();
-    let staged = r
-        .stage(
-            Model::new("mlp", &bytes),
-            &inputs,
-            &ckpt_opt::training::updated_inputs(&model),
-        )
-        .unwrap();
+    let staged = stage(&mut r, "mlp", &bytes, &inputs);
     let version = ckpt_opt::training::ort_version_for(&g);
     assert_eq!(version, "1.19.2");
     let mut profiles = vec![Profile::default()];
@@ -294,14 +303,7 @@ fn gpt2_artifact_need_is_predicted_under_the_default_profile() {
         ..Profile::default()
     };
     assert_eq!(p.ort_version, "1.19.2");
-    let model = ckpt_ir::onnx::ModelProto::decode(bytes.as_slice()).unwrap();
-    let staged = r
-        .stage(
-            Model::new("gpt2", &bytes),
-            &inputs,
-            &ckpt_opt::training::updated_inputs(&model),
-        )
-        .unwrap();
+    let staged = stage(&mut r, "gpt2", &bytes, &inputs);
     let pred = device_need(&sim, &p).arena_bytes;
     let need = r
         .measure_need(
