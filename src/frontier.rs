@@ -19,16 +19,18 @@
 //!   operands is an ancestor of the other (the skip connection) makes that operand a block
 //!   input. A graph with no such `Add` falls back to the solver's √n spacing.
 
-use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde::Serialize;
 
 use ckpt_ir::ops::flops;
-use ckpt_ir::{Graph, TensorId};
-use ckpt_passes::recompute::{candidates, problem, rewrite, Candidates};
-use ckpt_passes::Phase;
+use ckpt_ir::{Graph, Patch};
+use ckpt_passes::order::order_leaves;
+use ckpt_passes::recompute::{
+    backward_only_terms, candidates, lower_terms, per_block, problem, rewrite, Candidates,
+    Granularity,
+};
 use ckpt_solver::{Method, Plan};
 
 use crate::cost::NodeCosts;
@@ -54,64 +56,24 @@ pub struct KnownPlan {
     pub analysis: Analysis,
 }
 
-/// Forward tensors that are residual-stream inputs of a block (see the module doc).
-pub fn residual_stream(a: &Analysis) -> BTreeSet<TensorId> {
-    /// Producers visited when looking for the skip operand among the other operand's ancestors
-    /// (a transformer block is a few dozen nodes).
-    const ANCESTOR_LIMIT: usize = 400;
-    let g = &a.graph;
-    let is_ancestor = |x: TensorId, y: TensorId| -> bool {
-        let mut stack = vec![y];
-        let mut seen = HashSet::new();
-        while let Some(t) = stack.pop() {
-            if t == x {
-                return true;
-            }
-            if !seen.insert(t) || seen.len() > ANCESTOR_LIMIT {
-                continue;
-            }
-            if let Some(p) = g.tensor(t).producer() {
-                if a.class.phase(p) == Phase::Forward {
-                    stack.extend(g.node(p).inputs.iter().flatten());
-                }
-            }
+/// Block checkpointing at the graph's residual-stream boundaries ([`per_block`]) as a plan of
+/// `cands`; a graph without a residual stream falls back (at [`Granularity::Sublayer`] only)
+/// to the solver's every-⌈√n⌉-th candidate kept, each rebuilt on its own.
+pub fn per_block_plan(a: &Analysis, cands: &Candidates, granularity: Granularity) -> Option<Plan> {
+    let prob = problem(&a.sim, cands, 0);
+    match per_block(&a.graph, &a.class, &a.sim, cands, granularity) {
+        Some(pb) => {
+            let mut plan = Plan::for_set(&prob, pb.recompute, Method::PerBlock);
+            plan.remat_at = pb.remat_at;
+            Some(plan)
         }
-        false
-    };
-    let mut out = BTreeSet::new();
-    for &n in g.nodes() {
-        let node = g.node(n);
-        if node.op_type != "Add" || a.class.phase(n) != Phase::Forward {
-            continue;
-        }
-        let &[Some(x), Some(y)] = node.inputs.as_slice() else {
-            continue;
-        };
-        if g.tensor(x).producer().is_none() || g.tensor(y).producer().is_none() {
-            continue;
-        }
-        if is_ancestor(x, y) {
-            out.insert(x);
-        } else if is_ancestor(y, x) {
-            out.insert(y);
-        }
+        None if granularity == Granularity::Sublayer => Some(Plan::for_set(
+            &prob,
+            ckpt_solver::per_block_set(&prob),
+            Method::PerBlock,
+        )),
+        None => None,
     }
-    out
-}
-
-/// The per-block recompute set: every candidate whose dropped values include no residual-stream
-/// input is recomputed.
-pub fn per_block_set(a: &Analysis, cands: &Candidates) -> Vec<bool> {
-    let stream = residual_stream(a);
-    if stream.is_empty() {
-        let prob = problem(&a.sim, cands, 0);
-        return ckpt_solver::per_block_set(&prob);
-    }
-    cands
-        .list
-        .iter()
-        .map(|c| !c.saved.iter().any(|t| stream.contains(t)))
-        .collect()
 }
 
 /// Rewrite `before` for the recompute set `set`, apply, and analyse the result.
@@ -134,7 +96,22 @@ pub fn evaluate_set_costed(
     method: &str,
     costs: Option<&NodeCosts>,
 ) -> Result<KnownPlan> {
-    if !set.iter().any(|&x| x) {
+    let prob = problem(&before.sim, cands, 0);
+    let plan = Plan::for_set(&prob, set, Method::RecomputeAll);
+    evaluate_plan_costed(before, cands, plan, options, method, costs)
+}
+
+/// Rewrite `before` for `plan` (its recompute set and rebuild steps), apply, and analyse the
+/// result; with the measured kernel time the clones add where `costs` are given.
+pub fn evaluate_plan_costed(
+    before: &Analysis,
+    cands: &Candidates,
+    plan: Plan,
+    options: &AnalyseOptions,
+    method: &str,
+    costs: Option<&NodeCosts>,
+) -> Result<KnownPlan> {
+    if !plan.recompute.iter().any(|&x| x) {
         return Ok(KnownPlan {
             method: method.into(),
             found_at_ceiling_bytes: None,
@@ -144,8 +121,6 @@ pub fn evaluate_set_costed(
             analysis: analyse(before.graph.clone(), options)?,
         });
     }
-    let prob = problem(&before.sim, cands, 0);
-    let plan = Plan::for_set(&prob, set, Method::RecomputeAll);
     let patch = rewrite(&before.graph, cands, &plan, method);
     let added_flops = patch
         .nodes
@@ -167,7 +142,9 @@ pub fn evaluate_set_costed(
     })
 }
 
-/// The three baselines of a graph: no recompute, per-block, recompute-all (in that order).
+/// The baselines of a graph, in this order: no recompute, per-block (every residual-stream
+/// value kept), per-layer (every other one: each transformer layer's input; only where the
+/// graph has a residual stream), recompute-all.
 pub fn baselines(before: &Analysis, options: &AnalyseOptions) -> Result<Vec<KnownPlan>> {
     baselines_costed(before, options, None)
 }
@@ -181,15 +158,70 @@ pub fn baselines_costed(
     let cands = candidates(&before.graph, &before.sim, &before.types, &options.bindings);
     let n = cands.list.len();
     let set = |s: Vec<bool>, m: &str| evaluate_set_costed(before, &cands, s, options, m, costs);
-    Ok(vec![
-        set(vec![false; n], NO_RECOMPUTE)?,
-        set(per_block_set(before, &cands), PER_BLOCK)?,
-        set(vec![true; n], RECOMPUTE_ALL)?,
-    ])
+    let mut out = vec![set(vec![false; n], NO_RECOMPUTE)?];
+    // Block checkpointing on the graph as it is and on its zero-FLOP order variants (leaves in
+    // the order their inputs become ready, backward-only terms lowered, both): ORT's order
+    // decides when a block's rebuilt copy runs and how long it is held (a backward-only term
+    // that runs during forward rebuilds the block there; a weight gradient run at the end of
+    // backward holds its copy to the end). The lowest device total wins.
+    let mut bases: Vec<(Analysis, Candidates)> = Vec::new();
+    let ordered = moved(
+        before,
+        order_leaves(&before.graph, &before.sim.schedule, "leaf order"),
+        options,
+    )?;
+    for base in [Some(before), ordered.as_ref()].into_iter().flatten() {
+        let terms = backward_only_terms(&base.graph, &base.class);
+        let lowered = lower_terms(&base.graph, &terms, "backward-only terms");
+        if let Some(l) = moved(base, lowered, options)? {
+            bases.push(with_candidates(l, options));
+        }
+    }
+    if let Some(o) = ordered {
+        bases.push(with_candidates(o, options));
+    }
+    for (granularity, name) in [
+        (Granularity::Sublayer, PER_BLOCK),
+        (Granularity::Layer, PER_LAYER),
+    ] {
+        let mut best: Option<KnownPlan> = None;
+        let all = std::iter::once((before, &cands)).chain(bases.iter().map(|(a, c)| (a, c)));
+        for (base, cs) in all {
+            if let Some(plan) = per_block_plan(base, cs, granularity) {
+                let p = evaluate_plan_costed(base, cs, plan, options, name, costs)?;
+                if best.as_ref().is_none_or(|b| p.total_bytes < b.total_bytes) {
+                    best = Some(p);
+                }
+            }
+        }
+        out.extend(best);
+    }
+    out.push(set(vec![true; n], RECOMPUTE_ALL)?);
+    Ok(out)
+}
+
+/// `before` with the zero-FLOP moves of `patch` applied and analysed; `None` when there is
+/// nothing to move.
+fn moved(before: &Analysis, patch: Patch, options: &AnalyseOptions) -> Result<Option<Analysis>> {
+    if patch.is_empty() {
+        return Ok(None);
+    }
+    let mut g = before.graph.clone();
+    patch
+        .apply(&mut g)
+        .with_context(|| format!("applying the {} moves", patch.label))?;
+    Ok(Some(analyse(g, options)?))
+}
+
+/// An analysis with its candidates.
+fn with_candidates(a: Analysis, options: &AnalyseOptions) -> (Analysis, Candidates) {
+    let c = candidates(&a.graph, &a.sim, &a.types, &options.bindings);
+    (a, c)
 }
 
 pub const NO_RECOMPUTE: &str = "no recompute";
 pub const PER_BLOCK: &str = "per-block";
+pub const PER_LAYER: &str = "per-layer";
 pub const RECOMPUTE_ALL: &str = "recompute-all";
 
 /// What the planner says at one ceiling.
@@ -460,6 +492,7 @@ pub fn sweep(
     let before = analyse(graph.clone(), options)?;
     let step = step_flops(&before, &options.bindings).max(1);
     let mut pool = baselines_costed(&before, options, costs)?;
+    let n_baselines = pool.len();
     let base_total = before.ledger.total_bytes;
     let floor = find_floor(graph, options, &before, &mut pool, time_limit, costs)?;
     let mut list: Vec<u64> = match ceilings {
@@ -517,7 +550,7 @@ pub fn sweep(
             }
         })
         .collect();
-    let baselines = pool[..3]
+    let baselines = pool[..n_baselines]
         .iter()
         .map(|p| BaselineRow {
             name: p.method.clone(),

@@ -119,7 +119,8 @@ pub struct Rewritten {
     /// The time limit stopped some part of the search (an ILP round, the climb or the cut):
     /// the plan is the best found by then, and may differ on a faster or less loaded machine.
     pub time_limit_hit: bool,
-    /// The plan moves the graph's backward-only terms first (zero FLOPs).
+    /// The plan moves nodes first (zero FLOPs): the leaves into the order their inputs become
+    /// ready, the backward-only terms to run in backward.
     pub lowered: bool,
     /// The plan guards the graph's constant reshape targets first (zero FLOPs,
     /// `ckpt_passes::guards`).

@@ -9,7 +9,7 @@
 
 use plotters::prelude::*;
 
-use crate::frontier::{Frontier, NO_RECOMPUTE, PER_BLOCK, RECOMPUTE_ALL};
+use crate::frontier::{Frontier, NO_RECOMPUTE, PER_BLOCK, PER_LAYER, RECOMPUTE_ALL};
 
 const WIDTH: u32 = 900;
 const HEIGHT: u32 = 560;
@@ -161,6 +161,7 @@ pub fn frontier_svg(f: &Frontier) -> Result<String, String> {
             let (color, label) = match name {
                 NO_RECOMPUTE => (RGBColor(0, 150, 70), "baseline: no recompute"),
                 PER_BLOCK => (RGBColor(230, 130, 0), "baseline: per-block checkpointing"),
+                PER_LAYER => (RGBColor(180, 90, 30), "baseline: per-layer checkpointing"),
                 RECOMPUTE_ALL => (RGBColor(140, 40, 160), "baseline: recompute-all"),
                 _ => (BLACK, "baseline"),
             };

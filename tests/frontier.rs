@@ -74,22 +74,28 @@ fn frontier_is_monotone_with_baselines_floor_and_a_plot() {
         .iter()
         .map(|b| b["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["no recompute", "per-block", "recompute-all"]);
+    assert_eq!(
+        names,
+        ["no recompute", "per-block", "per-layer", "recompute-all"]
+    );
     let b = &f["baselines"];
     assert_eq!(b[0]["predicted_peak_bytes"].as_u64(), Some(base));
     assert_eq!(b[0]["added_flops"].as_u64(), Some(0));
-    for i in [1, 2] {
+    for i in [1, 2, 3] {
         assert!(b[i]["added_flops"].as_u64().unwrap() > 0, "{b}");
         assert!(
             b[i]["predicted_peak_bytes"].as_u64().unwrap() >= floor,
             "{b}"
         );
     }
-    // Per-block keeps the residual stream: it recomputes less than recompute-all.
-    assert!(
-        b[1]["added_flops"].as_u64() < b[2]["added_flops"].as_u64(),
-        "{b}"
-    );
+    // Per-block and per-layer keep the residual stream: they recompute less than
+    // recompute-all.
+    for i in [1, 2] {
+        assert!(
+            b[i]["added_flops"].as_u64() < b[3]["added_flops"].as_u64(),
+            "{b}"
+        );
+    }
     // Each fitting point is no dearer than any baseline that fits its ceiling.
     for p in points.iter().filter(|p| p["fits"].as_bool().unwrap()) {
         for bl in b.as_array().unwrap() {
@@ -112,6 +118,7 @@ fn frontier_is_monotone_with_baselines_floor_and_a_plot() {
         "device peak (MiB, predicted)",
         "baseline: no recompute",
         "baseline: per-block checkpointing",
+        "baseline: per-layer checkpointing",
         "baseline: recompute-all",
         "ceilings swept",
         "floor (lowest reachable)",
@@ -208,4 +215,82 @@ fn evenly_spaced_ceilings_end_at_the_pools_floor() {
     let mut c = vec![100];
     end_at_floor(&mut c, 100);
     assert_eq!(c, [100]);
+}
+
+/// Block checkpointing as users know it, on GPT-2 and Llama: each layer's forward is rebuilt
+/// once in backward (one shared copy per block: no node is cloned twice, and the FLOPs added
+/// are at most the forward pass's), the block inputs are kept (no residual-stream value is
+/// rebuilt), and the peak falls below no recompute's.
+#[test]
+fn per_layer_rebuilds_each_block_once_and_keeps_its_input() {
+    use ckpt_opt::frontier::{baselines, PER_LAYER};
+    use ckpt_opt::optimize::{analyse, AnalyseOptions};
+    use ckpt_passes::recompute::residual_stream;
+    use ckpt_passes::Phase;
+    for stem in ["gpt2_d0_aot", "llama_d0_makefx"] {
+        let path = root().join(format!("tests/fixtures/{stem}.onnx"));
+        let g = ckpt_ir::import_file(&path).unwrap();
+        let options = AnalyseOptions::default();
+        let before = analyse(g, &options).unwrap();
+        let forward: u64 = before
+            .graph
+            .nodes()
+            .iter()
+            .filter(|&&n| before.class.phase(n) == Phase::Forward)
+            .filter_map(|&n| {
+                ckpt_ir::ops::flops(&before.graph, n, &before.types, &options.bindings).ok()
+            })
+            .sum();
+        let stream: Vec<String> = residual_stream(&before.graph, &before.class)
+            .into_iter()
+            .map(|t| before.graph.tensor(t).name.clone())
+            .collect();
+        assert!(stream.len() >= 4, "{stem}: residual stream {stream:?}");
+        let all = baselines(&before, &options).unwrap();
+        let p = all
+            .iter()
+            .find(|p| p.method == PER_LAYER)
+            .expect("per-layer");
+        let a = &p.analysis;
+        assert!(
+            p.added_flops > 0 && p.added_flops <= forward,
+            "{stem}: {} > {forward}",
+            p.added_flops
+        );
+        assert!(
+            p.total_bytes < before.ledger.total_bytes,
+            "{stem}: per-layer {} >= {}",
+            p.total_bytes,
+            before.ledger.total_bytes
+        );
+        let clones: Vec<&str> = a
+            .graph
+            .nodes()
+            .iter()
+            .map(|&n| a.graph.node(n).name.as_str())
+            .filter(|n| n.contains(".recompute"))
+            .collect();
+        assert!(!clones.is_empty(), "{stem}");
+        assert!(
+            !clones.iter().any(|n| n.contains(".recompute2")),
+            "{stem}: a node is cloned twice: {clones:?}"
+        );
+        // Every other residual-stream value is a kept layer input: none of them is rebuilt.
+        let mut kept: Vec<(usize, &String)> = stream
+            .iter()
+            .map(|name| {
+                let t = before.graph.tensor_id(name).unwrap();
+                let p = before.graph.tensor(t).producer().unwrap();
+                (before.sim.schedule.step_of(p).unwrap(), name)
+            })
+            .collect();
+        kept.sort();
+        for (_, name) in kept.iter().step_by(2) {
+            let clone = format!("{name}.recompute");
+            assert!(
+                a.graph.tensor_id(&clone).is_none(),
+                "{stem}: layer input {name} is rebuilt"
+            );
+        }
+    }
 }

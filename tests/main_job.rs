@@ -16,10 +16,12 @@ fn example_is_rewritten_validated_and_measured_lower() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.onnx");
     let receipt = dir.path().join("receipt.json");
+    // README ("How a plan is made", step 4): 60% of the footprint fits at +4.40% of a step,
+    // 23.15 MiB, predicted to the byte.
     let o = run(&[
         &example(),
         "--ceiling",
-        "34MiB",
+        "60%",
         "-o",
         path_str(&out),
         "--validate",
@@ -33,8 +35,19 @@ fn example_is_rewritten_validated_and_measured_lower() {
         serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap()).unwrap();
     let before = r["predicted_peak_bytes"]["before"].as_u64().unwrap();
     let after = r["predicted_peak_bytes"]["after"].as_u64().unwrap();
-    assert!(after < before && after <= 34 << 20, "{before} -> {after}");
-    assert!(r["added_flops"].as_u64().unwrap() > 0);
+    assert!(
+        after < before && after * 10 <= before * 6,
+        "{before} -> {after}"
+    );
+    assert_eq!(ckpt_opt::size::human(after), "23.15 MiB");
+    let share = r["added_flops_percent"].as_f64().unwrap();
+    assert_eq!(format!("{share:.2}"), "4.40", "{}", r["added_flops"]);
+    let m = &r["memory"];
+    assert_eq!(
+        m["rewritten"]["measured_total_bytes"].as_u64(),
+        Some(after),
+        "{m}"
+    );
     assert!(!r["segments"].as_array().unwrap().is_empty());
     assert!(
         r["solver"]["status"].is_string() && r["solver"]["gap"].is_f64(),
@@ -138,7 +151,7 @@ fn impossible_ceiling_exits_2_with_diagnosis() {
         "{}",
         stderr(&o)
     );
-    let o = run(&[&example(), "--ceiling", "20MiB", "--json"]);
+    let o = run(&[&example(), "--ceiling", "15MiB", "--json"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
         stderr(&o).contains("lowest device total found under the deployment profile"),
@@ -147,7 +160,7 @@ fn impossible_ceiling_exits_2_with_diagnosis() {
     );
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["status"], "ceiling_cannot_be_met");
-    assert!(v["lowest_reachable_total_bytes"].as_u64().unwrap() > 20 << 20);
+    assert!(v["lowest_reachable_total_bytes"].as_u64().unwrap() > 15 << 20);
 }
 
 #[test]

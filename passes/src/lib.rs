@@ -11,6 +11,7 @@ pub mod guards;
 pub mod inputs;
 pub mod ledger;
 pub mod memory;
+pub mod order;
 pub mod ort_view;
 pub mod phases;
 pub mod recompute;

@@ -752,101 +752,177 @@ impl Builder<'_> {
     }
 }
 
-/// Which candidates hold a residual-stream value: a saved activation `x` that an `Add` reads
-/// before the candidate's gap together with a value computed from `x` (`x + f(x)`, a
-/// transformer layer's or a residual block's shortcut). Those are the block boundaries
-/// per-block checkpointing keeps.
-pub fn residual_checkpoints(graph: &Graph, sim: &Simulation, cands: &Candidates) -> Vec<bool> {
-    let sched = &sim.schedule;
-    // Whether `x` is an ancestor of `y` among values computed at or after `x`'s step.
-    let derives_from = |y: TensorId, x: TensorId| -> bool {
-        let Some(from) = graph.tensor(x).producer().and_then(|p| sched.step_of(p)) else {
-            return false;
-        };
+/// Forward values that enter a residual block: `x` where a forward `Add` reads `x` and a value
+/// computed from `x` (`x + f(x)`, a transformer sublayer's or a residual block's shortcut),
+/// found within a few hundred values back (a block is a few dozen nodes).
+pub fn residual_stream(graph: &Graph, class: &crate::Classification) -> BTreeSet<TensorId> {
+    use crate::Phase;
+    const ANCESTOR_LIMIT: usize = 400;
+    let is_ancestor = |x: TensorId, y: TensorId| -> bool {
         let mut stack = vec![y];
-        let mut seen: BTreeSet<TensorId> = BTreeSet::new();
-        while let Some(v) = stack.pop() {
-            if v == x {
+        let mut seen = BTreeSet::new();
+        while let Some(t) = stack.pop() {
+            if t == x {
                 return true;
             }
-            if !seen.insert(v) {
+            if !seen.insert(t) || seen.len() > ANCESTOR_LIMIT {
                 continue;
             }
-            let Some(p) = graph.tensor(v).producer() else {
-                continue;
-            };
-            if sched.step_of(p).is_none_or(|s| s < from) {
-                continue;
+            if let Some(p) = graph.tensor(t).producer() {
+                if class.phase(p) == Phase::Forward {
+                    stack.extend(graph.node(p).input_tensors());
+                }
             }
-            stack.extend(graph.node(p).input_tensors());
         }
         false
     };
-    cands
-        .list
-        .iter()
-        .map(|c| {
-            c.saved.iter().any(|&x| {
-                graph.tensor(x).consumers().iter().any(|&r| {
-                    let node = graph.node(r);
-                    node.op_type == "Add"
-                        && node.domain.is_empty()
-                        && sched.step_of(r).is_some_and(|s| s < c.model.free_from)
-                        && node.input_tensors().any(|y| y != x && derives_from(y, x))
-                })
-            })
-        })
-        .collect()
+    let mut out = BTreeSet::new();
+    for &n in graph.nodes() {
+        let node = graph.node(n);
+        if node.op_type != "Add"
+            || node.domain != ckpt_ir::ONNX_DOMAIN
+            || class.phase(n) != Phase::Forward
+        {
+            continue;
+        }
+        let &[Some(x), Some(y)] = node.inputs.as_slice() else {
+            continue;
+        };
+        if graph.tensor(x).producer().is_none() || graph.tensor(y).producer().is_none() {
+            continue;
+        }
+        if is_ancestor(x, y) {
+            out.insert(x);
+        } else if is_ancestor(y, x) {
+            out.insert(y);
+        }
+    }
+    out
 }
 
-/// Per-block checkpointing as recompute sets, found from the graph: keep every residual-stream
-/// checkpoint ([`residual_checkpoints`]) and whatever is saved before the first one, recompute
-/// every other candidate. Two granularities: every residual value kept (`fine`: a transformer
-/// layer's input and its middle), and every other one from the first (`per_layer`: each
-/// layer's input, the whole layer recomputed in backward). `None` when the graph has no
-/// residual stream.
-pub fn per_block_sets(graph: &Graph, sim: &Simulation, cands: &Candidates) -> Option<PerBlock> {
-    let checkpoints = residual_checkpoints(graph, sim, cands);
-    // The step each candidate's first saved value is computed at.
-    let made: Vec<usize> = cands
-        .list
-        .iter()
-        .map(|c| {
-            c.saved
-                .iter()
-                .filter_map(|&t| graph.tensor(t).producer())
-                .filter_map(|p| sim.schedule.step_of(p))
-                .min()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut order: Vec<usize> = (0..cands.list.len()).collect();
-    order.sort_by_key(|&i| (made[i], i));
-    let first = order.iter().find(|&&i| checkpoints[i]).map(|&i| made[i])?;
-    let boundaries: Vec<usize> = order.iter().copied().filter(|&i| checkpoints[i]).collect();
-    let set = |kept: &BTreeSet<usize>| -> Vec<bool> {
-        (0..cands.list.len())
-            .map(|i| !kept.contains(&i) && made[i] > first)
-            .collect()
-    };
-    let fine: BTreeSet<usize> = boundaries.iter().copied().collect();
-    let per_layer: BTreeSet<usize> = boundaries.iter().copied().step_by(2).collect();
-    Some(PerBlock {
-        fine: set(&fine),
-        per_layer: set(&per_layer),
-        boundaries: boundaries.len(),
-    })
+/// How coarse a block of [`per_block`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Granularity {
+    /// Every residual-stream value is a checkpoint: a transformer's sublayer (attention, MLP),
+    /// a ResNet's residual block.
+    Sublayer,
+    /// Every other one, from the first: a transformer layer's input (attention and MLP
+    /// recomputed together, as `gradient_checkpointing_enable()` does).
+    Layer,
 }
 
-/// The recompute sets of per-block checkpointing ([`per_block_sets`]).
+/// Block checkpointing as a plan of the candidates: which are recomputed, and the step each is
+/// rebuilt at.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PerBlock {
-    /// Every residual-stream value kept.
-    pub fine: Vec<bool>,
-    /// Every other residual-stream value kept (each layer's input).
-    pub per_layer: Vec<bool>,
-    /// How many residual-stream checkpoints the graph has.
-    pub boundaries: usize,
+    /// `recompute[i]` for every candidate.
+    pub recompute: Vec<bool>,
+    /// The rebuild step of each recomputed candidate: the first backward read of any value of
+    /// its block, the same for the whole block, so that the rewrite builds one shared copy of
+    /// the block's forward (clones are shared among candidates rebuilt at one step).
+    pub remat_at: Vec<Option<usize>>,
+    /// How many blocks are recomputed.
+    pub blocks: usize,
+}
+
+/// Block checkpointing at the graph's own block boundaries ([`residual_stream`]): keep each
+/// block's input, and in backward rebuild the block's forward once, just before its first
+/// backward reader, for the backward readers only. Kept as they are: what is saved before the
+/// first checkpoint (embeddings, masks), after the last residual `Add` (the final norm, the
+/// head and the loss), and every candidate whose gap does not end in backward (a forward
+/// reader keeps its value). `None` when the graph has no residual stream.
+pub fn per_block(
+    graph: &Graph,
+    class: &crate::Classification,
+    sim: &Simulation,
+    cands: &Candidates,
+    granularity: Granularity,
+) -> Option<PerBlock> {
+    use crate::Phase;
+    let sched = &sim.schedule;
+    let step_of_value = |t: TensorId| graph.tensor(t).producer().and_then(|p| sched.step_of(p));
+    let stream = residual_stream(graph, class);
+    let mut stream_steps: Vec<(usize, TensorId)> = stream
+        .iter()
+        .filter_map(|&t| step_of_value(t).map(|s| (s, t)))
+        .collect();
+    stream_steps.sort_unstable();
+    if stream_steps.is_empty() {
+        return None;
+    }
+    // The residual stream ends at the last forward Add that reads a stream value.
+    let end = stream
+        .iter()
+        .flat_map(|&x| graph.tensor(x).consumers().iter().copied())
+        .filter(|&r| {
+            let node = graph.node(r);
+            node.op_type == "Add"
+                && node.domain == ckpt_ir::ONNX_DOMAIN
+                && class.phase(r) == Phase::Forward
+        })
+        .filter_map(|r| sched.step_of(r))
+        .max()?;
+    let step = match granularity {
+        Granularity::Sublayer => 1,
+        Granularity::Layer => 2,
+    };
+    let checkpoints: Vec<(usize, TensorId)> = stream_steps.iter().copied().step_by(step).collect();
+    let kept_values: BTreeSet<TensorId> = checkpoints.iter().map(|&(_, t)| t).collect();
+    let n = cands.list.len();
+    let mut recompute = vec![false; n];
+    let mut block: Vec<Option<usize>> = vec![None; n];
+    for (i, c) in cands.list.iter().enumerate() {
+        let Some(made) = c.saved.iter().filter_map(|&t| step_of_value(t)).min() else {
+            continue;
+        };
+        let in_backward = sched
+            .order
+            .get(c.model.needed_at)
+            .is_some_and(|&r| class.phase(r) == Phase::Backward);
+        if made < checkpoints[0].0
+            || made > end
+            || !in_backward
+            || c.saved.iter().any(|t| kept_values.contains(t))
+        {
+            continue;
+        }
+        recompute[i] = true;
+        block[i] = Some(checkpoints.iter().filter(|&&(s, _)| s <= made).count() - 1);
+    }
+    // One rebuild step per block; a dependency rebuilt in another block is rebuilt with its
+    // dependent's block (merged) so that no block is built twice.
+    let mut at: BTreeMap<usize, usize> = BTreeMap::new();
+    for (c, b) in cands.list.iter().zip(&block) {
+        if let Some(b) = *b {
+            let e = at.entry(b).or_insert(usize::MAX);
+            *e = (*e).min(c.model.needed_at);
+        }
+    }
+    loop {
+        let mut changed = false;
+        for i in 0..n {
+            let Some(bi) = block[i] else { continue };
+            for &d in &cands.list[i].model.deps {
+                let Some(bd) = block.get(d).copied().flatten() else {
+                    continue;
+                };
+                if at[&bd] > at[&bi] {
+                    let v = at[&bi];
+                    at.insert(bd, v);
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let remat_at = block.iter().map(|b| b.map(|b| at[&b])).collect();
+    Some(PerBlock {
+        recompute,
+        remat_at,
+        blocks: at.len(),
+    })
 }
 
 /// Backward-only terms: backward nodes that read forward values only (directly or through other

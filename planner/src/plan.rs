@@ -222,7 +222,8 @@ pub struct Rewritten {
     /// The time limit stopped some part of the search (an ILP round, the climb or the cut):
     /// the plan is the best found by then, and may differ on a faster or less loaded machine.
     pub time_limit_hit: bool,
-    /// The plan is of the graph with its backward-only terms lowered (order moves first).
+    /// The plan is of the graph with zero-FLOP order moves first (its leaves in the order
+    /// their inputs become ready, [`ckpt_passes::order`]; its backward-only terms lowered).
     pub lowered: bool,
     /// The plan is of the graph with its constant reshape targets guarded
     /// ([`ckpt_passes::guards`]; the guards come before the recompute in the patch).
@@ -235,15 +236,18 @@ pub struct Rewritten {
 /// Plan `before` (the analysis of the graph as given, under `o.analysis`).
 ///
 /// The given graph and its zero-FLOP variants are planned in turn, each variant verified and
-/// simulated under the profile: (1) its backward-only terms moved to run just before their
-/// backward readers ([`ckpt_passes::recompute::lower_terms`], kept when that lowers the
-/// device total); (2) its constant reshape targets guarded ([`ckpt_passes::guards`]: ORT's
-/// planner then neither reuses nor shares the buffers computed from them, which go back to
-/// the arena); (3) the guarded graph with its terms moved. The plan that adds the fewest
-/// FLOPs wins (the earlier on a tie); a variant that fits as it is, is a plan that
-/// recomputes nothing and ends the search; a plan of the given graph that adds at most a
-/// thousandth of a step is kept without trying the variants. A variant's plan is reported
-/// against the graph as given, its patch the variant's followed by the recompute; of the
+/// simulated under the profile: (0) its leaves written in the order their inputs become
+/// ready ([`ckpt_passes::order::order_leaves`]: ORT then runs each weight gradient as soon as
+/// it can), kept when that lowers the device total and then the base of the others; (1) its
+/// backward-only terms moved to run just before their backward readers
+/// ([`ckpt_passes::recompute::lower_terms`], kept when that lowers the device total); (2) its
+/// constant reshape targets guarded ([`ckpt_passes::guards`]: ORT's planner then neither
+/// reuses nor shares the buffers computed from them, which go back to the arena); (3) the
+/// guarded graph with its terms moved. The plan that adds the fewest FLOPs wins (the earlier
+/// on a tie); a variant that fits as it is, is a plan that recomputes nothing and ends the
+/// search; a plan of the given graph that adds at most a thousandth of a step is kept
+/// without trying the variants. A variant's plan is reported against the graph as given, its
+/// patch the variant's followed by the recompute; of the
 /// refusals, the one with the lowest reachable total is reported. Measured costs belong to
 /// the given graph's nodes, so with `o.costs` there are no variants.
 pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
@@ -284,13 +288,21 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
             }
         }
     };
-    let lowered = lowered_terms(before, None, o)?;
+    // The leaves in the order their inputs become ready, when that lowers the total, is the
+    // base every other variant builds on.
+    let ordered = ordered_leaves(before, o)?;
     let mut done = false;
-    if let Some(v) = &lowered {
+    if let Some(v) = &ordered {
         done = consider(plan_variant(v, o)?);
     }
+    let base = ordered.as_ref().map_or(before, |v| &v.analysis);
     if !done {
-        if let Some(g) = guarded(before, o)? {
+        if let Some(v) = lowered_terms(base, ordered.as_ref(), o)? {
+            done = consider(plan_variant(&v, o)?);
+        }
+    }
+    if !done {
+        if let Some(g) = guarded(base, ordered.as_ref(), o)? {
             done = consider(plan_variant(&g, o)?);
             if !done {
                 if let Some(v) = lowered_terms(&g.analysis, Some(&g), o)? {
@@ -301,7 +313,12 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
     }
     Ok(match (found, refused) {
         (Some(r), _) => Outcome::Rewritten(r),
-        (None, Some(d)) => Outcome::CannotFit(d),
+        // The refusal names the given graph's dominant line, the ledger the user reads beside
+        // it (a variant's lowest total may come from a graph whose ledger differs).
+        (None, Some(d)) => Outcome::CannotFit(Diagnosis {
+            dominant_ledger_line: before.ledger.dominant().to_string(),
+            ..d
+        }),
         (None, None) => Outcome::AlreadyFits,
     })
 }
@@ -397,10 +414,7 @@ fn lowered_terms(
     Ok(
         (lowered.ledger.total_bytes < before.ledger.total_bytes).then(|| Variant {
             analysis: lowered,
-            patch_text: match on {
-                Some(v) => format!("{}\n{patch}", v.patch_text),
-                None => patch.to_string(),
-            },
+            patch_text: chained(on, &patch),
             lowered: true,
             guarded: on.is_some_and(|v| v.guarded),
         }),
@@ -425,20 +439,51 @@ fn applied(
     Ok(Some(analyse(g2, &o.analysis)?))
 }
 
-/// The given graph with its constant reshape targets guarded
+/// `before`'s graph (the variant `on`, if any) with its constant reshape targets guarded
 /// ([`ckpt_passes::guards::reuse_guards`]: zero FLOPs), verified and analysed; `None` when
 /// the graph has nothing to guard.
-fn guarded(before: &Analysis, o: &PlanOptions) -> Result<Option<Variant>, PlanError> {
+fn guarded(
+    before: &Analysis,
+    on: Option<&Variant>,
+    o: &PlanOptions,
+) -> Result<Option<Variant>, PlanError> {
     let patch = ckpt_passes::guards::reuse_guards(&before.graph, "reuse guards");
     let Some(analysis) = applied(before, &patch, o)? else {
         return Ok(None);
     };
     Ok(Some(Variant {
         analysis,
-        patch_text: patch.to_string(),
-        lowered: false,
+        patch_text: chained(on, &patch),
+        lowered: on.is_some_and(|v| v.lowered),
         guarded: true,
     }))
+}
+
+/// The given graph with its leaves written in the order their inputs become ready
+/// ([`ckpt_passes::order::order_leaves`]: zero-FLOP moves, so that ORT runs each weight
+/// gradient as soon as it can), when that, verified and simulated under the profile, lowers
+/// the device total; else `None`.
+fn ordered_leaves(before: &Analysis, o: &PlanOptions) -> Result<Option<Variant>, PlanError> {
+    let patch = ckpt_passes::order::order_leaves(&before.graph, &before.sim.schedule, "leaf order");
+    let Some(analysis) = applied(before, &patch, o)? else {
+        return Ok(None);
+    };
+    Ok(
+        (analysis.ledger.total_bytes < before.ledger.total_bytes).then(|| Variant {
+            analysis,
+            patch_text: patch.to_string(),
+            lowered: true,
+            guarded: false,
+        }),
+    )
+}
+
+/// The patch text of `patch` applied on top of the variant `on`.
+fn chained(on: Option<&Variant>, patch: &ckpt_ir::Patch) -> String {
+    match on {
+        Some(v) => format!("{}\n{patch}", v.patch_text),
+        None => patch.to_string(),
+    }
 }
 
 /// One planning pass over the graph `before` holds.
