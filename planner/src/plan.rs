@@ -238,34 +238,41 @@ pub struct Rewritten {
 /// The given graph and its zero-FLOP variants are planned in turn, each variant verified and
 /// simulated under the profile: (0) its leaves written in the order their inputs become
 /// ready ([`ckpt_passes::order::order_leaves`]: ORT then runs each weight gradient as soon as
-/// it can), kept when that lowers the device total and then the base of the others; (1) its
-/// backward-only terms moved to run just before their backward readers
-/// ([`ckpt_passes::recompute::lower_terms`], kept when that lowers the device total); (2) its
-/// constant reshape targets guarded ([`ckpt_passes::guards`]: ORT's planner then neither
-/// reuses nor shares the buffers computed from them, which go back to the arena); (3) the
-/// guarded graph with its terms moved. The plan that adds the fewest FLOPs wins (the earlier
-/// on a tie); a variant that fits as it is, is a plan that recomputes nothing and ends the
-/// search; a plan of the given graph that adds at most a thousandth of a step is kept
-/// without trying the variants. A variant's plan is reported against the graph as given, its
-/// patch the variant's followed by the recompute; of the
-/// refusals, the one with the lowest reachable total is reported. Measured costs belong to
-/// the given graph's nodes, so with `o.costs` there are no variants.
+/// it can), kept when that lowers the device total, then planned first (before the given
+/// graph) and the base of the others; (1) its backward-only terms moved to run just before
+/// their backward readers ([`ckpt_passes::recompute::lower_terms`], kept when that lowers the
+/// device total); (2) its constant reshape targets guarded ([`ckpt_passes::guards`]: ORT's
+/// planner then neither reuses nor shares the buffers computed from them, which go back to
+/// the arena); (3) the guarded graph with its terms moved. The plan that adds the fewest
+/// FLOPs wins (the earlier on a tie); a variant that fits as it is, is a plan that
+/// recomputes nothing and ends the search; a first plan (of the reordered graph, else the
+/// given one) adding at most a thousandth of a step is kept without trying the others. A
+/// variant's plan is reported against the graph as given, its patch the variant's followed
+/// by the recompute; of the refusals, the one with the lowest reachable total is reported.
+/// Measured costs belong to the given graph's nodes, so with `o.costs` there are no variants.
 pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
-    let first = plan_graph(before, o)?;
-    if o.costs.is_some() {
-        return Ok(first);
+    if o.costs.is_some() || before.ledger.total_bytes <= o.effective_ceiling() {
+        return plan_graph(before, o);
     }
+    // The leaves in the order their inputs become ready, when that lowers the total, is
+    // planned first (it is the easier graph) and is the base every other variant builds on.
+    let ordered = ordered_leaves(before, o)?;
+    let first = match &ordered {
+        Some(v) => plan_variant(v, o)?,
+        None => match plan_graph(before, o)? {
+            Outcome::AlreadyFits => return Ok(Outcome::AlreadyFits),
+            Outcome::Rewritten(r) => Ok(r),
+            Outcome::CannotFit(d) => Err(d),
+        },
+    };
     let mut found: Option<Box<Rewritten>> = None;
     let mut refused: Option<Diagnosis> = None;
     // A plan adding under a thousandth of a step is kept: no variant can save more than that.
     let negligible = step_flops(before, &o.analysis.bindings) / NEGLIGIBLE_SHARE;
     match first {
-        Outcome::AlreadyFits => return Ok(Outcome::AlreadyFits),
-        Outcome::Rewritten(r) if r.counts.added_flops <= negligible => {
-            return Ok(Outcome::Rewritten(r))
-        }
-        Outcome::Rewritten(r) => found = Some(r),
-        Outcome::CannotFit(d) => refused = Some(d),
+        Ok(r) if r.counts.added_flops <= negligible => return Ok(Outcome::Rewritten(r)),
+        Ok(r) => found = Some(r),
+        Err(d) => refused = Some(d),
     }
     let mut consider = |planned: Result<Box<Rewritten>, Diagnosis>| -> bool {
         match planned {
@@ -288,12 +295,13 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
             }
         }
     };
-    // The leaves in the order their inputs become ready, when that lowers the total, is the
-    // base every other variant builds on.
-    let ordered = ordered_leaves(before, o)?;
     let mut done = false;
-    if let Some(v) = &ordered {
-        done = consider(plan_variant(v, o)?);
+    if ordered.is_some() {
+        done = consider(match plan_graph(before, o)? {
+            Outcome::AlreadyFits => return Ok(Outcome::AlreadyFits),
+            Outcome::Rewritten(r) => Ok(r),
+            Outcome::CannotFit(d) => Err(d),
+        });
     }
     let base = ordered.as_ref().map_or(before, |v| &v.analysis);
     if !done {
@@ -323,7 +331,7 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
     })
 }
 
-/// A plan of the given graph adding at most 1/`NEGLIGIBLE_SHARE` of a step's FLOPs is not
+/// A first plan adding at most 1/`NEGLIGIBLE_SHARE` of a step's FLOPs is not
 /// planned again on the variants.
 const NEGLIGIBLE_SHARE: u64 = 1000;
 
