@@ -328,6 +328,7 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
             analysis: ckpt_opt::optimize::AnalyseOptions::with_bindings(bind.clone()),
             reserve_pct: 0.0,
             time_limit: Duration::from_secs_f64(time_limit),
+            refusal_probes: 0,
         };
         let (outcome, t_plan) = timed(|| plan(&job, graph.clone()));
         let whole = t_import + t_plan;

@@ -261,6 +261,7 @@ pub fn plan_at_costed(
         analysis: options.clone(),
         reserve_pct: 0.0,
         time_limit,
+        refusal_probes: 0,
     };
     let outcome = match costs {
         Some(c) => plan_costed(&job, before, t0, default_threads(), Some(c))?,

@@ -262,6 +262,7 @@ pub fn exercise(bytes: &[u8], depth: Depth, plan_time_limit: Duration) -> Reache
         analysis: crate::optimize::AnalyseOptions::with_bindings(b),
         reserve_pct: 0.0,
         time_limit: plan_time_limit,
+        refusal_probes: 0,
     };
     let ceiling = job.ceiling;
     // The analysis made above is the job's: plan from it rather than analyse again.

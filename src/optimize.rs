@@ -38,6 +38,9 @@ pub struct Job {
     pub analysis: AnalyseOptions,
     pub reserve_pct: f64,
     pub time_limit: Duration,
+    /// On a refusal, ceilings between the ceiling and the lowest total found planned to lower
+    /// that total ([`ckpt_planner::PlanOptions::refusal_probes`]; the main job's 3, else 0).
+    pub refusal_probes: usize,
 }
 
 impl Job {
@@ -66,6 +69,7 @@ impl Job {
             costs: costs.map(crate::cost::NodeCosts::planner_costs),
             debug: std::env::var_os("CKPT_OPT_DEBUG").is_some(),
             progress: Some(progress),
+            refusal_probes: self.refusal_probes,
         }
     }
 }
@@ -231,7 +235,7 @@ pub fn diagnosis(d: &ckpt_planner::Diagnosis, ledger: &Ledger, job: &Job) -> Dia
         ckpt_planner::DiagnosisKind::NoPlanFound => (
             DiagnosisKind::NoPlanFound,
             format!(
-                "no recompute plan fits: the lowest device total found under the deployment profile (recomputing every candidate, or the search's best) is {} ({} fixed + {} arena), above the ceiling of {}; dominant ledger line: {}{}",
+                "no recompute plan fits: the lowest device total found under the deployment profile (recomputing every candidate, the search's best, or a plan found at a ceiling in between) is {} ({} fixed + {} arena), above the ceiling of {}; dominant ledger line: {}{}",
                 human(d.lowest_reachable_total_bytes),
                 human(d.fixed_bytes),
                 human(d.lowest_reachable_total_bytes.saturating_sub(d.fixed_bytes)),

@@ -37,7 +37,7 @@ pub struct Diagnosis {
     /// The ceiling after `--reserve`.
     pub effective_ceiling_bytes: u64,
     pub fixed_bytes: u64,
-    /// The lowest device total found (recomputing every candidate, or the search's best).
+    /// The lowest device total found (recomputing every candidate, the search's best, or with the main job's refusal probes a plan found at a ceiling in between).
     pub lowest_reachable_total_bytes: u64,
     /// The largest ledger line.
     pub dominant_ledger_line: String,

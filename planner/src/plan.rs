@@ -74,6 +74,10 @@ pub struct PlanOptions {
     /// A debug trace of the rounds and the search on stderr.
     pub debug: bool,
     pub progress: Option<fn(Progress)>,
+    /// On a refusal, how many ceilings between the ceiling and the lowest total found are
+    /// planned (bisection), so that the lowest reachable total reported is no higher than a
+    /// plan found at a ceiling in between: the search is not monotone in the ceiling.
+    pub refusal_probes: usize,
 }
 
 impl PlanOptions {
@@ -89,6 +93,7 @@ impl PlanOptions {
             costs: None,
             debug: false,
             progress: None,
+            refusal_probes: 0,
         }
     }
 
@@ -250,7 +255,45 @@ pub struct Rewritten {
 /// variant's plan is reported against the graph as given, its patch the variant's followed
 /// by the recompute; of the refusals, the one with the lowest reachable total is reported.
 /// Measured costs belong to the given graph's nodes, so with `o.costs` there are no variants.
+/// A refusal is probed `o.refusal_probes` times ([`PlanOptions::refusal_probes`]).
 pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
+    let outcome = plan_once(before, o)?;
+    let Outcome::CannotFit(mut d) = outcome else {
+        return Ok(outcome);
+    };
+    if d.kind != DiagnosisKind::NoPlanFound {
+        return Ok(Outcome::CannotFit(d));
+    }
+    // Bisect between the ceiling and the lowest total found: a plan that fits a ceiling in
+    // between is reachable, and lowers the reported total to its own.
+    let (mut lo, mut hi) = (o.effective_ceiling(), d.lowest_reachable_total_bytes);
+    for _ in 0..o.refusal_probes {
+        if hi <= lo + 1 {
+            break;
+        }
+        let mid = lo + (hi - lo) / 2;
+        let probe = PlanOptions {
+            ceiling: mid,
+            reserve_pct: 0.0,
+            refusal_probes: 0,
+            ..o.clone()
+        };
+        match plan_once(before, &probe)? {
+            Outcome::Rewritten(r) => hi = hi.min(r.after.ledger.total_bytes),
+            Outcome::CannotFit(p) => {
+                lo = mid;
+                hi = hi.min(p.lowest_reachable_total_bytes);
+                d.timed_out |= p.timed_out;
+            }
+            Outcome::AlreadyFits => hi = hi.min(before.ledger.total_bytes),
+        }
+    }
+    d.lowest_reachable_total_bytes = hi;
+    Ok(Outcome::CannotFit(d))
+}
+
+/// [`plan`] without the refusal probes.
+fn plan_once(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
     if o.costs.is_some() || before.ledger.total_bytes <= o.effective_ceiling() {
         return plan_graph(before, o);
     }

@@ -93,3 +93,37 @@ fn refusals_are_typed() {
     assert!(d.lowest_reachable_total_bytes <= before.ledger.total_bytes);
     assert_eq!(d.dominant_ledger_line, before.ledger.dominant());
 }
+
+/// Refusal probes: below the floor, the lowest reachable total reported with probes is no
+/// higher than without, and no higher than the total of a plan the planner finds at a ceiling
+/// above the floor (the search alone is not monotone in the ceiling: its best at a low ceiling
+/// can sit above a plan it finds at a higher one).
+#[test]
+fn probed_refusals_report_no_more_than_a_plan_found_above() {
+    let g = ckpt_ir::import_file(&fixture("gpt2_d0_aot.onnx")).unwrap();
+    let before = analyse(g, &AnalyseOptions::default()).unwrap();
+    let total = before.ledger.total_bytes;
+    let lowest = |pct: u64, probes: usize| {
+        let o = PlanOptions {
+            refusal_probes: probes,
+            ..options(total * pct / 100)
+        };
+        match plan(&before, &o).unwrap() {
+            Outcome::CannotFit(d) => Err(d.lowest_reachable_total_bytes),
+            Outcome::Rewritten(r) => Ok(r.after.ledger.total_bytes),
+            Outcome::AlreadyFits => panic!("fits at {pct}%"),
+        }
+    };
+    let without = lowest(40, 0).unwrap_err();
+    let probed = lowest(40, 2).unwrap_err();
+    let above = lowest(75, 0).expect("a plan at 75%");
+    assert!(
+        without > above,
+        "the unprobed refusal ({without} B) is no longer above the plan at 75% ({above} B): \
+         pick a case where the search is not monotone"
+    );
+    assert!(
+        probed <= above && probed < without,
+        "probed {probed} B, unprobed {without} B, plan at 75% {above} B"
+    );
+}

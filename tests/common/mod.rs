@@ -202,5 +202,6 @@ pub fn plan_job(path: &Path, ceiling: u64, time_limit_secs: u64) -> ckpt_opt::op
         analysis: ckpt_opt::optimize::AnalyseOptions::default(),
         reserve_pct: 0.0,
         time_limit: std::time::Duration::from_secs(time_limit_secs),
+        refusal_probes: 0,
     }
 }
