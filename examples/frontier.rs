@@ -40,6 +40,7 @@ fn main() -> Result<()> {
             analysis: options.clone(),
             reserve_pct: 0.0,
             time_limit: Duration::from_secs(120),
+            refusal_probes: 0,
         };
         let t = Instant::now();
         let before = analyse(graph.clone(), &options)?;
