@@ -58,11 +58,17 @@ fn main() -> ExitCode {
         }
     };
     // SIGINT/SIGTERM: no temporary file of a write in progress is left behind (130: the
-    // shell's code for an interrupted command).
+    // shell's code for an interrupted command). The handler runs on its own thread while the
+    // main one may be inside ONNX Runtime or CBC: `_exit` ends the process without running
+    // the C++ libraries' static destructors under them (`exit` did, and a loaded machine
+    // caught a segfault there).
     let _ = ctrlc::set_handler(|| {
         ckpt_ir::remove_temp_files();
         ckpt_opt::progress::finish();
-        std::process::exit(130);
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        // SAFETY: `_exit` only ends the process; nothing runs after it.
+        unsafe { libc::_exit(130) }
     });
     let quiet = match &args.command {
         None => args.optimize.output_args.quiet,
