@@ -2,14 +2,10 @@
 //! does to ONNX Runtime's need, predicted to the byte against ORT under the default profile.
 
 use ckpt_ir::build::{attr_i, attr_ints, ModelBuilder};
-use ckpt_ir::profile::{CallerOutputs, Profile};
+use ckpt_ir::profile::Profile;
 use ckpt_ir::{Bindings, DType, Graph, NodeOrigin};
-use ckpt_opt::inputs::{make_inputs, InputOverrides};
-use ckpt_opt::profile::session_config;
-use ckpt_passes::device::device_need;
+use ckpt_opt::inputs::InputOverrides;
 use ckpt_passes::guards::reuse_guards;
-use ckpt_passes::memory::{schedule, simulate};
-use ckpt_runtime::{measure_need, Model};
 
 mod common;
 
@@ -25,21 +21,7 @@ fn import(bytes: &[u8]) -> Graph {
 
 /// (predicted, measured) arena need of `g` under the default profile.
 fn need(g: &Graph) -> (u64, u64) {
-    let b = Bindings::new();
-    let sim = simulate(g, &schedule(g).unwrap(), &b).unwrap();
-    let p = Profile::default();
-    let o = InputOverrides::parse(&[], &[]).unwrap();
-    let inputs = make_inputs(g, &b, 7, &o, &[]).unwrap().0;
-    let bytes = ckpt_ir::export_bytes(g);
-    let measured = measure_need(
-        Model::new("guards", &bytes),
-        &inputs,
-        &session_config(&p),
-        p.steps as usize,
-        p.caller_outputs == CallerOutputs::Held,
-    )
-    .unwrap();
-    (device_need(&sim, &p).arena_bytes, measured.arena_bytes)
+    common::default_need(g, "guards")
 }
 
 const S: u64 = 512 * 1024 * 4;
@@ -149,28 +131,8 @@ fn only_constant_reshape_targets_are_guarded() {
 fn a_guarded_plan_validates_under_its_ceiling() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.onnx");
-    let receipt = dir.path().join("receipt.json");
     let model = common::root().join("tests/fixtures/gpt2_d0_aot.onnx");
-    let o = common::run(&[
-        common::path_str(&model),
-        "--ceiling",
-        "80%",
-        "-o",
-        common::path_str(&out),
-        "--validate",
-        "--receipt",
-        common::path_str(&receipt),
-        "--runs",
-        "2",
-    ]);
-    assert!(
-        o.status.success(),
-        "{}\n{}",
-        common::stdout(&o),
-        common::stderr(&o)
-    );
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap()).unwrap();
+    let r = common::validated_run(&model, "80%", &out, &[]);
     common::assert_validated_rewrite(&r, "gpt2_d0_aot at 80%");
     let patch = r["patch"].as_str().unwrap();
     assert!(patch.contains("through Identity"), "{patch}");
@@ -190,9 +152,9 @@ fn a_guarded_plan_validates_under_its_ceiling() {
 fn every_fixture_guarded_is_predicted_to_the_byte() {
     let mut files: Vec<_> = common::std_fixtures().into_iter().map(|f| f.path).collect();
     files.push(common::root().join("examples/gpt2_4l_train.onnx"));
-    let p = Profile::default();
-    let b = Bindings::new();
-    let overrides = InputOverrides::parse(&[], &["attention_mask=1:2".to_string()]).unwrap();
+    let _p = Profile::default();
+    let _b = Bindings::new();
+    let _overrides = InputOverrides::parse(&[], &["attention_mask=1:2".to_string()]).unwrap();
     let mut misses = Vec::new();
     let mut guarded_any = 0;
     for f in &files {
@@ -204,19 +166,7 @@ fn every_fixture_guarded_is_predicted_to_the_byte() {
         guarded_any += 1;
         let mut g2 = g.clone();
         patch.apply(&mut g2).unwrap();
-        let sim = simulate(&g2, &schedule(&g2).unwrap(), &b).unwrap();
-        let (inputs, _) = make_inputs(&g2, &b, 1, &overrides, &[]).unwrap();
-        let bytes = ckpt_ir::export_bytes(&g2);
-        let measured = measure_need(
-            Model::new("guarded", &bytes),
-            &inputs,
-            &session_config(&p),
-            p.steps as usize,
-            false,
-        )
-        .unwrap()
-        .arena_bytes;
-        let predicted = device_need(&sim, &p).arena_bytes;
+        let (predicted, measured) = need(&g2);
         if predicted != measured {
             misses.push(format!(
                 "{}: predicted {predicted}, measured {measured}",

@@ -6,12 +6,9 @@
 use ckpt_ir::build::{attr_i, ModelBuilder};
 use ckpt_ir::profile::Profile;
 use ckpt_ir::{Bindings, DType, Graph};
-use ckpt_opt::inputs::{make_inputs, InputOverrides};
-use ckpt_opt::profile::session_config;
 use ckpt_passes::device::device_need;
 use ckpt_passes::memory::{schedule, simulate};
 use ckpt_passes::order::{leaf_readiness, order_leaves};
-use ckpt_runtime::{measure_need, Model};
 
 mod common;
 
@@ -48,21 +45,7 @@ fn two_layer_step() -> Graph {
 
 /// (predicted, measured) arena need of `g` under the default profile.
 fn need(g: &Graph) -> (u64, u64) {
-    let b = Bindings::new();
-    let sim = simulate(g, &schedule(g).unwrap(), &b).unwrap();
-    let p = Profile::default();
-    let o = InputOverrides::parse(&[], &["attention_mask=1:2".to_string()]).unwrap();
-    let inputs = make_inputs(g, &b, 7, &o, &[]).unwrap().0;
-    let bytes = ckpt_ir::export_bytes(g);
-    let measured = measure_need(
-        Model::new("leaves", &bytes),
-        &inputs,
-        &session_config(&p),
-        p.steps as usize,
-        false,
-    )
-    .unwrap();
-    (device_need(&sim, &p).arena_bytes, measured.arena_bytes)
+    common::default_need(g, "leaves")
 }
 
 fn ordered(g: &Graph) -> Option<Graph> {
@@ -176,30 +159,8 @@ fn predicted(g: &Graph) -> u64 {
 fn a_reordered_plan_validates_at_seventy_percent() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.onnx");
-    let receipt = dir.path().join("receipt.json");
     let model = common::root().join("tests/fixtures/llama_d0_makefx.onnx");
-    let o = common::run(&[
-        common::path_str(&model),
-        "--ceiling",
-        "70%",
-        "-o",
-        common::path_str(&out),
-        "--validate",
-        "--int-range",
-        "attention_mask=0:2",
-        "--receipt",
-        common::path_str(&receipt),
-        "--runs",
-        "2",
-    ]);
-    assert!(
-        o.status.success(),
-        "{}\n{}",
-        common::stdout(&o),
-        common::stderr(&o)
-    );
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap()).unwrap();
+    let r = common::validated_run(&model, "70%", &out, &["--int-range", "attention_mask=0:2"]);
     let (_, measured, predicted) = common::assert_validated_rewrite(&r, "llama at 70%");
     assert_eq!(measured, predicted, "llama at 70%: predicted to the byte");
     let patch = r["patch"].as_str().unwrap();

@@ -50,6 +50,23 @@ pub struct Move {
     pub after_new: usize,
 }
 
+impl Move {
+    /// Move `node` of `graph`, inputs unchanged, to just before `before` (a pure reorder).
+    pub fn reorder(graph: &crate::Graph, node: NodeId, before: NodeId) -> Move {
+        Move {
+            node,
+            inputs: graph
+                .node(node)
+                .inputs
+                .iter()
+                .map(|i| i.map(TensorRef::Existing))
+                .collect(),
+            before,
+            after_new: 0,
+        }
+    }
+}
+
 /// Replace input `slot` of `node`, which must currently read `from`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rewire {

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeSet;
 
-use ckpt_ir::{Graph, Move, NodeId, Patch, TensorRef};
+use ckpt_ir::{Graph, Move, NodeId, Patch};
 
 use crate::memory::Schedule;
 
@@ -81,17 +81,7 @@ pub fn order_leaves(graph: &Graph, schedule: &Schedule, label: &str) -> Patch {
         return patch;
     }
     for n in wanted {
-        patch.moves.push(Move {
-            node: n,
-            inputs: graph
-                .node(n)
-                .inputs
-                .iter()
-                .map(|i| i.map(TensorRef::Existing))
-                .collect(),
-            before: last,
-            after_new: 0,
-        });
+        patch.moves.push(Move::reorder(graph, n, last));
     }
     patch
 }

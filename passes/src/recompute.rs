@@ -986,17 +986,7 @@ pub fn lower_terms(graph: &Graph, terms: &[NodeId], label: &str) -> Patch {
             continue;
         }
         anchored_at.insert(n, pos[anchor.index()]);
-        patch.moves.push(Move {
-            node: n,
-            inputs: graph
-                .node(n)
-                .inputs
-                .iter()
-                .map(|i| i.map(TensorRef::Existing))
-                .collect(),
-            before: anchor,
-            after_new: 0,
-        });
+        patch.moves.push(Move::reorder(graph, n, anchor));
     }
     patch
 }

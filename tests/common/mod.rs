@@ -205,3 +205,53 @@ pub fn plan_job(path: &Path, ceiling: u64, time_limit_secs: u64) -> ckpt_opt::op
         refusal_probes: 0,
     }
 }
+
+/// Run the main job on `model` at `ceiling` with `--validate` (and `extra` flags), writing to
+/// `out`; assert it succeeded and return its receipt.
+pub fn validated_run(model: &Path, ceiling: &str, out: &Path, extra: &[&str]) -> serde_json::Value {
+    let receipt = out.with_extension("receipt.json");
+    let mut args = vec![
+        path_str(model),
+        "--ceiling",
+        ceiling,
+        "-o",
+        path_str(out),
+        "--validate",
+        "--receipt",
+        path_str(&receipt),
+        "--runs",
+        "2",
+    ];
+    args.extend_from_slice(extra);
+    let o = run(&args);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    serde_json::from_str(&std::fs::read_to_string(&receipt).expect("receipt")).expect("json")
+}
+
+/// (predicted, measured) arena need of `g` under the default profile (attention masks drawn
+/// in `1..2`).
+pub fn default_need(g: &ckpt_ir::Graph, name: &str) -> (u64, u64) {
+    use ckpt_ir::profile::{CallerOutputs, Profile};
+    let b = ckpt_ir::Bindings::new();
+    let sched = ckpt_passes::memory::schedule(g).expect("schedule");
+    let sim = ckpt_passes::memory::simulate(g, &sched, &b).expect("simulate");
+    let p = Profile::default();
+    let o = ckpt_opt::inputs::InputOverrides::parse(&[], &["attention_mask=1:2".to_string()])
+        .expect("overrides");
+    let inputs = ckpt_opt::inputs::make_inputs(g, &b, 7, &o, &[])
+        .expect("inputs")
+        .0;
+    let bytes = ckpt_ir::export_bytes(g);
+    let measured = ckpt_runtime::measure_need(
+        ckpt_runtime::Model::new(name, &bytes),
+        &inputs,
+        &ckpt_opt::profile::session_config(&p),
+        p.steps as usize,
+        p.caller_outputs == CallerOutputs::Held,
+    )
+    .expect("measure");
+    (
+        ckpt_passes::device::device_need(&sim, &p).arena_bytes,
+        measured.arena_bytes,
+    )
+}
