@@ -22,6 +22,9 @@ fn example_is_rewritten_validated_and_measured_lower() {
         &example(),
         "--ceiling",
         "60%",
+        // The search's safety stop, not its budget: a debug build on a loaded machine.
+        "--time-limit",
+        "300",
         "-o",
         path_str(&out),
         "--validate",
