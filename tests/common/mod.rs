@@ -207,7 +207,9 @@ pub fn plan_job(path: &Path, ceiling: u64, time_limit_secs: u64) -> ckpt_opt::op
 }
 
 /// Run the main job on `model` at `ceiling` with `--validate` (and `extra` flags), writing to
-/// `out`; assert it succeeded and return its receipt.
+/// `out`; assert it succeeded and return its receipt. The search's time limit is 300 s: a
+/// safety stop, not a budget (ILP rounds stop at a node count), which a debug build on a
+/// machine loaded by the whole suite must not reach.
 pub fn validated_run(model: &Path, ceiling: &str, out: &Path, extra: &[&str]) -> serde_json::Value {
     let receipt = out.with_extension("receipt.json");
     let mut args = vec![
@@ -221,6 +223,8 @@ pub fn validated_run(model: &Path, ceiling: &str, out: &Path, extra: &[&str]) ->
         path_str(&receipt),
         "--runs",
         "2",
+        "--time-limit",
+        "300",
     ];
     args.extend_from_slice(extra);
     let o = run(&args);
