@@ -31,17 +31,9 @@ if [ "$missing" = 0 ]; then
   exit 0
 fi
 
-venv="${FIXTURES_MAIN_VENV:-$root/.venv-fixtures/main}"
-req="$root/scripts/fixtures/requirements.txt"
-stamp="$venv/.requirements.sha256"
-if ! { [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$(sha256sum "$req" | cut -d' ' -f1)" ]; }; then
-  # the fixture script owns the venv logic; its `std` run creates/updates the venv (and
-  # regenerates the committed fixtures, which are deterministic), so point at it instead.
-  echo "make_gpt2: no up-to-date torch venv at $venv; create it with" >&2
-  echo "  bash scripts/fixtures/make_fixtures.sh std   (or set FIXTURES_MAIN_VENV to a venv with $req)" >&2
-  exit 1
-fi
-export PYTHONHASHSEED=0 OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" PYTHONWARNINGS=ignore
+who=make_gpt2
+# shellcheck source=torch_venv.sh
+. "$here/torch_venv.sh"
 for l in "${want[@]}"; do
   args=(--out "$out/gpt2_${l}l.onnx" --layers "$l" --heads 12 --embd 768 --vocab 50257 --ctx 1024 --batch 1)
   [ -n "${FORCE:-}" ] && args+=(--force)

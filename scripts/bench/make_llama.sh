@@ -23,16 +23,9 @@ if [ -f "$file" ] && [ -z "${FORCE:-}" ] && [ -z "${CHECK:-}" ]; then
   exit 0
 fi
 
-venv="${FIXTURES_MAIN_VENV:-$root/.venv-fixtures/main}"
-req="$root/scripts/fixtures/requirements.txt"
-stamp="$venv/.requirements.sha256"
-if ! { [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$(sha256sum "$req" | cut -d' ' -f1)" ]; }; then
-  # the fixture script owns the venv logic (see make_gpt2.sh)
-  echo "make_llama: no up-to-date torch venv at $venv; create it with" >&2
-  echo "  bash scripts/fixtures/make_fixtures.sh std   (or set FIXTURES_MAIN_VENV to a venv with $req)" >&2
-  exit 1
-fi
-export PYTHONHASHSEED=0 OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" PYTHONWARNINGS=ignore
+who=make_llama
+# shellcheck source=torch_venv.sh
+. "$here/torch_venv.sh"
 args=(--out "$file" --layers 8 --hidden 512 --intermediate 1376 --heads 8 --kv-heads 8
       --vocab 10000 --ctx 512 --batch 1)
 [ -n "${FORCE:-}" ] && args+=(--force)
