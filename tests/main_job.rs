@@ -293,3 +293,51 @@ fn validate_refuses_unrelated_graphs() {
         stderr(&o)
     );
 }
+
+#[test]
+fn below_the_candidate_searchs_floor_block_checkpointing_is_cut_to_fit() {
+    // README ("How a plan is made", step 5): at 45% of the footprint the candidate search
+    // finds nothing (the floor of its plans was 45.4%); block checkpointing on the guarded
+    // graph (16.76 MiB) fits, and its cut keeps what the ceiling allows. Validated on ORT:
+    // predicted equal to measured, bitwise equal gradients. A 40 s limit: the candidate
+    // search's quarter, then the cut; the variants after it run to the limit.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.onnx");
+    let receipt = dir.path().join("receipt.json");
+    let o = run(&[
+        &example(),
+        "--ceiling",
+        "45%",
+        "--time-limit",
+        "40",
+        "-o",
+        path_str(&out),
+        "--validate",
+        "--receipt",
+        path_str(&receipt),
+        "--runs",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap()).unwrap();
+    assert_eq!(r["solver"]["method"], "BlockCut", "{}", r["solver"]);
+    let before = r["predicted_peak_bytes"]["before"].as_u64().unwrap();
+    let after = r["predicted_peak_bytes"]["after"].as_u64().unwrap();
+    assert!(after * 100 <= before * 45, "{before} -> {after}");
+    assert_eq!(
+        r["memory"]["rewritten"]["measured_total_bytes"].as_u64(),
+        Some(after),
+        "{}",
+        r["memory"]
+    );
+    // Below per-block checkpointing's own +22.47% (its plan uncut on the guarded graph).
+    let share = r["added_flops_percent"].as_f64().unwrap();
+    assert!(share < 22.0, "{share}");
+    let v = &r["validation"];
+    assert_eq!(v["passed"], true);
+    assert_eq!(v["control_rejected"], true);
+    for o in v["outputs"].as_array().unwrap() {
+        assert_eq!(o["bitwise_equal"], true, "{}", o["name"]);
+    }
+}

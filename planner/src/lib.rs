@@ -16,6 +16,11 @@
 //!    planner then keeps the buffers computed from them out of reuse), and with both, are
 //!    planned too where the graph as given has no plan or one that adds FLOPs; the plan that
 //!    adds the fewest FLOPs wins.
+//! 5. **Block checkpointing, cut** (`blocks.rs`): block checkpointing at the residual
+//!    stream's boundaries, on the reordered graph and its guarded variant; a plan that fits is
+//!    cut (whole blocks, then single recomputes, most expensive first, each drop kept while the
+//!    run fits) where the candidate search finds nothing adding under 1% of a step. Labelled
+//!    [`ckpt_solver::Method::BlockCut`]: no optimality bound.
 //!
 //! ILP rounds stop at a node count, not a clock ([`ckpt_solver::IlpOptions::max_nodes`]):
 //! the plan is the same on a loaded machine.
@@ -38,6 +43,7 @@
 //!   user input. The CLI parses, orchestrates, writes and prints.
 
 mod analysis;
+mod blocks;
 mod error;
 mod oracle;
 mod plan;

@@ -78,6 +78,12 @@ pub struct Simulator<'a> {
 }
 
 impl Simulator<'_> {
+    /// The device total of `plan` (its set with its own rebuild steps, which may differ from
+    /// the linear model's: a block rebuilt as one shared copy), a trial like [`Oracle::total`].
+    pub fn plan_total(&self, plan: &Plan) -> Result<u64, PlanError> {
+        Ok(self.run(plan)?.0)
+    }
+
     fn run(&self, plan: &Plan) -> Result<(u64, Simulation), PlanError> {
         let (_, sim) = self.rewritten_run(plan)?;
         let need = device_need(&sim, &self.options.analysis.profile).arena_bytes;
@@ -237,7 +243,14 @@ impl Oracle for Simulator<'_> {
     }
 
     fn describe_peak(&self, set: &[bool]) -> Result<(), PlanError> {
-        let (g, sim) = self.rewritten_run(&plan_from_set(self.prob, set.to_vec()))?;
+        self.describe_plan(&plan_from_set(self.prob, set.to_vec()))
+    }
+}
+
+impl Simulator<'_> {
+    /// [`Oracle::describe_peak`] of a plan with its own rebuild steps.
+    pub fn describe_plan(&self, plan: &Plan) -> Result<(), PlanError> {
+        let (g, sim) = self.rewritten_run(plan)?;
         let idle = sim.idle_at(&g, sim.peak_step);
         let total: u64 = idle.iter().map(|x| x.1).sum();
         eprintln!(
@@ -248,7 +261,7 @@ impl Oracle for Simulator<'_> {
             total,
             idle.len()
         );
-        for &(b, bytes) in idle.iter().take(4) {
+        for &(b, bytes) in idle.iter().take(12) {
             let buf = &sim.buffers[b];
             let vals: Vec<String> = buf
                 .values

@@ -12,6 +12,7 @@ use ckpt_passes::recompute::{candidates, problem, Candidates};
 use ckpt_solver::{solve_ilp_with, Fallback, IlpOptions, Plan, Problem, SolveError, Status};
 
 use crate::analysis::{analyse, step_flops, AnalyseOptions, Analysis};
+use crate::blocks::BlockStart;
 use crate::oracle::{plan_from_set, Oracle, Simulator};
 use crate::PlanError;
 
@@ -300,79 +301,167 @@ fn plan_once(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
     // The leaves in the order their inputs become ready, when that lowers the total, is
     // planned first (it is the easier graph) and is the base every other variant builds on.
     let ordered = ordered_leaves(before, o)?;
-    let first = match &ordered {
-        Some(v) => plan_variant(v, o)?,
-        None => match plan_graph(before, o)? {
+    let base = ordered.as_ref().map_or(before, |v| &v.analysis);
+    // The base with its constant reshape targets guarded: ORT's planner then reuses none of
+    // the buffers computed from them, so a rebuilt block's buffers go back to the arena
+    // instead of being held for a later value of the same size.
+    let guarded = guarded(base, ordered.as_ref(), o)?;
+    // Block checkpointing on the base and on its guarded variant, run (two simulations each).
+    let bases: Vec<&Analysis> = std::iter::once(base)
+        .chain(guarded.as_ref().map(|g| &g.analysis))
+        .collect();
+    let blocks = BlockStart::new(&bases, o)?;
+    let negligible = step_flops(before, &o.analysis.bindings) / NEGLIGIBLE_SHARE;
+    // When a block plan fits, the first candidate search has a quarter of the time: a deep
+    // ceiling it cannot meet must not take the time the block plan's cut needs.
+    let quarter;
+    let first_o = if blocks.fits(o) {
+        quarter = PlanOptions {
+            time_limit: o.time_limit / 4,
+            ..o.clone()
+        };
+        &quarter
+    } else {
+        o
+    };
+    let first = match ordered.as_ref() {
+        Some(v) => plan_variant(v, first_o)?,
+        None => match plan_graph(before, first_o)? {
             Outcome::AlreadyFits => return Ok(Outcome::AlreadyFits),
             Outcome::Rewritten(r) => Ok(r),
             Outcome::CannotFit(d) => Err(d),
         },
     };
-    let mut found: Option<Box<Rewritten>> = None;
-    let mut refused: Option<Diagnosis> = None;
     // A plan adding under a thousandth of a step is kept: no variant can save more than that.
-    let negligible = step_flops(before, &o.analysis.bindings) / NEGLIGIBLE_SHARE;
+    let mut tried = Tried::default();
     match first {
         Ok(r) if r.counts.added_flops <= negligible => return Ok(Outcome::Rewritten(r)),
-        Ok(r) => found = Some(r),
-        Err(d) => refused = Some(d),
+        planned => tried.consider(planned),
+    };
+    // The block plan's cut, where the search found nothing adding under a hundredth of a step.
+    let cheap = negligible.saturating_mul(BLOCK_CUT_SHARE);
+    if blocks.fits(o)
+        && tried
+            .found
+            .as_ref()
+            .is_none_or(|f| f.counts.added_flops > cheap)
+    {
+        let clock = Deadline::new(o.started + o.time_limit);
+        if let Some((k, mut r)) = blocks.cut_best(&bases, o, &clock)? {
+            let variant = if k == 0 {
+                ordered.as_ref()
+            } else {
+                guarded.as_ref()
+            };
+            if let Some(v) = variant {
+                r.patch_text = format!("{}\n{}", v.patch_text, r.patch_text);
+                r.lowered = v.lowered;
+                r.guarded = v.guarded;
+                r.planned_graph = Some(v.analysis.graph.clone());
+            }
+            tried.consider(Ok(r));
+        }
     }
-    let mut consider = |planned: Result<Box<Rewritten>, Diagnosis>| -> bool {
+    if tried
+        .found
+        .as_ref()
+        .is_none_or(|f| f.counts.added_flops > negligible)
+        && other_variants(before, ordered.as_ref(), guarded.as_ref(), o, &mut tried)?
+    {
+        return Ok(Outcome::AlreadyFits);
+    }
+    Ok(match (tried.found, tried.refused) {
+        (Some(r), _) => Outcome::Rewritten(r),
+        // The refusal names the given graph's dominant line, the ledger the user reads beside
+        // it (a variant's lowest total may come from a graph whose ledger differs); a block
+        // plan's total is a total a rewrite reaches too.
+        (None, Some(d)) => Outcome::CannotFit(Diagnosis {
+            dominant_ledger_line: before.ledger.dominant().to_string(),
+            lowest_reachable_total_bytes: blocks
+                .lowest()
+                .map_or(d.lowest_reachable_total_bytes, |b| {
+                    b.min(d.lowest_reachable_total_bytes)
+                }),
+            ..d
+        }),
+        (None, None) => Outcome::AlreadyFits,
+    })
+}
+
+/// What the planner has so far: the plan adding the fewest FLOPs (the earlier on a tie), and
+/// the refusal with the lowest total.
+#[derive(Default)]
+struct Tried {
+    found: Option<Box<Rewritten>>,
+    refused: Option<Diagnosis>,
+}
+
+impl Tried {
+    /// Keep `planned` if it is cheaper (or lower); whether it is a plan that adds nothing.
+    fn consider(&mut self, planned: Result<Box<Rewritten>, Diagnosis>) -> bool {
         match planned {
             Ok(r) => {
                 let free = r.counts.added_flops == 0;
-                if found
+                if self
+                    .found
                     .as_ref()
                     .is_none_or(|f| r.counts.added_flops < f.counts.added_flops)
                 {
-                    found = Some(r);
+                    self.found = Some(r);
                 }
                 free
             }
             Err(d) => {
-                refused = Some(match refused.take() {
+                self.refused = Some(match self.refused.take() {
                     Some(a) => lower(a, d),
                     None => d,
                 });
                 false
             }
         }
-    };
+    }
+}
+
+/// The candidate search on the other zero-FLOP variants, after the first: the given graph
+/// (when the first was the reordered one), then lowered terms and guards on the reordered
+/// base; a plan that adds nothing ends it. `true`: the given graph already fits.
+fn other_variants(
+    before: &Analysis,
+    ordered: Option<&Variant>,
+    guarded: Option<&Variant>,
+    o: &PlanOptions,
+    tried: &mut Tried,
+) -> Result<bool, PlanError> {
     let mut done = false;
     if ordered.is_some() {
-        done = consider(match plan_graph(before, o)? {
-            Outcome::AlreadyFits => return Ok(Outcome::AlreadyFits),
+        done = tried.consider(match plan_graph(before, o)? {
+            Outcome::AlreadyFits => return Ok(true),
             Outcome::Rewritten(r) => Ok(r),
             Outcome::CannotFit(d) => Err(d),
         });
     }
-    let base = ordered.as_ref().map_or(before, |v| &v.analysis);
+    let base = ordered.map_or(before, |v| &v.analysis);
     if !done {
-        if let Some(v) = lowered_terms(base, ordered.as_ref(), o)? {
-            done = consider(plan_variant(&v, o)?);
+        if let Some(v) = lowered_terms(base, ordered, o)? {
+            done = tried.consider(plan_variant(&v, o)?);
         }
     }
     if !done {
-        if let Some(g) = guarded(base, ordered.as_ref(), o)? {
-            done = consider(plan_variant(&g, o)?);
+        if let Some(g) = guarded {
+            done = tried.consider(plan_variant(g, o)?);
             if !done {
-                if let Some(v) = lowered_terms(&g.analysis, Some(&g), o)? {
-                    consider(plan_variant(&v, o)?);
+                if let Some(v) = lowered_terms(&g.analysis, Some(g), o)? {
+                    tried.consider(plan_variant(&v, o)?);
                 }
             }
         }
     }
-    Ok(match (found, refused) {
-        (Some(r), _) => Outcome::Rewritten(r),
-        // The refusal names the given graph's dominant line, the ledger the user reads beside
-        // it (a variant's lowest total may come from a graph whose ledger differs).
-        (None, Some(d)) => Outcome::CannotFit(Diagnosis {
-            dominant_ledger_line: before.ledger.dominant().to_string(),
-            ..d
-        }),
-        (None, None) => Outcome::AlreadyFits,
-    })
+    Ok(false)
 }
+
+/// The block plan is cut when the candidate search finds nothing adding at most
+/// `BLOCK_CUT_SHARE` thousandths of a step.
+const BLOCK_CUT_SHARE: u64 = 10;
 
 /// A first plan adding at most 1/`NEGLIGIBLE_SHARE` of a step's FLOPs is not
 /// planned again on the variants.
@@ -670,13 +759,13 @@ pub enum Searched<R> {
 
 /// The clock of one search: the only thing besides the input and the flags that can change a
 /// plan, so every place that reads it records whether it stopped anything.
-struct Deadline {
+pub(crate) struct Deadline {
     at: Instant,
     hit: AtomicBool,
 }
 
 impl Deadline {
-    fn new(at: Instant) -> Deadline {
+    pub(crate) fn new(at: Instant) -> Deadline {
         Deadline {
             at,
             hit: AtomicBool::new(false),
@@ -684,7 +773,7 @@ impl Deadline {
     }
 
     /// Whether the deadline has passed; a passed deadline is recorded as hit.
-    fn passed(&self) -> bool {
+    pub(crate) fn passed(&self) -> bool {
         let passed = Instant::now() >= self.at;
         if passed {
             self.hit.store(true, Ordering::Relaxed);
@@ -700,7 +789,7 @@ impl Deadline {
     }
 
     /// Whether the clock stopped anything so far.
-    fn hit(&self) -> bool {
+    pub(crate) fn hit(&self) -> bool {
         self.hit.load(Ordering::Relaxed)
     }
 
@@ -1217,7 +1306,11 @@ impl<O: Oracle> Climber<'_, O> {
 }
 
 /// `f` over `items` on up to `threads` threads, results in order.
-fn par_map<T: Sync, R: Send>(threads: usize, items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+pub(crate) fn par_map<T: Sync, R: Send>(
+    threads: usize,
+    items: &[T],
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
     let threads = threads.min(items.len()).max(1);
     if threads == 1 {
         return items.iter().map(&f).collect();

@@ -31,6 +31,10 @@ pub enum Method {
     /// A search with a simulator in the loop (the caller's), from the ILP's plans: each trial
     /// judged by the simulation, not the linear model. No optimality bound.
     Search,
+    /// Block checkpointing at the graph's residual-stream boundaries, then cut with the
+    /// simulator in the loop (whole blocks, then single recomputes, dropped while the plan
+    /// fits). No optimality bound.
+    BlockCut,
 }
 
 impl std::fmt::Display for Method {
@@ -44,6 +48,7 @@ impl std::fmt::Display for Method {
             Method::BruteForce => "brute force",
             Method::Ilp => "ILP",
             Method::Search => "search with the simulator in the loop",
+            Method::BlockCut => "block checkpointing cut with the simulator in the loop",
         })
     }
 }
@@ -162,7 +167,9 @@ impl SolveInfo {
     pub fn label(&self) -> String {
         let m = self.method;
         match (m, self.status) {
-            (Method::Search, _) | (_, Status::Heuristic) => format!("{m} (no optimality bound)"),
+            (Method::Search | Method::BlockCut, _) | (_, Status::Heuristic) => {
+                format!("{m} (no optimality bound)")
+            }
             (_, Status::NoRecomputeNeeded) => "no recompute needed".into(),
             (_, Status::Optimal) => format!("{m}, proven optimal"),
             (_, Status::WithinGap) => {

@@ -1,0 +1,311 @@
+//! Block checkpointing as a start, cut with the simulator in the loop.
+//!
+//! Deep ceilings are where the candidate search is weakest: its moves flip one candidate at
+//! a time, each rebuilt on its own, and a transformer layer has dozens of them. Block
+//! checkpointing ([`ckpt_passes::recompute::per_block`]) keeps each block's input and rebuilds
+//! the whole block once, as one shared copy, just before its first backward reader: far
+//! deeper, at about a fifth of a step. Here it is a start: each granularity's plan is run
+//! under the profile, and one that fits is cut, (1) whole blocks first, the first rebuilt
+//! first (the last forward block, rebuilt just after it ran, rarely saves anything), then (2)
+//! single candidates, the most expensive first (a matmul's output is kept, the pointwise
+//! chains around it are rebuilt), each drop kept when the run still fits. Every answer is a
+//! simulation; drops are judged in order, a core's worth at a time, so the plan does not
+//! depend on the number of threads.
+
+use ckpt_passes::recompute::{candidates, per_block, problem, Candidates, Granularity};
+use ckpt_solver::{Method, Plan, Problem};
+
+use crate::analysis::Analysis;
+use crate::oracle::{Oracle, Simulator};
+use crate::plan::{par_map, Deadline, IlpReport, Rewritten};
+use crate::{PlanError, PlanOptions};
+
+/// Block checkpointing's plans of some zero-FLOP variants of a graph, each granularity's run
+/// under the profile: the start the planner cuts when the candidate search finds nothing
+/// cheaper.
+pub(crate) struct BlockStart {
+    starts: Vec<Start>,
+}
+
+/// One base graph's candidates and block plans.
+struct Start {
+    /// Index into the bases [`BlockStart::new`] was given.
+    base: usize,
+    cands: Candidates,
+    prob: Problem,
+    /// Each granularity's plan and its simulated device total.
+    seeds: Vec<(Granularity, Plan, u64)>,
+}
+
+impl Start {
+    fn oracle<'a>(&'a self, base: &'a Analysis, o: &'a PlanOptions) -> Simulator<'a> {
+        Simulator {
+            before: base,
+            cands: &self.cands,
+            prob: &self.prob,
+            options: o,
+        }
+    }
+}
+
+impl BlockStart {
+    /// Block checkpointing on each of `bases` at each granularity, simulated (two runs a
+    /// base; none where the graph has no residual stream).
+    pub(crate) fn new(bases: &[&Analysis], o: &PlanOptions) -> Result<BlockStart, PlanError> {
+        let mut starts = Vec::new();
+        for (k, base) in bases.iter().enumerate() {
+            let cands = candidates(&base.graph, &base.sim, &base.types, &o.analysis.bindings);
+            let arena_ceiling = o
+                .effective_ceiling()
+                .saturating_sub(base.ledger.fixed_bytes)
+                .max(1);
+            let prob = problem(&base.sim, &cands, arena_ceiling);
+            let mut start = Start {
+                base: k,
+                cands,
+                prob,
+                seeds: Vec::new(),
+            };
+            for granularity in [Granularity::Sublayer, Granularity::Layer] {
+                let Some(pb) = per_block(
+                    &base.graph,
+                    &base.class,
+                    &base.sim,
+                    &start.cands,
+                    granularity,
+                ) else {
+                    continue;
+                };
+                if !pb.recompute.iter().any(|&r| r) {
+                    continue;
+                }
+                let mut plan = Plan::for_set(&start.prob, pb.recompute, Method::PerBlock);
+                plan.remat_at = pb.remat_at;
+                let total = start.oracle(base, o).plan_total(&plan)?;
+                if o.debug {
+                    eprintln!(
+                        "blocks: base {k}, {granularity:?}, {} blocks: simulated total {total}",
+                        pb.blocks
+                    );
+                    start.oracle(base, o).describe_plan(&plan)?;
+                }
+                start.seeds.push((granularity, plan, total));
+            }
+            starts.push(start);
+        }
+        Ok(BlockStart { starts })
+    }
+
+    /// Whether some base's block plan fits the ceiling as it is.
+    pub(crate) fn fits(&self, o: &PlanOptions) -> bool {
+        self.lowest().is_some_and(|t| t <= o.effective_ceiling())
+    }
+
+    /// The lowest device total of the block plans (a total a rewrite really reaches).
+    pub(crate) fn lowest(&self) -> Option<u64> {
+        self.starts
+            .iter()
+            .flat_map(|s| s.seeds.iter().map(|x| x.2))
+            .min()
+    }
+
+    /// The [`CUTS`] fitting block plans of the lowest totals cut to what the ceiling needs
+    /// (while the clock allows); the one adding the fewest FLOPs, made real against its base (whose
+    /// candidates it indexes), with the base's index in `bases`. `None` when none fits.
+    pub(crate) fn cut_best(
+        &self,
+        bases: &[&Analysis],
+        o: &PlanOptions,
+        clock: &Deadline,
+    ) -> Result<Option<(usize, Box<Rewritten>)>, PlanError> {
+        let started = std::time::Instant::now();
+        let effective = o.effective_ceiling();
+        let mut fitting: Vec<(&Start, &Granularity, &Plan, u64)> = self
+            .starts
+            .iter()
+            .flat_map(|s| s.seeds.iter().map(move |(g, p, t)| (s, g, p, *t)))
+            .filter(|x| x.3 <= effective)
+            .collect();
+        fitting.sort_by_key(|x| x.3);
+        fitting.truncate(CUTS);
+        let mut best: Option<(u64, &Start, Plan)> = None; // (added FLOPs, start, plan)
+        for (start, granularity, plan, _) in fitting {
+            if clock.passed() {
+                break;
+            }
+            let base = bases[start.base];
+            let oracle = start.oracle(base, o);
+            let cut = cut(&oracle, start, plan.clone(), effective, o, clock)?;
+            let flops = added_flops(base, &start.cands, &cut, o);
+            if o.debug {
+                eprintln!(
+                    "blocks: base {}, {granularity:?} cut to {flops} FLOPs",
+                    start.base
+                );
+            }
+            if best.as_ref().is_none_or(|b| flops < b.0) {
+                best = Some((flops, start, cut));
+            }
+        }
+        let Some((_, start, mut plan)) = best else {
+            return Ok(None);
+        };
+        let base = bases[start.base];
+        plan.info.method = Method::BlockCut;
+        plan.info.wall = started.elapsed();
+        plan.cost = plan
+            .recompute
+            .iter()
+            .zip(&start.prob.candidates)
+            .filter(|(r, _)| **r)
+            .map(|(_, c)| c.cost)
+            .sum();
+        let (total, (after, patch_text, counts)) = start.oracle(base, o).realise(&plan)?;
+        if total > effective {
+            return Ok(None);
+        }
+        Ok(Some((
+            start.base,
+            Box::new(Rewritten {
+                after,
+                cands: start.cands.clone(),
+                plan,
+                patch_text,
+                counts,
+                arena_ceiling: start.prob.ceiling,
+                solve_attempts: 0,
+                ilp: IlpReport {
+                    rounds: Vec::new(),
+                    used: false,
+                },
+                time_limit_hit: clock.hit(),
+                lowered: false,
+                guarded: false,
+                planned_graph: None,
+            }),
+        )))
+    }
+}
+
+/// How many block plans are cut: each cut simulates about one trial per recomputed candidate.
+const CUTS: usize = 2;
+
+/// `plan` with `drop` (candidate indices) kept instead of recomputed.
+fn without(plan: &Plan, drop: &[usize]) -> Plan {
+    let mut p = plan.clone();
+    for &i in drop {
+        p.recompute[i] = false;
+        p.remat_at[i] = None;
+    }
+    p
+}
+
+/// Cut a block plan that fits: whole blocks (candidates sharing a rebuild step), the first
+/// rebuilt first, then single candidates, the most expensive first; each drop is kept when
+/// the plan still fits.
+fn cut(
+    oracle: &Simulator,
+    start: &Start,
+    mut plan: Plan,
+    effective: u64,
+    o: &PlanOptions,
+    clock: &Deadline,
+) -> Result<Plan, PlanError> {
+    let mut steps: Vec<usize> = plan.remat_at.iter().flatten().copied().collect();
+    steps.sort_unstable();
+    steps.dedup();
+    let groups: Vec<Vec<usize>> = steps
+        .iter()
+        .map(|&s| {
+            (0..plan.recompute.len())
+                .filter(|&i| plan.remat_at[i] == Some(s))
+                .collect()
+        })
+        .collect();
+    plan = drops(oracle, plan, &groups, effective, o, clock)?;
+    if o.debug {
+        let kept = plan
+            .remat_at
+            .iter()
+            .flatten()
+            .collect::<std::collections::BTreeSet<_>>();
+        eprintln!(
+            "blocks: {} of {} blocks still rebuilt, at {:.3} s",
+            kept.len(),
+            groups.len(),
+            o.started.elapsed().as_secs_f64()
+        );
+    }
+    let mut singles: Vec<usize> = (0..plan.recompute.len())
+        .filter(|&i| plan.recompute[i])
+        .collect();
+    singles.sort_by_key(|&i| (std::cmp::Reverse(start.prob.candidates[i].cost), i));
+    // A candidate another recomputed one reads is dropped with it only if both go; a single
+    // drop keeps its value, and its dependents' copies read the kept value.
+    let singles: Vec<Vec<usize>> = singles
+        .into_iter()
+        .filter(|&i| start.cands.list[i].model.cost > 0)
+        .map(|i| vec![i])
+        .collect();
+    let plan = drops(oracle, plan, &singles, effective, o, clock)?;
+    if o.debug {
+        eprintln!(
+            "blocks: {} of {} single recomputes tried, {} left, at {:.3} s",
+            singles.len(),
+            singles.len(),
+            plan.recompute.iter().filter(|&&r| r).count(),
+            o.started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(plan)
+}
+
+/// Try each of `units` (sets of candidates) in order: drop it when the plan still fits. A
+/// core's worth are simulated at once and judged in order; after a kept drop the rest are
+/// judged again against it, as one thread would.
+fn drops(
+    oracle: &Simulator,
+    mut plan: Plan,
+    units: &[Vec<usize>],
+    effective: u64,
+    o: &PlanOptions,
+    clock: &Deadline,
+) -> Result<Plan, PlanError> {
+    let threads = o.threads.max(1);
+    let mut next = 0;
+    while next < units.len() {
+        if clock.passed() {
+            break;
+        }
+        let batch: Vec<&Vec<usize>> = units[next..].iter().take(threads).collect();
+        let judged = par_map(threads, &batch, |u| {
+            let trial = without(&plan, u);
+            oracle
+                .plan_total(&trial)
+                .map(|t| (t <= effective).then_some(trial))
+        });
+        let mut advanced = batch.len();
+        for (k, j) in judged.into_iter().enumerate() {
+            if let Some(p) = j? {
+                plan = p;
+                advanced = k + 1;
+                break;
+            }
+        }
+        next += advanced;
+    }
+    Ok(plan)
+}
+
+/// The FLOPs `plan`'s rewrite of `base` adds (each clone once; moved nodes are free).
+fn added_flops(base: &Analysis, cands: &Candidates, plan: &Plan, o: &PlanOptions) -> u64 {
+    let patch = ckpt_passes::recompute::rewrite(&base.graph, cands, plan, "trial");
+    patch
+        .nodes
+        .iter()
+        .map(|n| {
+            ckpt_ir::ops::flops(&base.graph, n.copy_of, &base.types, &o.analysis.bindings)
+                .unwrap_or(0)
+        })
+        .sum()
+}
