@@ -209,6 +209,16 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
         cands.excluded.len()
     );
 
+    // The main job at a ceiling, as the CLI runs it (no refusal probes).
+    let job_at = |ceiling: u64| Job {
+        model: path.to_path_buf(),
+        ceiling,
+        output: None,
+        analysis: ckpt_opt::optimize::AnalyseOptions::with_bindings(bind.clone()),
+        reserve_pct: 0.0,
+        time_limit: Duration::from_secs_f64(time_limit),
+        refusal_probes: 0,
+    };
     let mut out = Vec::new();
     for &pct in pcts {
         let ceiling = total * pct / 100;
@@ -339,16 +349,7 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
                 }
             }
         }
-        let job = Job {
-            model: path.to_path_buf(),
-            ceiling,
-            output: None,
-            analysis: ckpt_opt::optimize::AnalyseOptions::with_bindings(bind.clone()),
-            reserve_pct: 0.0,
-            time_limit: Duration::from_secs_f64(time_limit),
-            refusal_probes: 0,
-        };
-        let (outcome, t_plan) = timed(|| plan(&job, graph.clone()));
+        let (outcome, t_plan) = timed(|| plan(&job_at(ceiling), graph.clone()));
         let whole = t_import + t_plan;
         let met = if whole < b.target { "MET" } else { "NOT met" };
         let desc = match outcome? {
@@ -437,16 +438,7 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
             human(fixed),
             human(ceiling)
         );
-        let job = Job {
-            model: path.to_path_buf(),
-            ceiling,
-            output: None,
-            analysis: ckpt_opt::optimize::AnalyseOptions::with_bindings(bind.clone()),
-            reserve_pct: 0.0,
-            time_limit: Duration::from_secs_f64(time_limit),
-            refusal_probes: 0,
-        };
-        let (outcome, t_plan) = timed(|| plan(&job, graph.clone()));
+        let (outcome, t_plan) = timed(|| plan(&job_at(ceiling), graph.clone()));
         let line = match outcome? {
             Outcome::Rewritten(r) => format!(
                 "{:<9} versus {what}: {} at +{:.1} GFLOP against its +{:.1} GFLOP (ratio {:.2}; {}; plan {:.1} s)",
