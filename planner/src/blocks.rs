@@ -222,7 +222,8 @@ fn cut(
                 .collect()
         })
         .collect();
-    plan = drops(oracle, plan, &groups, effective, o, clock)?;
+    let judged;
+    (plan, judged) = drops(oracle, plan, &groups, effective, o, clock)?;
     if o.debug {
         let kept = plan
             .remat_at
@@ -230,9 +231,9 @@ fn cut(
             .flatten()
             .collect::<std::collections::BTreeSet<_>>();
         eprintln!(
-            "blocks: {} of {} blocks still rebuilt, at {:.3} s",
-            kept.len(),
+            "blocks: {judged} of {} blocks judged, {} still rebuilt, at {:.3} s",
             groups.len(),
+            kept.len(),
             o.started.elapsed().as_secs_f64()
         );
     }
@@ -247,11 +248,10 @@ fn cut(
         .filter(|&i| start.cands.list[i].model.cost > 0)
         .map(|i| vec![i])
         .collect();
-    let plan = drops(oracle, plan, &singles, effective, o, clock)?;
+    let (plan, judged) = drops(oracle, plan, &singles, effective, o, clock)?;
     if o.debug {
         eprintln!(
-            "blocks: {} of {} single recomputes tried, {} left, at {:.3} s",
-            singles.len(),
+            "blocks: {judged} of {} single recomputes judged, {} left, at {:.3} s",
             singles.len(),
             plan.recompute.iter().filter(|&&r| r).count(),
             o.started.elapsed().as_secs_f64()
@@ -262,7 +262,8 @@ fn cut(
 
 /// Try each of `units` (sets of candidates) in order: drop it when the plan still fits. A
 /// core's worth are simulated at once and judged in order; after a kept drop the rest are
-/// judged again against it, as one thread would.
+/// judged again against it, as one thread would. Returns the plan and how many units were
+/// judged (fewer than all when the clock stopped it).
 fn drops(
     oracle: &Simulator,
     mut plan: Plan,
@@ -270,7 +271,7 @@ fn drops(
     effective: u64,
     o: &PlanOptions,
     clock: &Deadline,
-) -> Result<Plan, PlanError> {
+) -> Result<(Plan, usize), PlanError> {
     let threads = o.threads.max(1);
     let mut next = 0;
     while next < units.len() {
@@ -294,7 +295,7 @@ fn drops(
         }
         next += advanced;
     }
-    Ok(plan)
+    Ok((plan, next))
 }
 
 /// The FLOPs `plan`'s rewrite of `base` adds (each clone once; moved nodes are free).
