@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use ckpt_ir::ops::flops;
 use ckpt_ir::{Graph, Patch};
 use ckpt_passes::order::order_leaves;
 use ckpt_passes::recompute::{
@@ -122,11 +121,7 @@ pub fn evaluate_plan_costed(
         });
     }
     let patch = rewrite(&before.graph, cands, &plan, method);
-    let added_flops = patch
-        .nodes
-        .iter()
-        .map(|n| flops(&before.graph, n.copy_of, &before.types, &options.bindings).unwrap_or(0))
-        .sum();
+    let added_flops = ckpt_planner::patch_flops(before, &patch, &options.bindings);
     let mut g = before.graph.clone();
     patch
         .apply(&mut g)

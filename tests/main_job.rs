@@ -11,28 +11,6 @@ fn example() -> String {
         .to_string()
 }
 
-/// The main job on the example at `ceiling` with `--validate` and a time limit of `limit`
-/// seconds, written to `out`: its receipt (the run must succeed).
-fn validated_example(out: &std::path::Path, ceiling: &str, limit: &str) -> serde_json::Value {
-    let receipt = out.with_extension("receipt.json");
-    let o = run(&[
-        &example(),
-        "--ceiling",
-        ceiling,
-        "--time-limit",
-        limit,
-        "-o",
-        path_str(out),
-        "--validate",
-        "--receipt",
-        path_str(&receipt),
-        "--runs",
-        "2",
-    ]);
-    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
-    serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap()).unwrap()
-}
-
 #[test]
 fn example_is_rewritten_validated_and_measured_lower() {
     let dir = tempfile::tempdir().unwrap();
@@ -40,7 +18,7 @@ fn example_is_rewritten_validated_and_measured_lower() {
     // README ("How a plan is made", step 4): 60% of the footprint fits at +4.40% of a step,
     // 23.15 MiB, predicted to the byte. The search's safety stop, not its budget: a debug
     // build on a loaded machine.
-    let r = validated_example(&out, "60%", "300");
+    let r = validated_run_within(std::path::Path::new(&example()), "60%", &out, "300", &[]);
     let before = r["predicted_peak_bytes"]["before"].as_u64().unwrap();
     let after = r["predicted_peak_bytes"]["after"].as_u64().unwrap();
     assert!(
@@ -311,7 +289,13 @@ fn below_the_candidate_searchs_floor_block_checkpointing_is_cut_to_fit() {
     // predicted equal to measured, bitwise equal gradients. A 40 s limit: the candidate
     // search's quarter, then the cut; the variants after it run to the limit.
     let dir = tempfile::tempdir().unwrap();
-    let r = validated_example(&dir.path().join("out.onnx"), "45%", "40");
+    let r = validated_run_within(
+        std::path::Path::new(&example()),
+        "45%",
+        &dir.path().join("out.onnx"),
+        "40",
+        &[],
+    );
     assert_eq!(r["solver"]["method"], "BlockCut", "{}", r["solver"]);
     let before = r["predicted_peak_bytes"]["before"].as_u64().unwrap();
     let after = r["predicted_peak_bytes"]["after"].as_u64().unwrap();

@@ -16,8 +16,8 @@ use ckpt_passes::recompute::{candidates, per_block, problem, Candidates, Granula
 use ckpt_solver::{Method, Plan, Problem};
 
 use crate::analysis::Analysis;
-use crate::oracle::{Oracle, Simulator};
-use crate::plan::{par_map, Deadline, IlpReport, Rewritten};
+use crate::oracle::{patch_flops, Oracle, Simulator};
+use crate::plan::{first_in_order, Deadline, IlpReport, Rewritten};
 use crate::{PlanError, PlanOptions};
 
 /// Block checkpointing's plans of some zero-FLOP variants of a graph, each granularity's run
@@ -279,34 +279,20 @@ fn drops(
             break;
         }
         let batch: Vec<&Vec<usize>> = units[next..].iter().take(threads).collect();
-        let judged = par_map(threads, &batch, |u| {
+        let (judged, kept) = first_in_order(threads, &batch, |u| {
             let trial = without(&plan, u);
             oracle
                 .plan_total(&trial)
                 .map(|t| (t <= effective).then_some(trial))
-        });
-        let mut advanced = batch.len();
-        for (k, j) in judged.into_iter().enumerate() {
-            if let Some(p) = j? {
-                plan = p;
-                advanced = k + 1;
-                break;
-            }
-        }
-        next += advanced;
+        })?;
+        plan = kept.unwrap_or(plan);
+        next += judged;
     }
     Ok((plan, next))
 }
 
-/// The FLOPs `plan`'s rewrite of `base` adds (each clone once; moved nodes are free).
+/// The FLOPs `plan`'s rewrite of `base` adds.
 fn added_flops(base: &Analysis, cands: &Candidates, plan: &Plan, o: &PlanOptions) -> u64 {
     let patch = ckpt_passes::recompute::rewrite(&base.graph, cands, plan, "trial");
-    patch
-        .nodes
-        .iter()
-        .map(|n| {
-            ckpt_ir::ops::flops(&base.graph, n.copy_of, &base.types, &o.analysis.bindings)
-                .unwrap_or(0)
-        })
-        .sum()
+    patch_flops(base, &patch, &o.analysis.bindings)
 }

@@ -50,7 +50,7 @@ mod plan;
 
 pub use analysis::{analyse, step_flops, with_inferred_types, AnalyseOptions, Analysis};
 pub use error::PlanError;
-pub use oracle::{plan_from_set, Oracle, RunTrace, Simulator, TableOracle};
+pub use oracle::{patch_flops, plan_from_set, Oracle, RunTrace, Simulator, TableOracle};
 pub use plan::{
     default_threads, plan, search, Costs, Diagnosis, DiagnosisKind, Found, IlpReport, IlpRound,
     Outcome, PlanOptions, Progress, RewriteCounts, Rewritten, SearchInput, SearchOptions, Searched,

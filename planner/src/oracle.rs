@@ -61,6 +61,16 @@ pub trait Oracle: Sync {
     }
 }
 
+/// The FLOPs a recompute patch of `before`'s graph adds: each clone once, at its original's
+/// count (moved nodes run once and are free; an op without a count adds 0).
+pub fn patch_flops(before: &Analysis, patch: &ckpt_ir::Patch, b: &ckpt_ir::Bindings) -> u64 {
+    patch
+        .nodes
+        .iter()
+        .map(|n| ckpt_ir::ops::flops(&before.graph, n.copy_of, &before.types, b).unwrap_or(0))
+        .sum()
+}
+
 /// The plan of a recompute set under the linear model, labelled [`Method::Search`].
 pub fn plan_from_set(prob: &Problem, set: Vec<bool>) -> Plan {
     Plan::for_set(prob, set, Method::Search)
@@ -218,19 +228,7 @@ impl Oracle for Simulator<'_> {
             .extend(o.recorded_profile(before.ledger.fixed_bytes).metadata());
         let text = patch.to_string();
         let counts = RewriteCounts {
-            added_flops: patch
-                .nodes
-                .iter()
-                .map(|n| {
-                    ckpt_ir::ops::flops(
-                        &before.graph,
-                        n.copy_of,
-                        &before.types,
-                        &o.analysis.bindings,
-                    )
-                    .unwrap_or(0)
-                })
-                .sum(),
+            added_flops: patch_flops(before, &patch, &o.analysis.bindings),
             cloned: patch.nodes.len(),
             moved: patch.moves.len(),
         };

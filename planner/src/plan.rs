@@ -1090,25 +1090,16 @@ pub fn search<O: Oracle>(
     let mut next = 0;
     while next < chosen.len() {
         let batch: Vec<usize> = chosen[next..].iter().copied().take(threads).collect();
-        let judged = par_map(threads, &batch, |&i| {
+        let (judged, kept) = first_in_order(threads, &batch, |&i| {
             let mut trial = plan.recompute.clone();
             trial[i] = false;
             oracle
                 .total(&trial)
                 .map(|total| (total <= effective).then(|| plan_from_set(prob, trial)))
-        });
-        // Only the trials up to the first kept drop count: those after it are judged again
-        // against it, as one thread would (the count must not depend on the threads).
-        let mut judged_in_order = batch.len();
-        for (k, judged) in judged.into_iter().enumerate() {
-            if let Some(p) = judged? {
-                plan = p;
-                judged_in_order = k + 1;
-                break;
-            }
-        }
-        trials += judged_in_order;
-        next += judged_in_order;
+        })?;
+        plan = kept.unwrap_or(plan);
+        trials += judged;
+        next += judged;
     }
     if debug {
         eprintln!(
@@ -1305,12 +1296,25 @@ impl<O: Oracle> Climber<'_, O> {
     }
 }
 
-/// `f` over `items` on up to `threads` threads, results in order.
-pub(crate) fn par_map<T: Sync, R: Send>(
+/// `f` over `items` on up to `threads` threads, judged in order: the first `Some` with the
+/// number of items judged up to it (all of them when none is `Some`). Only those count: the
+/// items after it are judged again by the caller against the change it made, as one thread
+/// would, so counts and results do not depend on the threads.
+pub(crate) fn first_in_order<T: Sync, R: Send>(
     threads: usize,
     items: &[T],
-    f: impl Fn(&T) -> R + Sync,
-) -> Vec<R> {
+    f: impl Fn(&T) -> Result<Option<R>, PlanError> + Sync,
+) -> Result<(usize, Option<R>), PlanError> {
+    for (k, judged) in par_map(threads, items, f).into_iter().enumerate() {
+        if let Some(r) = judged? {
+            return Ok((k + 1, Some(r)));
+        }
+    }
+    Ok((items.len(), None))
+}
+
+/// `f` over `items` on up to `threads` threads, results in order.
+fn par_map<T: Sync, R: Send>(threads: usize, items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     let threads = threads.min(items.len()).max(1);
     if threads == 1 {
         return items.iter().map(&f).collect();

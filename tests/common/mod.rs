@@ -211,6 +211,17 @@ pub fn plan_job(path: &Path, ceiling: u64, time_limit_secs: u64) -> ckpt_opt::op
 /// safety stop, not a budget (ILP rounds stop at a node count), which a debug build on a
 /// machine loaded by the whole suite must not reach.
 pub fn validated_run(model: &Path, ceiling: &str, out: &Path, extra: &[&str]) -> serde_json::Value {
+    validated_run_within(model, ceiling, out, "300", extra)
+}
+
+/// [`validated_run`] with the search's time limit `limit` (seconds) in place of 300 s.
+pub fn validated_run_within(
+    model: &Path,
+    ceiling: &str,
+    out: &Path,
+    limit: &str,
+    extra: &[&str],
+) -> serde_json::Value {
     let receipt = out.with_extension("receipt.json");
     let mut args = vec![
         path_str(model),
@@ -224,7 +235,7 @@ pub fn validated_run(model: &Path, ceiling: &str, out: &Path, extra: &[&str]) ->
         "--runs",
         "2",
         "--time-limit",
-        "300",
+        limit,
     ];
     args.extend_from_slice(extra);
     let o = run(&args);
