@@ -301,6 +301,13 @@ fn plan_once(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
     // The leaves in the order their inputs become ready, when that lowers the total, is
     // planned first (it is the easier graph) and is the base every other variant builds on.
     let ordered = ordered_leaves(before, o)?;
+    // A reordered graph that fits as it is is the plan (the first variant's, as below), before
+    // the guarded variant and the block plans are built.
+    if let Some(v) = ordered.as_ref() {
+        if v.analysis.ledger.total_bytes <= o.effective_ceiling() {
+            return Ok(Outcome::Rewritten(as_is(v, o)?));
+        }
+    }
     let base = ordered.as_ref().map_or(before, |v| &v.analysis);
     // The base with its constant reshape targets guarded: ORT's planner then reuses none of
     // the buffers computed from them, so a rebuilt block's buffers go back to the arena
