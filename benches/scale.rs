@@ -1,7 +1,7 @@
 //! Scale bench: the whole pipeline on full-size GPT-2 and Llama training graphs.
 //!
 //!     bash scripts/bench/make_gpt2.sh      # once: exports target/bench/gpt2_*.onnx (needs torch)
-//!     bash scripts/bench/make_llama.sh     # once: exports target/bench/llama_8l.onnx
+//!     bash scripts/bench/make_model.sh llama_8l   # once: exports target/bench/llama_8l.onnx
 //!     cargo bench --bench scale
 //!
 //! For each model present in `target/bench/`: import, `analyse` (with its stages timed one by
@@ -59,7 +59,7 @@ const BENCHES: &[Bench] = &[
     Bench {
         stem: "llama_8l",
         what: "HF Llama: 8 layers, hidden 512, intermediate 1376, 8 heads, 8 kv heads, vocab 10000, seq 512, batch 1",
-        make: "bash scripts/bench/make_llama.sh",
+        make: "bash scripts/bench/make_model.sh llama_8l",
         target: Duration::from_secs(10),
         versus: None,
     },
