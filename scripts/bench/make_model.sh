@@ -6,8 +6,8 @@
 #              heads, vocab 10000, seq 512, batch 1 (35.55M parameters; issue 10 quotes 35.7M
 #              and 272 MiB of parameters + gradients)
 #   resnet18   torchvision ResNet-18 (width 64), 8x3x128x128, 1000 classes (11.69M parameters)
-#   bert_2l    HF BERT, 2 layers, hidden 768, 12 heads, intermediate 3072, vocab 30522,
-#              seq 512, batch 4, 2 classes
+#   bert_2l    HF BERT (sequence classification), 2 layers, hidden 768, 12 heads,
+#              intermediate 3072, vocab 30522, seq 128, batch 8, 2 classes
 #
 #   bash scripts/bench/make_model.sh NAME           # target/bench/NAME.onnx
 #   CHECK=1 bash scripts/bench/make_model.sh NAME   # also check loss and gradients on ORT against torch
@@ -27,7 +27,7 @@ case "$name" in
   resnet18) args=(--model resnet18 --size width=64 --size image=128 --size batch=8
                   --size classes=1000) ;;
   bert_2l) args=(--model bert --size n_layer=2 --size hidden=768 --size n_head=12
-                 --size intermediate=3072 --size vocab=30522 --size ctx=512 --size batch=4
+                 --size intermediate=3072 --size vocab=30522 --size ctx=128 --size batch=8
                  --size classes=2) ;;
   *) echo "make_model: usage: make_model.sh llama_8l|resnet18|bert_2l (got '${name}')" >&2; exit 2 ;;
 esac
