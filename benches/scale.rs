@@ -1,7 +1,9 @@
 //! Scale bench: the whole pipeline on full-size GPT-2 and Llama training graphs.
 //!
 //!     bash scripts/bench/make_gpt2.sh      # once: exports target/bench/gpt2_*.onnx (needs torch)
-//!     bash scripts/bench/make_model.sh llama_8l   # once: exports target/bench/llama_8l.onnx
+//!     bash scripts/bench/make_model.sh llama_8l   # once each: target/bench/llama_8l.onnx,
+//!     bash scripts/bench/make_model.sh resnet18   # resnet18.onnx (8x3x128x128),
+//!     bash scripts/bench/make_model.sh bert_2l    # bert_2l.onnx
 //!     cargo bench --bench scale
 //!
 //! For each model present in `target/bench/`: import, `analyse` (with its stages timed one by
@@ -60,6 +62,20 @@ const BENCHES: &[Bench] = &[
         stem: "llama_8l",
         what: "HF Llama: 8 layers, hidden 512, intermediate 1376, 8 heads, 8 kv heads, vocab 10000, seq 512, batch 1",
         make: "bash scripts/bench/make_model.sh llama_8l",
+        target: Duration::from_secs(10),
+        versus: None,
+    },
+    Bench {
+        stem: "resnet18",
+        what: "torchvision ResNet-18: width 64, 8x3x128x128, 1000 classes",
+        make: "bash scripts/bench/make_model.sh resnet18",
+        target: Duration::from_secs(10),
+        versus: None,
+    },
+    Bench {
+        stem: "bert_2l",
+        what: "HF BERT: 2 layers, hidden 768, 12 heads, intermediate 3072, vocab 30522, seq 128, batch 8",
+        make: "bash scripts/bench/make_model.sh bert_2l",
         target: Duration::from_secs(10),
         versus: None,
     },
