@@ -460,3 +460,22 @@ fn training_artifact_profiles_other_than_one_region_are_refused() {
     let o = run(&["inspect", &g, "--dim", "batch=2", "--dim", "seq=32"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
+
+/// A profile of several intra-op threads on a graph with an embedding gradient (ScatterND-add)
+/// warns, naming the node: ORT computes it wrong there, rewrite or not. One thread: silent.
+#[test]
+fn several_threads_warn_of_a_racing_scatter() {
+    let bert = root().join("tests/fixtures/bert_d01_aot.onnx");
+    let o = run(&["inspect", path_str(&bert), "--intra-op-threads", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains(
+            "warning: 3 node(s), first `node_ScatterND_664`: ScatterND with a reduction races"
+        ) && err.contains("use --intra-op-threads 1"),
+        "{err}"
+    );
+    let o = run(&["inspect", path_str(&bert)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("warning:"), "{}", stderr(&o));
+}

@@ -1,13 +1,15 @@
 //! The registry's ORT facts beyond shapes and FLOPs, one pinned per test: aliasing, in
 //! place, kernel scratch, training-only kernels, optimizer steps, optional outputs,
-//! pass-through, index use, random seeds, load-time folding, and the ORT constants.
+//! pass-through, index use, random seeds, load-time folding, kernels that race over threads,
+//! and the ORT constants.
 
 mod ops_common;
 
-use ckpt_ir::build::{attr_i, attr_ints, ModelBuilder};
+use ckpt_ir::build::{attr_i, attr_ints, attr_s, ModelBuilder};
 use ckpt_ir::ops::{
     alias, folded_at_load, index_use, kernel_scratch, may_inplace, optimizer_step, optional_tail,
-    pass_through, seed_attr, training_only, IndexUse, OptimizerStep, SeedAttr, MS_DOMAIN,
+    pass_through, races_on_threads, seed_attr, training_only, IndexUse, OptimizerStep, SeedAttr,
+    MS_DOMAIN,
 };
 use ckpt_ir::{ort, DType, ONNX_DOMAIN};
 use ops_common::{bind, graph, producer};
@@ -310,4 +312,36 @@ fn pointwise_conv_takes_no_scratch() {
     let g = conv("2,16,8,8", "32,16,1,1", vec![]);
     let s = kernel_scratch(&g, producer(&g, "y"), &bind(&[]), 2);
     assert_eq!(s, ckpt_ir::ops::Scratch::default());
+}
+
+/// ScatterND with a reduction races on repeated indices over several intra-op threads
+/// (`docs/ort-internals.md` 2.7); without one (last write wins, by the spec) it is not listed.
+#[test]
+fn scatter_nd_races_over_threads_only_with_a_reduction() {
+    let scatter = |reduction: Option<&str>| {
+        graph(
+            ModelBuilder::new(18)
+                .input("d", DType::F32, "2,4")
+                .input("i", DType::I64, "8,1")
+                .input("u", DType::F32, "8,4")
+                .node_with(
+                    "ScatterND",
+                    &["d", "i", "u"],
+                    &["y"],
+                    reduction
+                        .map(|r| vec![attr_s("reduction", r)])
+                        .unwrap_or_default(),
+                )
+                .output("y", DType::F32, "")
+                .build(),
+        )
+    };
+    for r in ["add", "mul", "max", "min"] {
+        let g = scatter(Some(r));
+        assert!(races_on_threads(&g, producer(&g, "y")).is_some(), "{r}");
+    }
+    for r in [Some("none"), None] {
+        let g = scatter(r);
+        assert_eq!(races_on_threads(&g, producer(&g, "y")), None, "{r:?}");
+    }
 }
