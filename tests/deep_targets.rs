@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{root, validated_run};
+use common::{assert_validated_rewrite, root, validated_run};
 
 /// Issue 10: ResNet-18 (8×3×128×128) fits at 80% of its footprint at single-digit added
 /// FLOPs, keeping the expensive convolutions and rebuilding the cheap pointwise chains
@@ -28,17 +28,8 @@ fn resnet18_at_full_size_fits_at_80_percent_at_single_digit_added_flops() {
     assert_eq!(ckpt_opt::size::human(after), "157.60 MiB");
     let share = r["added_flops_percent"].as_f64().unwrap();
     assert_eq!(format!("{share:.2}"), "2.16", "{}", r["added_flops"]);
-    let m = &r["memory"];
-    assert_eq!(
-        m["rewritten"]["measured_total_bytes"].as_u64(),
-        Some(after),
-        "{m}"
-    );
-    assert_eq!(
-        m["original"]["measured_total_bytes"].as_u64(),
-        Some(before),
-        "{m}"
-    );
+    let (measured_before, measured_after, _) = assert_validated_rewrite(&r, "ResNet-18 at 80%");
+    assert_eq!((measured_before, measured_after), (before, after));
     // The convolutions stay kept but for the stem's: every other recompute is pointwise or
     // a view.
     let convs: Vec<_> = r["segments"]
@@ -50,12 +41,6 @@ fn resnet18_at_full_size_fits_at_80_percent_at_single_digit_added_flops() {
         .filter(|n| n.contains("convolution"))
         .collect();
     assert!(convs.len() <= 1, "{convs:?}");
-    let v = &r["validation"];
-    assert_eq!(v["passed"], true);
-    assert_eq!(v["control_rejected"], true);
-    for o in v["outputs"].as_array().unwrap() {
-        assert_eq!(o["bitwise_equal"], true, "{}", o["name"]);
-    }
 }
 
 /// Issue 10: the 2-layer BERT (dropout 0.1: its `Dropout` nodes are never recomputed) fits at
@@ -73,18 +58,8 @@ fn bert_two_layers_fits_at_80_percent() {
     let before = r["predicted_peak_bytes"]["before"].as_u64().unwrap();
     let after = r["predicted_peak_bytes"]["after"].as_u64().unwrap();
     assert!(after * 100 <= before * 80, "{before} -> {after}");
-    let m = &r["memory"];
-    assert_eq!(
-        m["rewritten"]["measured_total_bytes"].as_u64(),
-        Some(after),
-        "{m}"
-    );
+    let (_, measured_after, _) = assert_validated_rewrite(&r, "BERT at 80%");
+    assert_eq!(measured_after, after);
     let share = r["added_flops_percent"].as_f64().unwrap();
     assert!(share < 1.0, "+{share}% of a step");
-    let v = &r["validation"];
-    assert_eq!(v["passed"], true);
-    assert_eq!(v["control_rejected"], true);
-    for o in v["outputs"].as_array().unwrap() {
-        assert_eq!(o["bitwise_equal"], true, "{}", o["name"]);
-    }
 }
