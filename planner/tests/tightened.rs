@@ -1,0 +1,75 @@
+//! The search's step 1b on plain numbers: where the corrected ILP rounds stall over the
+//! ceiling, the ILP is solved again at a budget lowered by the overshoot, simulated, and the
+//! cheaper of its fit and the climb's is the plan.
+
+use std::time::{Duration, Instant};
+
+use ckpt_planner::{search, IlpRound, Oracle, SearchInput, SearchOptions, Searched, TableOracle};
+use ckpt_solver::{Candidate, Problem};
+
+fn cand(label: &str, cost: u64, free_from: usize) -> Candidate {
+    Candidate {
+        label: label.into(),
+        bytes: 10,
+        cost,
+        free_from,
+        needed_at: 4,
+        deps: vec![],
+        transient: 0,
+        block: None,
+    }
+}
+
+/// The model believes `a1` and `a2` each free 10 bytes over the peak (steps 1-3); in truth
+/// they are held to their backward use (an allocator's reuse), and only `b` frees anything.
+/// Round 0 picks `a1`, learns it saves nothing; round 1 picks `a2`, which simulates no lower:
+/// the rounds stall. The tightened budget makes the ILP take `b` too, and that fits.
+#[test]
+fn tightened_budget_fits_where_the_rounds_stall() {
+    let base_live = vec![50, 100, 100, 100, 50];
+    let model = Problem {
+        base_live: base_live.clone(),
+        candidates: vec![cand("a1", 1, 1), cand("a2", 1, 1), cand("b", 50, 1)],
+        ceiling: 90,
+    };
+    let truth = Problem {
+        candidates: vec![cand("a1", 1, 4), cand("a2", 1, 4), cand("b", 50, 1)],
+        ..model.clone()
+    };
+    let oracle = TableOracle::new(truth, 0);
+    let input = SearchInput {
+        problem: &model,
+        effective: 90,
+        fixed: 0,
+        baseline_total: oracle.total(&[false; 3]).unwrap(),
+        step_cost: 10_000,
+    };
+    let options = SearchOptions {
+        time_limit: Duration::from_secs(600),
+        started: Instant::now(),
+        threads: 1,
+        debug: false,
+        progress: None,
+    };
+    let Searched::Fits(found) = search(&oracle, &input, &options).unwrap() else {
+        panic!("no plan; `b` alone fits");
+    };
+    let simulated: Vec<u64> = found
+        .ilp
+        .rounds
+        .iter()
+        .filter_map(|r| match r {
+            IlpRound::Simulated {
+                simulated_peak_bytes,
+                ..
+            } => Some(*simulated_peak_bytes),
+            _ => None,
+        })
+        .collect();
+    // Two stalled rounds at 100, then one tightened solve that fits.
+    assert_eq!(simulated, vec![100, 100, 90], "{:?}", found.ilp.rounds);
+    // The answer is the optimum: `b` alone (the climb's, cheaper than the tightened a2 + b).
+    assert_eq!(found.plan.recompute, vec![false, false, true]);
+    assert_eq!(found.plan.cost, 50);
+    assert_eq!(oracle.total(&found.plan.recompute).unwrap(), 90);
+}
