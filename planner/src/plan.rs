@@ -194,6 +194,22 @@ pub enum IlpRound {
     },
 }
 
+impl IlpRound {
+    /// A round's plan, simulated at `total` (`prob` is the uncorrected model the linear peak
+    /// is reported in, `fixed` what the caller feeds).
+    fn simulated(round: usize, plan: &Plan, prob: &Problem, fixed: u64, total: u64) -> IlpRound {
+        IlpRound::Simulated {
+            round,
+            status: plan.info.status,
+            objective: plan.info.objective,
+            seconds: plan.info.wall.as_secs_f64(),
+            recomputed: plan.recompute.iter().filter(|&&r| r).count(),
+            linear_model_peak_bytes: ckpt_solver::evaluate(prob, &plan.recompute).peak + fixed,
+            simulated_peak_bytes: total,
+        }
+    }
+}
+
 /// What the ILP rounds did, whether or not their plan was used.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct IlpReport {
@@ -743,6 +759,20 @@ pub struct SearchOptions {
     pub progress: Option<fn(Progress)>,
 }
 
+impl SearchOptions {
+    /// One thread, no debug trace and no progress, the clock started now: what table tests
+    /// drive the search with.
+    pub fn one_thread(time_limit: Duration) -> SearchOptions {
+        SearchOptions {
+            time_limit,
+            started: Instant::now(),
+            threads: 1,
+            debug: false,
+            progress: None,
+        }
+    }
+}
+
 /// A plan that fits under the oracle, made real.
 pub struct Found<R> {
     pub plan: Plan,
@@ -939,15 +969,7 @@ pub fn search<O: Oracle>(
         attempts += 1;
         let trace = oracle.trace(&plan.recompute)?;
         let total = trace.total;
-        rounds.push(IlpRound::Simulated {
-            round,
-            status: plan.info.status,
-            objective: plan.info.objective,
-            seconds: plan.info.wall.as_secs_f64(),
-            recomputed: plan.recompute.iter().filter(|&&r| r).count(),
-            linear_model_peak_bytes: ckpt_solver::evaluate(prob, &plan.recompute).peak + fixed,
-            simulated_peak_bytes: total,
-        });
+        rounds.push(IlpRound::simulated(round, &plan, prob, fixed, total));
         if debug {
             eprintln!(
                 "ilp round {round}: cost {} corrected model peak {} simulated {} ({:?} {:.3} s, at {:.3} s)",
@@ -1053,15 +1075,7 @@ pub fn search<O: Oracle>(
                     t0.elapsed().as_secs_f64()
                 );
             }
-            rounds.push(IlpRound::Simulated {
-                round: rounds.len(),
-                status: plan.info.status,
-                objective: plan.info.objective,
-                seconds: plan.info.wall.as_secs_f64(),
-                recomputed: plan.recompute.iter().filter(|&&r| r).count(),
-                linear_model_peak_bytes: ckpt_solver::evaluate(prob, &plan.recompute).peak + fixed,
-                simulated_peak_bytes: total,
-            });
+            rounds.push(IlpRound::simulated(rounds.len(), &plan, prob, fixed, total));
             if total <= effective {
                 let (realised_total, realised) = oracle.realise(&plan)?;
                 if realised_total <= effective {

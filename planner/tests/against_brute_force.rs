@@ -3,7 +3,7 @@
 //! total is one some subset really reaches (never below the true minimum), and how often its
 //! plan costs what the cheapest fitting subset costs (measured, with the rate asserted).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ckpt_planner::{search, Oracle, SearchInput, SearchOptions, Searched, TableOracle};
 use ckpt_solver::{Candidate, Method, Problem};
@@ -161,13 +161,7 @@ fn run(case: &Case) -> Run {
         baseline_total,
         step_cost: case.truth.candidates.iter().map(|c| c.cost).sum::<u64>() * 10,
     };
-    let options = SearchOptions {
-        time_limit: Duration::from_secs(600),
-        started: Instant::now(),
-        threads: 1,
-        debug: false,
-        progress: None,
-    };
+    let options = SearchOptions::one_thread(Duration::from_secs(600));
     let searched = search(&oracle, &input, &options).unwrap();
     Run {
         oracle,

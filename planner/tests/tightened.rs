@@ -2,7 +2,7 @@
 //! ceiling, the ILP is solved again at a budget lowered by the overshoot, simulated, and the
 //! cheaper of its fit and the climb's is the plan.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ckpt_planner::{search, IlpRound, Oracle, SearchInput, SearchOptions, Searched, TableOracle};
 use ckpt_solver::{Candidate, Problem};
@@ -44,13 +44,7 @@ fn tightened_budget_fits_where_the_rounds_stall() {
         baseline_total: oracle.total(&[false; 3]).unwrap(),
         step_cost: 10_000,
     };
-    let options = SearchOptions {
-        time_limit: Duration::from_secs(600),
-        started: Instant::now(),
-        threads: 1,
-        debug: false,
-        progress: None,
-    };
+    let options = SearchOptions::one_thread(Duration::from_secs(600));
     let Searched::Fits(found) = search(&oracle, &input, &options).unwrap() else {
         panic!("no plan; `b` alone fits");
     };
