@@ -21,6 +21,7 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
     let graph = at_level(given, a, &mut options)?;
     // The runtime the model needs (training ops: onnxruntime-training) is the one predicted.
     crate::model_io::on_runtime_of(&mut options.profile, &graph)?;
+    crate::model_io::warn_thread_race(&options.profile, &graph);
     let class = classify(&graph, a.model_args.loss.as_deref());
 
     let kind_of = |t| class.as_ref().ok().map(|c| c.kind(t).name()).unwrap_or("?");

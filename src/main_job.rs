@@ -461,6 +461,7 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
     if let Some(p) = recorded {
         options.profile = p;
     }
+    crate::model_io::warn_thread_race(&options.profile, &original);
     let ceiling = a
         .ceiling
         .as_deref()
@@ -609,6 +610,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
     let bindings = parse_bindings(&args.model_args.dims, &graph)?;
     let mut options = crate::model_io::analyse_options(&args.model_args, &bindings)?;
     crate::model_io::on_runtime_of(&mut options.profile, &graph)?;
+    crate::model_io::warn_thread_race(&options.profile, &graph);
     let (graph, reference) = graph_at_level(graph, &input_bytes, &model, &mut options, &args.run)?;
     let profile = options.profile.clone();
     // A percentage ceiling is of the unmodified graph's predicted device total: analyse first.

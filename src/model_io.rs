@@ -232,33 +232,33 @@ pub fn on_runtime_of(
     profile.ort_version = ckpt_opt::training::ort_version_for(graph);
     profile
         .offered(false)
-        .map_err(|e| Failure::input(anyhow!(e)))?;
-    if let Some(w) = thread_race_warning(profile, graph) {
-        eprintln!("warning: {w}");
-    }
-    Ok(())
+        .map_err(|e| Failure::input(anyhow!(e)))
 }
 
-/// A warning when the profile runs more than one intra-op thread and `graph` has nodes whose
-/// ORT kernel then computes wrong values (the op registry's `races_on_threads`): the graph,
-/// rewritten or not, does not train right under that profile.
-pub fn thread_race_warning(profile: &ckpt_ir::Profile, graph: &ckpt_ir::Graph) -> Option<String> {
+/// Print a warning when `profile` (the one the command runs under) has more than one
+/// intra-op thread and `graph` has nodes whose ORT kernel then computes wrong values (the op
+/// registry's `races_on_threads`): the graph, rewritten or not, does not train right under
+/// that profile.
+pub fn warn_thread_race(profile: &ckpt_ir::Profile, graph: &ckpt_ir::Graph) {
     if profile.intra_op_num_threads <= 1 {
-        return None;
+        return;
     }
-    let racing: Vec<(&str, &str)> = graph
+    let racing: Vec<(ckpt_ir::NodeId, &str)> = graph
         .nodes()
         .iter()
-        .filter_map(|&n| {
-            ckpt_ir::ops::races_on_threads(graph, n).map(|why| (graph.node(n).name.as_str(), why))
-        })
+        .filter_map(|&n| ckpt_ir::ops::races_on_threads(graph, n).map(|why| (n, why)))
         .collect();
-    let (first, why) = racing.first()?;
-    Some(format!(
-        "{} node(s), first `{first}`: {why}; with --intra-op-threads {} ONNX Runtime computes their outputs wrong (an embedding's gradient), in the original and the rewrite alike; use --intra-op-threads 1",
+    let Some(&(first, why)) = racing.first() else {
+        return;
+    };
+    let node = graph.node(first);
+    eprintln!(
+        "warning: {} node(s), first `{}`: {} {why}; with --intra-op-threads {} ONNX Runtime computes their outputs wrong (an embedding's gradient), in the original and the rewrite alike; use --intra-op-threads 1",
         racing.len(),
+        node.name,
+        node.op_type,
         profile.intra_op_num_threads
-    ))
+    );
 }
 
 /// The analysis the flags ask for, with `bindings` already checked against the graph.

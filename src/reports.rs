@@ -43,7 +43,9 @@ fn options(
         }
     }
     let b = bindings(&m.dims, graph)?;
-    Ok((analyse_options(&m, &b)?, bare))
+    let o = analyse_options(&m, &b)?;
+    crate::model_io::warn_thread_race(&o.profile, graph);
+    Ok((o, bare))
 }
 
 /// Refuse a profile the planner cannot plan for (as the main job does).

@@ -478,4 +478,23 @@ fn several_threads_warn_of_a_racing_scatter() {
     let o = run(&["inspect", path_str(&bert)]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!stderr(&o).contains("warning:"), "{}", stderr(&o));
+    // The report commands warn from the options they share, before their own checks (here
+    // frontier's refusal of a level it cannot plan at).
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(&[
+        "frontier",
+        path_str(&bert),
+        "--out",
+        path_str(dir.path()),
+        "--intra-op-threads",
+        "2",
+        "--ort-opt-level",
+        "basic",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("warning: 3 node(s), first `node_ScatterND_664`"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -169,6 +169,9 @@ pub struct OpDef {
     /// ONNX Runtime turns the node into an initializer when it loads the model (it is
     /// never an execution step).
     pub folded_at_load: bool,
+    /// With a `reduction` attribute other than `none`, ORT's CPU kernel combines updates into
+    /// the same element from several intra-op threads without synchronisation.
+    pub reduction_races: bool,
 }
 
 impl OpDef {
@@ -198,6 +201,7 @@ impl OpDef {
             index_use: None,
             seed: None,
             folded_at_load: false,
+            reduction_races: false,
         }
     }
 
@@ -266,6 +270,11 @@ impl OpDef {
 
     pub(crate) fn folded_at_load(mut self) -> OpDef {
         self.folded_at_load = true;
+        self
+    }
+
+    pub(crate) fn reduction_races(mut self) -> OpDef {
+        self.reduction_races = true;
         self
     }
 
@@ -419,17 +428,20 @@ pub fn folded_at_load(graph: &Graph, node: NodeId) -> bool {
 }
 
 /// Why ONNX Runtime 1.31.1's CPU kernel of `node` computes wrong values when the session
-/// splits it over more than one intra-op thread, or `None`: ScatterND with a `reduction`
+/// splits it over more than one intra-op thread (to follow the op type), or `None`: the
+/// entries marked `reduction_races` (ScatterND) with a `reduction`
 /// adds (or multiplies, takes min or max) updates into the same element without
 /// synchronisation when indices repeat, as an embedding's gradient does; measured 7% off
 /// for 1024 updates into one row on 2 threads, exact on 1, and not fixed by
 /// `session.use_deterministic_compute` (`docs/ort-internals.md` 2.7).
 pub fn races_on_threads(graph: &Graph, node: NodeId) -> Option<&'static str> {
-    let n = graph.node(node);
-    let reduces = n.attr_s("reduction").is_some_and(|r| r != "none");
-    (n.domain == ONNX_DOMAIN && n.op_type == "ScatterND" && reduces).then_some(
-        "ScatterND with a reduction races on repeated indices over several intra-op threads",
-    )
+    let def = op_def(graph, node)?;
+    let reduces = graph
+        .node(node)
+        .attr_s("reduction")
+        .is_some_and(|r| r != "none");
+    (def.reduction_races && reduces)
+        .then_some("with a reduction races on repeated indices over several intra-op threads")
 }
 
 #[cfg(test)]

@@ -750,7 +750,8 @@ pub(super) fn ops() -> Vec<OpDef> {
             11,
             like_data,
             FlopRule::PerOutput(cost::DATA_MOVEMENT),
-        ),
+        )
+        .reduction_races(),
         OpDef::onnx(
             "Scatter",
             9,
