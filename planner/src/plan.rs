@@ -921,10 +921,7 @@ pub fn search<O: Oracle>(
         if clock.passed() {
             break;
         }
-        let mut corrected = learnt_prob.clone();
-        for (b, c) in corrected.base_live.iter_mut().zip(&correction) {
-            *b += c;
-        }
+        let corrected = corrected(&learnt_prob, &correction);
         let solved = solve_ilp_with(&corrected, &opts());
         clock.note_ilp(&solved);
         let plan = match solved {
@@ -1048,10 +1045,7 @@ pub fn search<O: Oracle>(
     //     6.73% of a step).
     let mut tight_fit: Option<(Plan, O::Realised)> = None;
     if let Some(&(mut last, _)) = ilp_starts.iter().min_by_key(|(t, _)| *t) {
-        let mut tight = learnt_prob.clone();
-        for (b, c) in tight.base_live.iter_mut().zip(&correction) {
-            *b += c;
-        }
+        let mut tight = corrected(&learnt_prob, &correction);
         for step in 0..TIGHTEN_STEPS {
             if clock.passed() || last <= effective {
                 break;
@@ -1264,6 +1258,16 @@ pub fn search<O: Oracle>(
         ilp,
         time_limit_hit: clock.hit(),
     })))
+}
+
+/// `learnt` with `correction` (what the runs held beyond the model, per step) added to its
+/// base live bytes: the model an ILP round solves.
+fn corrected(learnt: &Problem, correction: &[u64]) -> Problem {
+    let mut p = learnt.clone();
+    for (b, c) in p.base_live.iter_mut().zip(correction) {
+        *b += c;
+    }
+    p
 }
 
 /// The oracle-in-the-loop climb's fixed context.
