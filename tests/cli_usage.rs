@@ -387,6 +387,8 @@ fn unoffered_profiles_are_refused_with_the_measured_reason() {
             "kSameAsRequested",
             "--initial-chunk",
             "default",
+            "--mem-pattern",
+            "on",
         ],
     ] {
         let mut inspect = vec!["inspect", m.as_str()];
@@ -394,6 +396,37 @@ fn unoffered_profiles_are_refused_with_the_measured_reason() {
         let o = run(&inspect);
         assert_eq!(o.status.code(), Some(0), "{flags:?}: {}", stderr(&o));
     }
+    // Released outputs: request-sized regions with the pattern off depend on the heap.
+    for flags in [
+        &["--arena-extend", "kSameAsRequested"][..],
+        &[
+            "--arena-extend",
+            "kSameAsRequested",
+            "--initial-chunk",
+            "default",
+        ],
+    ] {
+        let mut args = vec![m.as_str(), "--ceiling", "90%", "-o", path_str(&out)];
+        args.extend_from_slice(flags);
+        refused(
+            &args,
+            "--mem-pattern off --arena-extend kSameAsRequested",
+            "is not offered",
+        );
+        refused(&args, "by address", "--arena-extend kNextPowerOfTwo");
+        assert!(!out.exists(), "{flags:?} wrote a file");
+    }
+    let request_sized = dir.path().join("request_sized.onnx");
+    with_metadata(
+        &m,
+        &[("ckpt-opt.profile.arena_extend_strategy", "kSameAsRequested")],
+        &request_sized,
+    );
+    refused(
+        &["validate", &m, path_str(&request_sized)],
+        "`ckpt-opt.profile.arena_extend_strategy` = `kSameAsRequested`",
+        "is not offered",
+    );
     let recorded = dir.path().join("recorded.onnx");
     with_metadata(
         &m,
@@ -435,7 +468,8 @@ fn training_artifact_profiles_other_than_one_region_are_refused() {
     let dims = ["--dim", "batch=2", "--dim", "seq=32"];
     for flags in [
         &["--mem-pattern", "on"][..],
-        &["--arena-extend", "kSameAsRequested"],
+        // (With the pattern off, request-sized regions are refused on every runtime.)
+        &["--arena-extend", "kSameAsRequested", "--mem-pattern", "on"],
         &["--initial-chunk", "default"],
     ] {
         let mut args = vec![g.as_str(), "--ceiling", "90%", "-o", path_str(&out)];
