@@ -13,9 +13,10 @@
 //! never shrink during a session. Two numbers come out: `max_in_use` (chunk bytes handed out,
 //! ORT's `MaxInUse`) and `reserved` (region bytes, ORT's `TotalAllocated`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use ckpt_ir::profile::ExtendStrategy;
+use rustc_hash::FxHashMap;
 
 /// Arena allocation granularity (bytes).
 pub use ckpt_ir::ort::ALLOC_ALIGN as ALIGN;
@@ -58,29 +59,51 @@ pub struct OutOfMemory {
 }
 
 /// A replayed BFC arena.
-#[derive(Debug)]
+///
+/// Chunks live in a slab (indices, not addresses, link neighbours); free chunks are ordered
+/// by (size, address) as ORT's bins search them. Replaying a run is the planner's inner loop,
+/// so nothing here walks more than the free set's ordered range.
+#[derive(Debug, Clone)]
 pub struct BfcArena {
     cfg: ArenaConfig,
     next_region: u64,
     next_base: u64,
-    /// ptr -> chunk
-    chunks: BTreeMap<u64, Chunk>,
-    /// Free chunks as (size, ptr): ORT's bins searched from the request's bin upwards, each
-    /// ordered by size then address, give the smallest fitting chunk, lowest address first.
-    free_set: BTreeSet<(u64, u64)>,
-    ptr_of: BTreeMap<u64, u64>,
+    slab: Vec<Chunk>,
+    /// Slab slots of merged-away chunks, reused by the next split.
+    spare: Vec<u32>,
+    /// Free chunks as (size, address, slot): ORT's bins searched from the request's bin
+    /// upwards, each ordered by size then address, give the smallest fitting chunk, lowest
+    /// address first.
+    free_set: BTreeSet<(u64, u64, u32)>,
+    /// Caller key -> slot of the chunk it holds.
+    held: FxHashMap<u64, u32>,
     pub in_use: u64,
     pub max_in_use: u64,
     /// Bytes of all regions.
     pub reserved: u64,
 }
 
-#[derive(Debug, Clone)]
+/// No neighbour.
+const NONE: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Chunk {
+    ptr: u64,
     size: u64,
     in_use: bool,
-    prev: Option<u64>,
-    next: Option<u64>,
+    prev: u32,
+    next: u32,
+}
+
+/// The arena's layout with the caller's keys left out: (address, size, in use) of every
+/// chunk by address, the regions' bytes and where the next region comes from. Two arenas
+/// with equal layouts serve the same requests the same way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    chunks: Vec<(u64, u64, bool)>,
+    next_region: u64,
+    next_base: u64,
+    reserved: u64,
 }
 
 impl BfcArena {
@@ -90,46 +113,54 @@ impl BfcArena {
             cfg,
             next_region: first,
             next_base: 1 << 40,
-            chunks: BTreeMap::new(),
+            slab: Vec::new(),
+            spare: Vec::new(),
             free_set: BTreeSet::new(),
-            ptr_of: BTreeMap::new(),
+            held: FxHashMap::default(),
             in_use: 0,
             max_in_use: 0,
             reserved: 0,
         }
     }
 
-    fn find(&mut self, r: u64) -> Option<u64> {
-        let &(size, p) = self.free_set.range((r, 0)..).next()?;
-        self.free_set.remove(&(size, p));
-        if size >= 2 * r || size - r >= self.cfg.max_dead_bytes_per_chunk {
-            let q = p + r;
-            let next = self.chunks.get(&p).and_then(|c| c.next);
-            self.chunks.insert(
-                q,
-                Chunk {
-                    size: size - r,
-                    in_use: false,
-                    prev: Some(p),
-                    next,
-                },
-            );
-            self.free_set.insert((size - r, q));
-            if let Some(n) = next {
-                if let Some(c) = self.chunks.get_mut(&n) {
-                    c.prev = Some(q);
-                }
+    fn slot(&mut self, c: Chunk) -> u32 {
+        match self.spare.pop() {
+            Some(i) => {
+                self.slab[i as usize] = c;
+                i
             }
-            if let Some(c) = self.chunks.get_mut(&p) {
-                c.next = Some(q);
-                c.size = r;
+            None => {
+                self.slab.push(c);
+                (self.slab.len() - 1) as u32
             }
         }
-        let c = self.chunks.get_mut(&p)?;
+    }
+
+    fn find(&mut self, r: u64) -> Option<u32> {
+        let &(size, p, i) = self.free_set.range((r, 0, 0)..).next()?;
+        self.free_set.remove(&(size, p, i));
+        if size >= 2 * r || size - r >= self.cfg.max_dead_bytes_per_chunk {
+            let next = self.slab[i as usize].next;
+            let q = self.slot(Chunk {
+                ptr: p + r,
+                size: size - r,
+                in_use: false,
+                prev: i,
+                next,
+            });
+            self.free_set.insert((size - r, p + r, q));
+            if next != NONE {
+                self.slab[next as usize].prev = q;
+            }
+            let c = &mut self.slab[i as usize];
+            c.next = q;
+            c.size = r;
+        }
+        let c = &mut self.slab[i as usize];
         c.in_use = true;
         self.in_use += c.size;
         self.max_in_use = self.max_in_use.max(self.in_use);
-        Some(p)
+        Some(i)
     }
 
     fn extend(&mut self, r: u64) -> Result<(), OutOfMemory> {
@@ -164,87 +195,100 @@ impl BfcArena {
         let base = self.next_base;
         self.next_base += size + (1 << 30);
         self.reserved += size;
-        self.chunks.insert(
-            base,
-            Chunk {
-                size,
-                in_use: false,
-                prev: None,
-                next: None,
-            },
-        );
-        self.free_set.insert((size, base));
+        let i = self.slot(Chunk {
+            ptr: base,
+            size,
+            in_use: false,
+            prev: NONE,
+            next: NONE,
+        });
+        self.free_set.insert((size, base, i));
         Ok(())
     }
 
     /// Allocate `bytes` under `key` (an id of the caller's choosing, unique while live).
     pub fn alloc(&mut self, key: u64, bytes: u64) -> Result<(), OutOfMemory> {
         let r = rounded(bytes.max(1));
-        let p = match self.find(r) {
-            Some(p) => p,
+        let i = match self.find(r) {
+            Some(i) => i,
             None => {
                 self.extend(r)?;
                 match self.find(r) {
-                    Some(p) => p,
+                    Some(i) => i,
                     None => return Ok(()),
                 }
             }
         };
-        self.ptr_of.insert(key, p);
+        self.held.insert(key, i);
         Ok(())
     }
 
     /// Free what `key` holds (nothing if it holds nothing), coalescing with free neighbours.
     pub fn free(&mut self, key: u64) {
-        let Some(mut p) = self.ptr_of.remove(&key) else {
+        let Some(mut i) = self.held.remove(&key) else {
             return;
         };
-        let Some(c) = self.chunks.get_mut(&p) else {
-            return;
-        };
+        let c = &mut self.slab[i as usize];
         c.in_use = false;
         self.in_use -= c.size;
         // Merge the next chunk into this one, then this one into the previous.
-        if let Some(n) = c.next {
-            if self.chunks.get(&n).is_some_and(|c| !c.in_use) {
-                self.merge_into_prev(n);
-            }
+        let n = c.next;
+        if n != NONE && !self.slab[n as usize].in_use {
+            self.merge_into_prev(n);
         }
-        if let Some(pv) = self.chunks.get(&p).and_then(|c| c.prev) {
-            if self.chunks.get(&pv).is_some_and(|c| !c.in_use) {
-                self.merge_into_prev(p);
-                p = pv;
-            }
+        let pv = self.slab[i as usize].prev;
+        if pv != NONE && !self.slab[pv as usize].in_use {
+            self.merge_into_prev(i);
+            i = pv;
         }
-        if let Some(c) = self.chunks.get(&p) {
-            self.free_set.insert((c.size, p));
-        }
+        let c = self.slab[i as usize];
+        self.free_set.insert((c.size, c.ptr, i));
     }
 
     /// Fold free chunk `n` into its previous chunk (whose free-set entry, if any, is dropped).
-    fn merge_into_prev(&mut self, n: u64) {
-        let Some(c) = self.chunks.remove(&n) else {
+    fn merge_into_prev(&mut self, n: u32) {
+        let c = self.slab[n as usize];
+        self.free_set.remove(&(c.size, c.ptr, n));
+        self.spare.push(n);
+        let pv = c.prev;
+        if pv == NONE {
             return;
-        };
-        self.free_set.remove(&(c.size, n));
-        let Some(pv) = c.prev else {
-            return;
-        };
-        if let Some(after) = c.next {
-            if let Some(a) = self.chunks.get_mut(&after) {
-                a.prev = Some(pv);
-            }
         }
-        if let Some(cp) = self.chunks.get_mut(&pv) {
-            self.free_set.remove(&(cp.size, pv));
-            cp.size += c.size;
-            cp.next = c.next;
+        if c.next != NONE {
+            self.slab[c.next as usize].prev = pv;
         }
+        let cp = &mut self.slab[pv as usize];
+        let gone = (cp.size, cp.ptr, pv);
+        cp.size += c.size;
+        cp.next = c.next;
+        self.free_set.remove(&gone);
     }
 
     /// Whether `key` holds memory.
     pub fn holds(&self, key: u64) -> bool {
-        self.ptr_of.contains_key(&key)
+        self.held.contains_key(&key)
+    }
+
+    /// The arena's [`Layout`].
+    pub fn layout(&self) -> Layout {
+        let mut spare = vec![false; self.slab.len()];
+        for &i in &self.spare {
+            spare[i as usize] = true;
+        }
+        let mut chunks: Vec<(u64, u64, bool)> = self
+            .slab
+            .iter()
+            .zip(&spare)
+            .filter(|(_, &s)| !s)
+            .map(|(c, _)| (c.ptr, c.size, c.in_use))
+            .collect();
+        chunks.sort_unstable();
+        Layout {
+            chunks,
+            next_region: self.next_region,
+            next_base: self.next_base,
+            reserved: self.reserved,
+        }
     }
 }
 

@@ -26,7 +26,7 @@
 
 use ckpt_ir::profile::{CallerOutputs, Profile};
 
-use crate::arena::{rounded, ArenaConfig, BfcArena, OutOfMemory, DEFAULT_MAX_DEAD};
+use crate::arena::{rounded, ArenaConfig, BfcArena, Layout, OutOfMemory, DEFAULT_MAX_DEAD};
 use crate::memory::{EventKind, Simulation};
 
 /// One replay's result.
@@ -123,6 +123,16 @@ pub fn pattern_block(sim: &Simulation) -> u64 {
 /// Replay `profile.steps` runs of `sim` on one arena capped at `cap` (after the load-time
 /// chunks of the profile's runtime, if it takes any).
 pub fn replay(sim: &Simulation, profile: &Profile, cap: Option<u64>) -> Replay {
+    replay_runs(sim, profile, cap, true)
+}
+
+/// [`replay`] playing every run, even one that repeats the run before it (what [`replay`]
+/// is checked against).
+pub fn replay_in_full(sim: &Simulation, profile: &Profile, cap: Option<u64>) -> Replay {
+    replay_runs(sim, profile, cap, false)
+}
+
+fn replay_runs(sim: &Simulation, profile: &Profile, cap: Option<u64>, skip: bool) -> Replay {
     let steps = profile.steps.max(1) as usize;
     let load = load_chunks(sim, profile);
     let mut cfg = arena_config(profile, cap);
@@ -147,6 +157,11 @@ pub fn replay(sim: &Simulation, profile: &Profile, cap: Option<u64>) -> Replay {
             break;
         }
     }
+    // With the outputs released a run leaves nothing behind, so a run whose arena, after its
+    // first request, is laid out as the previous run's was after its first is that run again,
+    // and so is every later one: their steps are not replayed.
+    let released = skip && profile.caller_outputs == CallerOutputs::Released;
+    let mut previous_start: Option<(bool, Layout)> = None;
     'runs: for run in 0..steps {
         if failed.is_some() {
             break;
@@ -159,6 +174,7 @@ pub fn replay(sim: &Simulation, profile: &Profile, cap: Option<u64>) -> Replay {
         let patterned = block > 0 && run > 0 && arena.alloc(block_key, block).is_ok();
         let mut outputs = Vec::new();
         let mut allocated: Vec<u64> = Vec::new();
+        let mut first = released;
         for (i, e) in sim.arena_events.iter().enumerate() {
             if patterned && e.kind == EventKind::Buffer {
                 continue;
@@ -179,6 +195,17 @@ pub fn replay(sim: &Simulation, profile: &Profile, cap: Option<u64>) -> Replay {
                 }
             } else {
                 arena.free(key);
+            }
+            if std::mem::take(&mut first) {
+                let start = (patterned, arena.layout());
+                if previous_start.as_ref() == Some(&start) {
+                    // This run and the rest repeat the previous one (which did not fail).
+                    let again = step_in_use.last().copied().unwrap_or(0);
+                    step_in_use.resize(steps, again);
+                    arena.max_in_use = before.max(again);
+                    break 'runs;
+                }
+                previous_start = Some(start);
             }
         }
         // The run ends: everything but the outputs is released, then the caller's old outputs.
