@@ -114,6 +114,16 @@ pub struct Node {
 }
 
 impl Node {
+    /// Whether `other` is this node as stored (the same stored proto, not a copy): a node of a
+    /// cloned graph that nothing replaced.
+    pub fn same_stored(&self, other: &Node) -> bool {
+        std::sync::Arc::ptr_eq(&self.proto, &other.proto)
+            && self.domain == other.domain
+            && self.op_type == other.op_type
+            && self.inputs == other.inputs
+            && self.outputs == other.outputs
+    }
+
     /// The attribute named `name`.
     pub fn attr(&self, name: &str) -> Option<&onnx::AttributeProto> {
         self.proto

@@ -28,12 +28,12 @@
 //!
 //! Graph inputs fed by the caller and initializers are ledger lines, not arena bytes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-use ckpt_ir::{Bindings, Graph, NodeId, ShapeError, TensorId};
+use ckpt_ir::{Bindings, Graph, NodeId, Shape, ShapeError, TensorId};
 
 use crate::arena::{ArenaConfig, BfcArena};
-use crate::ort_view::resolved_shapes;
+use crate::ort_view::{resolved_shapes, OrtShapes};
 use crate::phases::{Classification, Phase};
 use crate::schedule::{try_ort_default_order, OrderNode};
 use ckpt_ir::ops::kernel_scratch;
@@ -346,8 +346,19 @@ pub fn simulate_threads(
     bindings: &Bindings,
     threads: u32,
 ) -> Result<Simulation, MemoryError> {
+    simulate_resolved(graph, schedule, bindings, threads, &resolved_shapes(graph))
+}
+
+/// [`simulate_threads`] given ORT's view of `graph`'s shapes (`ort`: [`resolved_shapes`], or
+/// [`crate::ort_view::resolved_shapes_after`] for a patched graph).
+pub fn simulate_resolved<'g>(
+    graph: &Graph,
+    schedule: &Schedule,
+    bindings: &Bindings,
+    threads: u32,
+    ort: &'g OrtShapes,
+) -> Result<Simulation, MemoryError> {
     let nt = graph.tensor_count();
-    let ort = resolved_shapes(graph);
     let mut bytes = vec![0u64; nt];
     let mut computed = vec![false; nt];
     for &n in &schedule.order {
@@ -390,7 +401,10 @@ pub fn simulate_threads(
     // Planner. `origin[t]` = the value whose buffer t lives in (itself when it owns one).
     let mut origin: Vec<TensorId> = graph.tensor_ids().collect();
     let mut buf_count = use_count.clone(); // indexed by origin value
-    let mut free_list: Vec<TensorId> = Vec::new(); // most recently freed first
+                                           // The planner's free list, most recently freed first, kept as one stack per size
+                                           // (`OrtShapes::size_key`): the first free buffer of a request's size is the top of its
+                                           // stack. A buffer of no size key matches nothing and is never listed.
+    let mut free_list: HashMap<(u64, &Shape), Vec<TensorId>> = HashMap::new();
     let mut owns = vec![false; nt]; // origin values that are arena buffers
     let mut is_output_buf = vec![false; nt];
     for &n in &schedule.order {
@@ -418,9 +432,10 @@ pub fn simulate_threads(
             let never_read = reads[out.index()] == 0;
             let rank0 = ort.get(out).is_none_or(|(_, s)| s.rank() == 0);
             if reuse.is_none() && !never_read && !rank0 {
-                if let Some(pos) = free_list.iter().position(|&f| ort.same_size(f, out)) {
-                    reuse = Some(free_list.remove(pos));
-                }
+                reuse = ort
+                    .size_key(out)
+                    .and_then(|k| free_list.get_mut(&k))
+                    .and_then(|stack| stack.pop());
             }
             match reuse {
                 Some(r) => {
@@ -431,13 +446,18 @@ pub fn simulate_threads(
                 None => owns[out.index()] = true,
             }
         }
-        let release = |t: TensorId, buf_count: &mut Vec<i64>, free_list: &mut Vec<TensorId>| {
-            let o = origin[t.index()];
-            buf_count[o.index()] -= 1;
-            if buf_count[o.index()] == 0 && computed[o.index()] {
-                free_list.insert(0, o);
-            }
-        };
+        let release =
+            |t: TensorId,
+             buf_count: &mut Vec<i64>,
+             free_list: &mut HashMap<(u64, &'g Shape), Vec<TensorId>>| {
+                let o = origin[t.index()];
+                buf_count[o.index()] -= 1;
+                if buf_count[o.index()] == 0 && computed[o.index()] {
+                    if let Some(k) = ort.size_key(o) {
+                        free_list.entry(k).or_default().push(o);
+                    }
+                }
+            };
         for t in node.input_tensors() {
             release(t, &mut buf_count, &mut free_list);
         }

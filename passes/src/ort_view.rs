@@ -40,10 +40,14 @@ fn propagates_values(op: &str, rank0: bool) -> bool {
     }
 }
 
-/// ORT's resolved type of every tensor, indexed by tensor.
+/// ORT's resolved type of every tensor, indexed by tensor, with what resolving them saw (so
+/// that a patched graph can be resolved again from it: [`resolved_shapes_after`]).
 #[derive(Clone, Debug, Default)]
 pub struct OrtShapes {
-    types: Vec<Option<(DType, Shape)>>,
+    types: Vec<Option<TensorType>>,
+    declared: Declared,
+    /// Unknown dims made so far (`?ort1`, `?ort2`, ...).
+    fresh: usize,
 }
 
 impl OrtShapes {
@@ -52,7 +56,7 @@ impl OrtShapes {
         self.types
             .get(t.index())
             .and_then(|x| x.as_ref())
-            .map(|(d, s)| (*d, s))
+            .map(|tt| (tt.dtype, &tt.shape))
     }
 
     /// ORT's `SameSize`: same element size (strings never), same rank, and each pair of dims
@@ -70,6 +74,19 @@ impl OrtShapes {
                 (Dim::Sym(p), Dim::Sym(q)) => p == q && !is_unknown(p),
                 _ => false,
             })
+    }
+
+    /// What [`OrtShapes::same_size`] compares, as a value: two tensors are the same size
+    /// exactly when both have a key and the keys are equal (`None`: `t` matches nothing).
+    pub fn size_key(&self, t: TensorId) -> Option<(u64, &Shape)> {
+        let (d, s) = self.get(t)?;
+        let comparable = d != DType::String
+            && s.dims().iter().all(|x| match x {
+                Dim::Known(_) => true,
+                Dim::Sym(n) => !is_unknown(n),
+                Dim::Expr(_) => false,
+            });
+        comparable.then_some((d.bits(), s))
     }
 
     /// Whether ORT resolved `t`'s shape fully: every dim a value or a name.
@@ -90,16 +107,29 @@ fn is_unknown(name: &str) -> bool {
 
 /// ORT's view of `graph`'s shapes (the module doc states the rules).
 pub fn resolved_shapes(graph: &Graph) -> OrtShapes {
+    resolve(graph, None)
+}
+
+/// [`resolved_shapes`] of `graph`, which is `base_graph` patched (its tensors and nodes keep
+/// their ids, new ones come after), given `base`, `base_graph`'s: a node of `base_graph`
+/// whose proto, inputs and outputs are unchanged, whose inputs resolved as before and whose
+/// outputs are declared as before resolves as before, and is not inferred again. The result
+/// is [`resolved_shapes`]'s (unknown dims made afresh are named apart from `base`'s).
+pub fn resolved_shapes_after(graph: &Graph, base_graph: &Graph, base: &OrtShapes) -> OrtShapes {
+    resolve(graph, Some((base_graph, base)))
+}
+
+fn resolve(graph: &Graph, base: Option<(&Graph, &OrtShapes)>) -> OrtShapes {
     let view = OrtView {
         declared: declared_types(graph),
-        fresh: Cell::new(0),
+        fresh: Cell::new(base.map_or(0, |(_, b)| b.fresh)),
+        base,
     };
     let types = infer_view(graph, &view);
     OrtShapes {
-        types: graph
-            .tensor_ids()
-            .map(|t| types.get(t).map(|tt| (tt.dtype, tt.shape.clone())))
-            .collect(),
+        types: graph.tensor_ids().map(|t| types.get(t).cloned()).collect(),
+        fresh: view.fresh.get(),
+        declared: view.declared,
     }
 }
 
@@ -109,7 +139,6 @@ type Declared = HashMap<String, (Option<DType>, Option<Shape>)>;
 
 fn declared_types(graph: &Graph) -> Declared {
     let mut out = Declared::new();
-    let mut unknown = 0usize;
     let proto = graph.model().graph.as_ref();
     let entries = proto
         .into_iter()
@@ -129,15 +158,14 @@ fn declared_types(graph: &Graph) -> Declared {
             Shape(
                 sp.dim
                     .iter()
-                    .map(|d| {
+                    .enumerate()
+                    .map(|(k, d)| {
                         use onnx::tensor_shape_proto::dimension::Value;
                         match &d.value {
                             Some(Value::DimValue(v)) if *v >= 0 => Dim::Known(*v as u64),
                             Some(Value::DimParam(p)) if !p.is_empty() => Dim::Sym(p.clone()),
-                            _ => {
-                                unknown += 1;
-                                Dim::Sym(format!("?decl{unknown}"))
-                            }
+                            // Named by where it is declared: the same in a patched graph.
+                            _ => Dim::Sym(format!("?decl:{name}:{k}")),
                         }
                     })
                     .collect(),
@@ -149,12 +177,14 @@ fn declared_types(graph: &Graph) -> Declared {
     out
 }
 
-struct OrtView {
+struct OrtView<'a> {
     declared: Declared,
     fresh: Cell<usize>,
+    /// The graph this one was patched from, resolved.
+    base: Option<(&'a Graph, &'a OrtShapes)>,
 }
 
-impl OrtView {
+impl OrtView<'_> {
     fn unknown(&self) -> Dim {
         let k = self.fresh.get() + 1;
         self.fresh.set(k);
@@ -183,7 +213,41 @@ fn merge_dim(inferred: &Dim, declared: &Dim) -> Dim {
     }
 }
 
-impl InferView for OrtView {
+impl InferView for OrtView<'_> {
+    fn known_outputs(
+        &self,
+        graph: &Graph,
+        node: NodeId,
+        inputs: &[Option<TensorType>],
+    ) -> Option<Vec<Option<TensorType>>> {
+        let (base_graph, base) = self.base?;
+        if node.index() >= base_graph.node_bound() {
+            return None;
+        }
+        let (n, was) = (graph.node(node), base_graph.node(node));
+        if !n.same_stored(was) {
+            return None;
+        }
+        for (slot, tt) in n.inputs.iter().zip(inputs) {
+            if let Some(t) = slot {
+                if base.types.get(t.index())? != tt {
+                    return None;
+                }
+            }
+        }
+        n.outputs
+            .iter()
+            .map(|slot| match slot {
+                None => Some(None),
+                Some(t) => {
+                    let name = &graph.tensor(*t).name;
+                    (self.declared.get(name) == base.declared.get(name))
+                        .then(|| base.types.get(t.index()).cloned().flatten())
+                }
+            })
+            .collect()
+    }
+
     fn source(
         &self,
         graph: &Graph,

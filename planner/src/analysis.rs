@@ -7,7 +7,8 @@ use ckpt_ir::ops::{infer, Types};
 use ckpt_ir::{Bindings, Graph, Profile, Shape, TensorId};
 use ckpt_passes::device::{device_need, DeviceNeed};
 use ckpt_passes::ledger::{ledger, Ledger, Optimizer};
-use ckpt_passes::memory::{schedule, simulate_threads, Simulation};
+use ckpt_passes::memory::{schedule, simulate_resolved, Simulation};
+use ckpt_passes::ort_view::{resolved_shapes, OrtShapes};
 use ckpt_passes::{classify, Classification};
 
 use crate::PlanError;
@@ -56,6 +57,9 @@ pub struct Analysis {
     pub device: DeviceNeed,
     pub ledger: Ledger,
     pub types: Types,
+    /// ORT's view of the graph's shapes (what its planner compares), which a patched graph's
+    /// is resolved from ([`ckpt_passes::ort_view::resolved_shapes_after`]).
+    pub ort: OrtShapes,
 }
 
 /// Fill in dtypes and shapes by inference: where the file has none, and where the exporter
@@ -120,7 +124,14 @@ pub fn analyse(graph: Graph, o: &AnalyseOptions) -> Result<Analysis, PlanError> 
     let (graph, types) = with_inferred_types(graph)?;
     let class = classify(&graph, o.loss.as_deref())?;
     let sched = schedule(&graph)?;
-    let sim = simulate_threads(&graph, &sched, &o.bindings, o.profile.intra_op_num_threads)?;
+    let ort = resolved_shapes(&graph);
+    let sim = simulate_resolved(
+        &graph,
+        &sched,
+        &o.bindings,
+        o.profile.intra_op_num_threads,
+        &ort,
+    )?;
     let device = device_need(&sim, &o.profile);
     let ledger = ledger(
         &graph,
@@ -138,6 +149,7 @@ pub fn analyse(graph: Graph, o: &AnalyseOptions) -> Result<Analysis, PlanError> 
         device,
         ledger,
         types,
+        ort,
     })
 }
 

@@ -9,7 +9,8 @@
 
 use ckpt_ir::Graph;
 use ckpt_passes::device::{device_need, fits};
-use ckpt_passes::memory::{schedule, simulate_threads, Simulation};
+use ckpt_passes::memory::{schedule, simulate_resolved, Simulation};
+use ckpt_passes::ort_view::resolved_shapes_after;
 use ckpt_passes::recompute::{rewrite, Candidates};
 use ckpt_solver::{evaluate, Method, Plan, Problem};
 
@@ -131,11 +132,14 @@ impl Simulator<'_> {
             }
             return Err(PlanError::Patch(e));
         }
-        let sim = simulate_threads(
+        // Only the nodes the patch added or rewired are resolved again.
+        let ort = resolved_shapes_after(&g2, &self.before.graph, &self.before.ort);
+        let sim = simulate_resolved(
             &g2,
             &schedule(&g2)?,
             &self.options.analysis.bindings,
             self.options.analysis.profile.intra_op_num_threads,
+            &ort,
         )?;
         Ok((g2, sim))
     }

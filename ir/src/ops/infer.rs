@@ -214,6 +214,17 @@ pub trait InferView {
         t: TensorId,
         inferred: Option<TensorType>,
     ) -> Option<TensorType>;
+    /// The view's types of `node`'s outputs without running its rule, when the view knows
+    /// them already (an earlier inference of the same node from the same input types and
+    /// declarations); `None`, the default: infer.
+    fn known_outputs(
+        &self,
+        _graph: &Graph,
+        _node: crate::ids::NodeId,
+        _inputs: &[Option<TensorType>],
+    ) -> Option<Vec<Option<TensorType>>> {
+        None
+    }
 }
 
 /// Inference as `view` sees it, in file order: never fails (what cannot be inferred is
@@ -238,6 +249,17 @@ pub fn infer_view(graph: &Graph, view: &dyn InferView) -> Types {
                 Some(t) => out.types[t.index()].clone().map(Some),
             })
             .collect();
+        if let Some(known) = inputs
+            .as_deref()
+            .and_then(|i| view.known_outputs(graph, n, i))
+        {
+            for (slot, tt) in node.outputs.iter().zip(known) {
+                if let Some(t) = slot {
+                    out.types[t.index()] = tt;
+                }
+            }
+            continue;
+        }
         let result = match (op_def(graph, n), inputs) {
             (Some(def), Some(inputs)) => {
                 let ctx = InferCtx {
