@@ -236,10 +236,14 @@ impl Graph {
 
     /// The opset version imported for `domain` (normalised).
     pub fn opset(&self, domain: &str) -> Option<i64> {
-        self.opsets()
-            .into_iter()
-            .find(|(d, _)| d == domain)
-            .map(|(_, v)| v)
+        self.model
+            .opset_import
+            .iter()
+            .find(|o| match o.domain.as_deref().unwrap_or("") {
+                "" => domain == ONNX_DOMAIN,
+                d => d == domain,
+            })
+            .map(|o| o.version.unwrap_or(0))
     }
 
     pub fn node(&self, id: NodeId) -> &Node {

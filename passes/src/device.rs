@@ -253,7 +253,39 @@ pub fn fits(sim: &Simulation, profile: &Profile, cap: u64) -> bool {
 /// the in-use peak (nothing runs below it) and the uncapped reserved bytes (widened until
 /// they run).
 pub fn device_need(sim: &Simulation, profile: &Profile) -> DeviceNeed {
+    let (need, _) = bisect(sim, profile, None);
+    need
+}
+
+/// [`device_need`] when it is below `limit`; `None` as soon as the bisection shows it is
+/// not: its answer is always above the failing end it has reached, so once that end is
+/// `limit` less 256 B or more, the answer is at least `limit`. Where it answers, the answer
+/// is [`device_need`]'s (the same probes, in the same order).
+pub fn device_need_below(sim: &Simulation, profile: &Profile, limit: u64) -> Option<DeviceNeed> {
+    match bisect(sim, profile, Some(limit)) {
+        (need, false) => Some(need),
+        (_, true) => None,
+    }
+}
+
+/// The bisection, and whether it stopped at `limit` (then the need is unknown but at least
+/// `limit`, and the first value is a placeholder).
+fn bisect(sim: &Simulation, profile: &Profile, limit: Option<u64>) -> (DeviceNeed, bool) {
     let uncapped = replay(sim, profile, None);
+    // Nothing runs below the uncapped in-use peak: the bisection's failing end starts there.
+    let floor = uncapped.in_use_peak.saturating_sub(1) / crate::arena::ALIGN * crate::arena::ALIGN;
+    let reached = |lo: u64| limit.is_some_and(|l| lo.saturating_add(crate::arena::ALIGN) >= l);
+    let stopped = |uncapped: Replay| {
+        let need = DeviceNeed {
+            arena_bytes: limit.unwrap_or(0),
+            uncapped,
+        };
+        (need, true)
+    };
+    // (Before the first probe where the failing end stays there: the probes only raise it.)
+    if floor < rounded(uncapped.reserved) && reached(floor) {
+        return stopped(uncapped);
+    }
     let mut hi = rounded(uncapped.reserved);
     // An arena capped at its own uncapped total extends as the uncapped one did; a profile
     // whose first region is the cap may still need a little more: widen until it runs.
@@ -262,9 +294,12 @@ pub fn device_need(sim: &Simulation, profile: &Profile) -> DeviceNeed {
         hi += slack;
         slack *= 2;
     }
-    let mut lo = uncapped.in_use_peak.saturating_sub(1) / crate::arena::ALIGN * crate::arena::ALIGN;
+    let mut lo = floor;
     if hi > 0 && lo >= hi {
         lo = hi - crate::arena::ALIGN;
+    }
+    if reached(lo) {
+        return stopped(uncapped);
     }
     while hi - lo > crate::arena::ALIGN {
         let mid = lo + (hi - lo) / 2 / crate::arena::ALIGN * crate::arena::ALIGN;
@@ -273,10 +308,17 @@ pub fn device_need(sim: &Simulation, profile: &Profile) -> DeviceNeed {
             hi = mid;
         } else {
             lo = mid;
+            if reached(lo) {
+                return stopped(uncapped);
+            }
         }
     }
-    DeviceNeed {
-        arena_bytes: hi,
-        uncapped,
-    }
+    let over = limit.is_some_and(|l| hi >= l);
+    (
+        DeviceNeed {
+            arena_bytes: hi,
+            uncapped,
+        },
+        over,
+    )
 }

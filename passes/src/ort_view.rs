@@ -218,7 +218,7 @@ impl InferView for OrtView<'_> {
         &self,
         graph: &Graph,
         node: NodeId,
-        inputs: &[Option<TensorType>],
+        types: &[Option<TensorType>],
     ) -> Option<Vec<Option<TensorType>>> {
         let (base_graph, base) = self.base?;
         if node.index() >= base_graph.node_bound() {
@@ -228,11 +228,10 @@ impl InferView for OrtView<'_> {
         if !n.same_stored(was) {
             return None;
         }
-        for (slot, tt) in n.inputs.iter().zip(inputs) {
-            if let Some(t) = slot {
-                if base.types.get(t.index())? != tt {
-                    return None;
-                }
+        for t in n.inputs.iter().flatten() {
+            let now = types.get(t.index())?;
+            if now.is_none() || base.types.get(t.index())? != now {
+                return None;
             }
         }
         n.outputs

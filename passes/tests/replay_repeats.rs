@@ -4,7 +4,7 @@
 
 use ckpt_ir::profile::Profile;
 use ckpt_ir::Bindings;
-use ckpt_passes::device::{device_need, replay, replay_in_full};
+use ckpt_passes::device::{device_need, device_need_below, replay, replay_in_full};
 use ckpt_passes::memory::{schedule, simulate};
 
 #[test]
@@ -37,6 +37,43 @@ fn skipping_repeated_runs_changes_nothing() {
                     "{name} under {} capped at {cap:?}",
                     p.describe()
                 );
+            }
+        }
+    }
+}
+
+/// `device_need_below` answers exactly when the need is below its limit, with
+/// `device_need`'s answer, and stops without one otherwise: on the fixtures under every
+/// profile the flags name, at limits around the need and far off it.
+#[test]
+fn the_bounded_need_is_the_need_below_its_limit() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let mut training = Profile {
+        ort_version: ckpt_ir::ort::TRAINING_ORT_VERSION,
+        ..Profile::default()
+    };
+    training.steps = 3;
+    for name in [
+        "t5_d0_makefx",
+        "resnet18_d0_aot",
+        "gpt2_d0_aot",
+        "mlp_d01_aot",
+    ] {
+        let g = ckpt_ir::import_file(&root.join(format!("{name}.onnx"))).unwrap();
+        let sim = simulate(&g, &schedule(&g).unwrap(), &Bindings::new()).unwrap();
+        let mut profiles = Profile::every_flag_combination();
+        profiles.push(training.clone());
+        for p in profiles {
+            let need = device_need(&sim, &p);
+            let n = need.arena_bytes;
+            for limit in [0, 256, n - 256, n, n + 1, n + 256, 2 * n, u64::MAX] {
+                let bounded = device_need_below(&sim, &p, limit);
+                let label = format!("{name} under {} below {limit}", p.describe());
+                if n < limit {
+                    assert_eq!(bounded.as_ref(), Some(&need), "{label}");
+                } else {
+                    assert_eq!(bounded, None, "{label}");
+                }
             }
         }
     }

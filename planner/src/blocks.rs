@@ -282,8 +282,8 @@ fn drops(
         let (judged, kept) = first_in_order(threads, &batch, |u| {
             let trial = without(&plan, u);
             oracle
-                .plan_total(&trial)
-                .map(|t| (t <= effective).then_some(trial))
+                .plan_fits(&trial, effective)
+                .map(|fits| fits.then_some(trial))
         })?;
         plan = kept.unwrap_or(plan);
         next += judged;

@@ -8,7 +8,7 @@
 //! solve): a rewritten run's recompute steps count as the original step they precede.
 
 use ckpt_ir::Graph;
-use ckpt_passes::device::{device_need, fits};
+use ckpt_passes::device::{device_need, device_need_below, fits};
 use ckpt_passes::memory::{schedule, simulate_resolved, Simulation};
 use ckpt_passes::ort_view::resolved_shapes_after;
 use ckpt_passes::recompute::{rewrite, Candidates};
@@ -48,6 +48,18 @@ pub trait Oracle: Sync {
     fn peak(&self, set: &[bool]) -> Result<(u64, usize), PlanError> {
         let t = self.trace(set)?;
         Ok((t.total, t.peak_step))
+    }
+
+    /// [`Oracle::peak`] when the total is below `bound`, `None` when it is not: an oracle
+    /// that can tell the total is at least `bound` without finding it may stop there.
+    fn peak_below(&self, set: &[bool], bound: u64) -> Result<Option<(u64, usize)>, PlanError> {
+        let (total, peak) = self.peak(set)?;
+        Ok((total < bound).then_some((total, peak)))
+    }
+
+    /// Whether the device total of recomputing `set` is within `effective`.
+    fn fits(&self, set: &[bool], effective: u64) -> Result<bool, PlanError> {
+        Ok(self.total(set)? <= effective)
     }
 
     /// The whole run of `set`, in the original schedule's steps.
@@ -95,11 +107,50 @@ impl Simulator<'_> {
         Ok(self.run(plan)?.0)
     }
 
+    /// Whether `plan` (with its own rebuild steps, as [`Simulator::plan_total`]) fits
+    /// `effective`.
+    pub fn plan_fits(&self, plan: &Plan, effective: u64) -> Result<bool, PlanError> {
+        Ok(self
+            .run_below(plan, Some(effective.saturating_add(1)))?
+            .is_some())
+    }
+
     fn run(&self, plan: &Plan) -> Result<(u64, Simulation), PlanError> {
         let (_, sim) = self.rewritten_run(plan)?;
         let need = device_need(&sim, &self.options.analysis.profile).arena_bytes;
         let total = self.held_total(&sim, self.before.ledger.fixed_bytes + need);
         Ok((total, sim))
+    }
+
+    /// [`Simulator::run`] when the total is below `bound` (`None`: no bound), else `None`.
+    /// The bisection for the arena need stops as soon as it shows the need puts the total
+    /// at `bound` or more (`device_need_below`); where it answers, the total is `run`'s.
+    fn run_below(
+        &self,
+        plan: &Plan,
+        bound: Option<u64>,
+    ) -> Result<Option<(u64, Simulation)>, PlanError> {
+        let Some(bound) = bound else {
+            return self.run(plan).map(Some);
+        };
+        let (_, sim) = self.rewritten_run(plan)?;
+        let fixed = self.before.ledger.fixed_bytes;
+        let profile = &self.options.analysis.profile;
+        let Some(need) = device_need_below(&sim, profile, bound.saturating_sub(fixed)) else {
+            return Ok(None);
+        };
+        // The held total never lowers a total, so it is checked against the bound again.
+        let total = self.held_total(&sim, fixed + need.arena_bytes);
+        Ok((total < bound).then_some((total, sim)))
+    }
+
+    /// The original step the run `sim` peaks at.
+    fn peak_step(&self, sim: &Simulation) -> usize {
+        let original = &self.before.sim.schedule;
+        sim.schedule.order[sim.peak_step.min(sim.schedule.len().saturating_sub(1))..]
+            .iter()
+            .find_map(|&n| original.step_of(n))
+            .unwrap_or(original.len().saturating_sub(1))
     }
 
     /// `total` (fixed bytes plus the smallest arena the steps run in), or, where that is
@@ -155,12 +206,17 @@ impl Oracle for Simulator<'_> {
 
     fn peak(&self, set: &[bool]) -> Result<(u64, usize), PlanError> {
         let (total, sim) = self.run(&plan_from_set(self.prob, set.to_vec()))?;
-        let original = &self.before.sim.schedule;
-        let peak = sim.schedule.order[sim.peak_step.min(sim.schedule.len().saturating_sub(1))..]
-            .iter()
-            .find_map(|&n| original.step_of(n))
-            .unwrap_or(original.len().saturating_sub(1));
-        Ok((total, peak))
+        Ok((total, self.peak_step(&sim)))
+    }
+
+    fn peak_below(&self, set: &[bool], bound: u64) -> Result<Option<(u64, usize)>, PlanError> {
+        Ok(self
+            .run_below(&plan_from_set(self.prob, set.to_vec()), Some(bound))?
+            .map(|(total, sim)| (total, self.peak_step(&sim))))
+    }
+
+    fn fits(&self, set: &[bool], effective: u64) -> Result<bool, PlanError> {
+        self.plan_fits(&plan_from_set(self.prob, set.to_vec()), effective)
     }
 
     fn trace(&self, set: &[bool]) -> Result<RunTrace, PlanError> {
@@ -204,11 +260,7 @@ impl Oracle for Simulator<'_> {
                 }
             })
             .collect();
-        let peak_step = sim.schedule.order
-            [sim.peak_step.min(sim.schedule.len().saturating_sub(1))..]
-            .iter()
-            .find_map(|&n| original.step_of(n))
-            .unwrap_or(original.len().saturating_sub(1));
+        let peak_step = self.peak_step(&sim);
         Ok(RunTrace {
             total,
             peak_step,

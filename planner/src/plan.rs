@@ -1192,8 +1192,8 @@ pub fn search<O: Oracle>(
             let mut trial = plan.recompute.clone();
             trial[i] = false;
             oracle
-                .total(&trial)
-                .map(|total| (total <= effective).then(|| plan_from_set(prob, trial)))
+                .fits(&trial, effective)
+                .map(|fits| fits.then(|| plan_from_set(prob, trial)))
         })?;
         plan = kept.unwrap_or(plan);
         trials += judged;
@@ -1232,7 +1232,7 @@ pub fn search<O: Oracle>(
             let mut trial = plan.recompute.clone();
             trial[i] = false;
             trial[j] = true;
-            if oracle.total(&trial)? <= effective {
+            if oracle.fits(&trial, effective)? {
                 plan = plan_from_set(prob, trial);
                 break;
             }
@@ -1338,15 +1338,19 @@ impl<O: Oracle> Climber<'_, O> {
             // Every flip is simulated (in parallel), then judged in order: the same answer on
             // any number of cores.
             *trials += flips.len();
+            // A flip whose total is not below the current one is passed over (it cannot fit:
+            // the current total is over the ceiling), so its total is not needed.
             let judged = par_map(self.threads, &flips, |&i| {
                 let mut trial = set.clone();
                 trial[i] = !trial[i];
-                self.oracle
-                    .peak(&trial)
-                    .map(|(total, peak)| (plan_from_set(self.prob, trial), total, peak))
+                self.oracle.peak_below(&trial, current).map(|below| {
+                    below.map(|(total, peak)| (plan_from_set(self.prob, trial), total, peak))
+                })
             });
             for (&i, judged) in flips.iter().zip(judged) {
-                let (plan, total, peak) = judged?;
+                let Some((plan, total, peak)) = judged? else {
+                    continue;
+                };
                 if total <= self.effective {
                     if fits
                         .as_ref()

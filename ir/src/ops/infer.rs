@@ -216,12 +216,13 @@ pub trait InferView {
     ) -> Option<TensorType>;
     /// The view's types of `node`'s outputs without running its rule, when the view knows
     /// them already (an earlier inference of the same node from the same input types and
-    /// declarations); `None`, the default: infer.
+    /// declarations); `None`, the default: infer. `types`: the view's types so far, indexed
+    /// by tensor (every input of `node` is typed by then).
     fn known_outputs(
         &self,
         _graph: &Graph,
         _node: crate::ids::NodeId,
-        _inputs: &[Option<TensorType>],
+        _types: &[Option<TensorType>],
     ) -> Option<Vec<Option<TensorType>>> {
         None
     }
@@ -241,6 +242,14 @@ pub fn infer_view(graph: &Graph, view: &dyn InferView) -> Types {
     }
     for &n in graph.nodes() {
         let node = graph.node(n);
+        if let Some(known) = view.known_outputs(graph, n, &out.types) {
+            for (slot, tt) in node.outputs.iter().zip(known) {
+                if let Some(t) = slot {
+                    out.types[t.index()] = tt;
+                }
+            }
+            continue;
+        }
         let inputs: Option<Vec<Option<TensorType>>> = node
             .inputs
             .iter()
@@ -249,17 +258,6 @@ pub fn infer_view(graph: &Graph, view: &dyn InferView) -> Types {
                 Some(t) => out.types[t.index()].clone().map(Some),
             })
             .collect();
-        if let Some(known) = inputs
-            .as_deref()
-            .and_then(|i| view.known_outputs(graph, n, i))
-        {
-            for (slot, tt) in node.outputs.iter().zip(known) {
-                if let Some(t) = slot {
-                    out.types[t.index()] = tt;
-                }
-            }
-            continue;
-        }
         let result = match (op_def(graph, n), inputs) {
             (Some(def), Some(inputs)) => {
                 let ctx = InferCtx {
