@@ -280,6 +280,10 @@ fn drops(
         }
         let batch: Vec<&Vec<usize>> = units[next..].iter().take(threads).collect();
         let (judged, kept) = first_in_order(threads, &batch, |u| {
+            // Not judged once the clock has passed: the unit stays (the plan still fits).
+            if clock.passed() {
+                return Ok(None);
+            }
             let trial = without(&plan, u);
             oracle
                 .plan_fits(&trial, effective)

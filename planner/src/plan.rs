@@ -1185,10 +1185,15 @@ pub fn search<O: Oracle>(
     chosen.sort_by_key(|&i| (std::cmp::Reverse(prob.candidates[i].cost), i));
     // In order, each drop judged against the drops kept before it; simulated a core's
     // worth at a time (after a kept drop, the rest of the batch is judged again).
+    // A drop not judged when the clock passes is kept (the plan still fits), and the cut
+    // stops there.
     let mut next = 0;
-    while next < chosen.len() {
+    while next < chosen.len() && !clock.passed() {
         let batch: Vec<usize> = chosen[next..].iter().copied().take(threads).collect();
         let (judged, kept) = first_in_order(threads, &batch, |&i| {
+            if clock.passed() {
+                return Ok(None);
+            }
             let mut trial = plan.recompute.clone();
             trial[i] = false;
             oracle
@@ -1336,19 +1341,27 @@ impl<O: Oracle> Climber<'_, O> {
             // (score, total, flip, cost, peak)
             let mut step_best: Option<(f64, u64, usize, u64, usize)> = None;
             // Every flip is simulated (in parallel), then judged in order: the same answer on
-            // any number of cores.
-            *trials += flips.len();
-            // A flip whose total is not below the current one is passed over (it cannot fit:
-            // the current total is over the ceiling), so its total is not needed.
+            // any number of cores. A flip whose total is not below the current one is passed
+            // over (it cannot fit: the current total is over the ceiling), so its total is not
+            // needed. Flips not yet simulated when the clock passes are not: the move is
+            // abandoned, and the climb ends with what it has.
             let judged = par_map(self.threads, &flips, |&i| {
+                if self.clock.passed() {
+                    return Ok(None);
+                }
                 let mut trial = set.clone();
                 trial[i] = !trial[i];
                 self.oracle.peak_below(&trial, current).map(|below| {
-                    below.map(|(total, peak)| (plan_from_set(self.prob, trial), total, peak))
+                    Some(below.map(|(total, peak)| (plan_from_set(self.prob, trial), total, peak)))
                 })
             });
-            for (&i, judged) in flips.iter().zip(judged) {
-                let Some((plan, total, peak)) = judged? else {
+            let judged: Vec<_> = judged.into_iter().collect::<Result<_, _>>()?;
+            *trials += judged.iter().filter(|j| j.is_some()).count();
+            if judged.iter().any(|j| j.is_none()) {
+                break;
+            }
+            for (&i, judged) in flips.iter().zip(judged.into_iter().flatten()) {
+                let Some((plan, total, peak)) = judged else {
                     continue;
                 };
                 if total <= self.effective {
