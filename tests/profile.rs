@@ -145,37 +145,39 @@ fn held_outputs_in_several_regions_are_refused() {
         .partition(|p| p.caller_outputs == CallerOutputs::Held);
     assert_eq!(refused.len(), 7, "{refused:#?}");
     assert_eq!(released.len(), 2, "{released:#?}");
-    for p in &released {
-        assert!(
-            p.arena_extend_strategy == ExtendStrategy::SameAsRequested && !p.enable_mem_pattern,
-            "{}",
-            p.describe()
-        );
-        let e = p.offered(false).unwrap_err().to_string();
-        for part in [
-            "--arena-extend kSameAsRequested",
-            "+2.6%",
-            "--mem-pattern on",
-        ] {
-            assert!(e.contains(part), "{}: no `{part}` in {e}", p.describe());
-        }
-    }
-    for p in &refused {
-        assert_eq!(p.caller_outputs, CallerOutputs::Held, "{}", p.describe());
-        assert!(
-            p.arena_extend_strategy == ExtendStrategy::SameAsRequested
-                || p.initial_chunk == InitialChunk::OrtDefault
-                || p.enable_mem_pattern,
-            "{}",
-            p.describe()
-        );
-        let e = p.offered(false).unwrap_err().to_string();
-        for part in [
-            "--caller-outputs held",
-            "measured",
-            "--initial-chunk budget",
-        ] {
-            assert!(e.contains(part), "{}: no `{part}` in {e}", p.describe());
+    // Each refusal: which combinations, and what its message names.
+    type Check<'a> = (&'a [Profile], fn(&Profile) -> bool, [&'static str; 3]);
+    let checks: [Check; 2] = [
+        (
+            &released,
+            |p| p.arena_extend_strategy == ExtendStrategy::SameAsRequested && !p.enable_mem_pattern,
+            [
+                "--arena-extend kSameAsRequested",
+                "+2.6%",
+                "--mem-pattern on",
+            ],
+        ),
+        (
+            &refused,
+            |p| {
+                p.arena_extend_strategy == ExtendStrategy::SameAsRequested
+                    || p.initial_chunk == InitialChunk::OrtDefault
+                    || p.enable_mem_pattern
+            },
+            [
+                "--caller-outputs held",
+                "measured",
+                "--initial-chunk budget",
+            ],
+        ),
+    ];
+    for (profiles, which, parts) in checks {
+        for p in profiles {
+            assert!(which(p), "{}", p.describe());
+            let e = p.offered(false).unwrap_err().to_string();
+            for part in parts {
+                assert!(e.contains(part), "{}: no `{part}` in {e}", p.describe());
+            }
         }
     }
 }

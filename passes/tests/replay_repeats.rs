@@ -7,9 +7,15 @@ use ckpt_ir::Bindings;
 use ckpt_passes::device::{device_need, device_need_below, replay, replay_in_full};
 use ckpt_passes::memory::{schedule, simulate};
 
+/// The fixture `name`'s simulation (default bindings).
+fn simulated(name: &str) -> ckpt_passes::memory::Simulation {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let g = ckpt_ir::import_file(&root.join(format!("{name}.onnx"))).unwrap();
+    simulate(&g, &schedule(&g).unwrap(), &Bindings::new()).unwrap()
+}
+
 #[test]
 fn skipping_repeated_runs_changes_nothing() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
     for name in [
         "t5_d0_makefx",
         "resnet18_d0_aot",
@@ -18,8 +24,7 @@ fn skipping_repeated_runs_changes_nothing() {
         "mlp_d01_aot",
         "vit_d0_aot",
     ] {
-        let g = ckpt_ir::import_file(&root.join(format!("{name}.onnx"))).unwrap();
-        let sim = simulate(&g, &schedule(&g).unwrap(), &Bindings::new()).unwrap();
+        let sim = simulated(name);
         for p in Profile::every_flag_combination() {
             let need = device_need(&sim, &p);
             let n = need.arena_bytes;
@@ -47,7 +52,6 @@ fn skipping_repeated_runs_changes_nothing() {
 /// profile the flags name, at limits around the need and far off it.
 #[test]
 fn the_bounded_need_is_the_need_below_its_limit() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
     let mut training = Profile {
         ort_version: ckpt_ir::ort::TRAINING_ORT_VERSION,
         ..Profile::default()
@@ -59,8 +63,7 @@ fn the_bounded_need_is_the_need_below_its_limit() {
         "gpt2_d0_aot",
         "mlp_d01_aot",
     ] {
-        let g = ckpt_ir::import_file(&root.join(format!("{name}.onnx"))).unwrap();
-        let sim = simulate(&g, &schedule(&g).unwrap(), &Bindings::new()).unwrap();
+        let sim = simulated(name);
         let mut profiles = Profile::every_flag_combination();
         profiles.push(training.clone());
         for p in profiles {

@@ -38,6 +38,24 @@ fn normalised(g: &ckpt_ir::Graph, s: &OrtShapes) -> Vec<Option<(ckpt_ir::DType, 
         .collect()
 }
 
+/// `patch` applied to `a`'s graph, resolved from scratch (returned, normalised) after
+/// checking that resolving it from `a`'s view gives the same.
+fn resolves_as_from_scratch(
+    a: &ckpt_planner::Analysis,
+    patch: &ckpt_ir::Patch,
+    what: &str,
+) -> Vec<Option<(ckpt_ir::DType, Shape)>> {
+    let mut g2 = a.graph.clone();
+    patch.apply_unverified(&mut g2).unwrap();
+    let scratch = normalised(&g2, &resolved_shapes(&g2));
+    assert_eq!(
+        normalised(&g2, &resolved_shapes_after(&g2, &a.graph, &a.ort)),
+        scratch,
+        "{what}"
+    );
+    scratch
+}
+
 #[test]
 fn a_patched_graph_resolves_as_from_scratch() {
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
@@ -132,14 +150,7 @@ fn a_guarded_graph_resolves_as_from_scratch() {
             };
             let a = analyse(g, &AnalyseOptions::default()).unwrap();
             let patch = ckpt_passes::guards::reuse_guards(&a.graph, "guards");
-            let mut g2 = a.graph.clone();
-            patch.apply_unverified(&mut g2).unwrap();
-            let scratch = normalised(&g2, &resolved_shapes(&g2));
-            assert_eq!(
-                normalised(&g2, &resolved_shapes_after(&g2, &a.graph, &a.ort)),
-                scratch,
-                "{name}"
-            );
+            let scratch = resolves_as_from_scratch(&a, &patch, name);
             let before = normalised(&a.graph, &a.ort);
             changed += before.iter().zip(&scratch).filter(|(b, s)| b != s).count();
         }
@@ -171,15 +182,8 @@ fn a_forgotten_declaration_resolves_as_from_scratch() {
         for t in computed {
             let mut patch = ckpt_ir::Patch::new("forget");
             patch.forget_value_info = vec![t];
-            let mut g2 = a.graph.clone();
-            patch.apply_unverified(&mut g2).unwrap();
-            let scratch = normalised(&g2, &resolved_shapes(&g2));
-            assert_eq!(
-                normalised(&g2, &resolved_shapes_after(&g2, &a.graph, &a.ort)),
-                scratch,
-                "{name}: {} forgotten",
-                a.graph.tensor(t).name
-            );
+            let what = format!("{name}: {} forgotten", a.graph.tensor(t).name);
+            let scratch = resolves_as_from_scratch(&a, &patch, &what);
             if normalised(&a.graph, &a.ort) != scratch {
                 found += 1;
                 if found == 3 {
