@@ -70,6 +70,7 @@ impl Job {
             debug: std::env::var_os("CKPT_OPT_DEBUG").is_some(),
             progress: Some(progress),
             refusal_probes: self.refusal_probes,
+            max_trials: ckpt_planner::MAX_TRIALS,
         }
     }
 }

@@ -1,6 +1,7 @@
-//! The time limit stops a batch of trials in flight: once the clock passes, flips not yet
-//! simulated are not (the move is abandoned), and the outcome says the limit was hit. Checked
-//! by counting the trials an oracle is asked for after the deadline, not by timing the search.
+//! What stops a search: the time limit stops a batch of trials in flight (once the clock
+//! passes, flips not yet simulated are not, the move is abandoned, and the outcome says the
+//! limit was hit), and the trial budget is spent in whole moves. Checked by counting the
+//! runs an oracle is asked for, not by timing the search.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -34,10 +35,9 @@ impl Oracle for Slow {
     }
 }
 
-#[test]
-fn a_batch_in_flight_stops_at_the_time_limit() {
-    // 60 candidates, each freeing 10 bytes over the peak; nothing reaches the ceiling, so the
-    // climb goes on move after move, 32 flips a move.
+/// 60 candidates, each freeing 10 bytes over the peak; nothing reaches a ceiling of 10, so
+/// the climb goes on move after move, 32 flips a move at first.
+fn unreachable_problem() -> Problem {
     let candidates: Vec<Candidate> = (0..60)
         .map(|i| Candidate {
             label: format!("c{i}"),
@@ -50,11 +50,16 @@ fn a_batch_in_flight_stops_at_the_time_limit() {
             block: None,
         })
         .collect();
-    let prob = Problem {
+    Problem {
         base_live: vec![500, 1000, 1000, 1000, 500],
         candidates,
         ceiling: 10,
-    };
+    }
+}
+
+#[test]
+fn a_batch_in_flight_stops_at_the_time_limit() {
+    let prob = unreachable_problem();
     let limit = Duration::from_millis(300);
     let options = SearchOptions {
         threads: 2,
@@ -82,4 +87,63 @@ fn a_batch_in_flight_stops_at_the_time_limit() {
     // threads before the check).
     let late = oracle.late.load(Ordering::Relaxed);
     assert!(late <= 3, "{late} runs asked for after the deadline");
+}
+
+/// With a budget of 70 trials the climb runs two whole moves (32 flips, then 33: the first
+/// add is now a drop candidate) and does not start a third it could not finish: the oracle
+/// is asked for the two moves, the climb's start and the lowest total reached, and no more.
+#[test]
+fn the_trial_budget_is_spent_in_whole_moves() {
+    let prob = unreachable_problem();
+    let options = SearchOptions {
+        max_trials: 70,
+        ..SearchOptions::one_thread(Duration::from_secs(600))
+    };
+    let oracle = Slow {
+        inner: TableOracle::new(prob.clone(), 0),
+        delay: Duration::ZERO,
+        deadline: options.started + Duration::from_secs(600),
+        late: AtomicUsize::new(0),
+    };
+    let calls = std::sync::Arc::new(AtomicUsize::new(0));
+    let counting = Counting {
+        inner: &oracle,
+        calls: calls.clone(),
+    };
+    let input = SearchInput {
+        problem: &prob,
+        effective: 10,
+        fixed: 0,
+        baseline_total: 1000,
+        step_cost: 10_000,
+    };
+    let Searched::Stuck { timed_out, .. } = search(&counting, &input, &options).unwrap() else {
+        panic!("nothing fits a ceiling of 10 bytes");
+    };
+    assert!(!timed_out);
+    let calls = calls.load(Ordering::Relaxed);
+    // 1 (the start) + 32 + 33 (two moves) + at most 3 (the lowest total reached).
+    assert!(
+        (66..=69).contains(&calls),
+        "{calls} runs for a budget of 70"
+    );
+}
+
+/// Counts every run asked of `inner`.
+struct Counting<'a> {
+    inner: &'a Slow,
+    calls: std::sync::Arc<AtomicUsize>,
+}
+
+impl Oracle for Counting<'_> {
+    type Realised = u64;
+
+    fn trace(&self, set: &[bool]) -> Result<RunTrace, PlanError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.trace(set)
+    }
+
+    fn realise(&self, plan: &Plan) -> Result<(u64, u64), PlanError> {
+        self.inner.realise(plan)
+    }
 }
