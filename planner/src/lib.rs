@@ -32,9 +32,13 @@
 //!   plain numbers. A plan is reported as fitting only when the oracle's total of its
 //!   realised rewrite is within the ceiling.
 //! - The plan depends on the input and the options only: trials are counted, never timed
-//!   (up to [`MAX_TRIALS`]); trials run on [`PlanOptions::threads`] threads are judged in
-//!   order, so the plan and its trial count are the same on any number. The time limit is the
-//!   one exception, and an outcome says when it stopped anything.
+//!   (up to [`PlanOptions::max_trials`], [`MAX_TRIALS`] by default and [`VARIANT_TRIALS`] for a
+//!   zero-FLOP variant searched once a plan is in hand; a climb's move is simulated whole or
+//!   not at all); trials run on [`PlanOptions::threads`] threads are judged in order, so the
+//!   plan and its trial count are the same on any number. The time limit is the one
+//!   exception: it stops a batch in flight, and an outcome says when it stopped anything.
+//! - An oracle may answer a bounded question more cheaply than the total
+//!   ([`Oracle::peak_below`], [`Oracle::fits`]); its answers must be the total's.
 //! - [`Diagnosis::lowest_reachable_total_bytes`] is a total some recompute set really reaches
 //!   under the oracle (recomputing every candidate, the search's best, or no recompute), not
 //!   a proven floor.
