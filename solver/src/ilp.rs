@@ -168,6 +168,13 @@ pub fn solve_ilp_with(problem: &Problem, options: &IlpOptions) -> Result<Plan, S
         |fallback: Fallback, bound: f64, size: ModelSize| -> Result<Plan, SolveError> {
             let Some(set) = warm.clone() else {
                 let l = lowest_peak(problem);
+                if let (Fallback::NodeLimit, Some(nodes)) = (&fallback, options.max_nodes) {
+                    return Err(SolveError::NoPlanWithinNodeLimit {
+                        nodes,
+                        lowest_peak: l.peak,
+                        at_step: l.peak_step,
+                    });
+                }
                 return Err(SolveError::NoPlanWithinTimeLimit {
                     seconds: options.time_limit.as_secs_f64(),
                     lowest_peak: l.peak,

@@ -156,6 +156,14 @@ pub enum SolveError {
         lowest_peak: u64,
         at_step: usize,
     },
+    /// CBC explored its node limit ([`crate::IlpOptions::max_nodes`]) without finding a plan
+    /// that fits (nor proving none does): a count, not the clock.
+    #[error("no plan found within {nodes} branch-and-bound nodes (lowest peak seen {lowest_peak} bytes at step {at_step})")]
+    NoPlanWithinNodeLimit {
+        nodes: u64,
+        lowest_peak: u64,
+        at_step: usize,
+    },
     #[error("brute force over {candidates} candidates is too large (limit {limit})")]
     TooLarge { candidates: usize, limit: usize },
 }

@@ -562,3 +562,38 @@ fn labels_say_what_is_proven() {
     within.gap = 0.004;
     assert_eq!(within.label(), "ILP, within 0.40% of optimal");
 }
+
+/// A solve stopped by its node limit before any plan is named as such, not as a time limit
+/// (a count is not the clock: the planner records only the clock's stops as the time limit
+/// hit). The chain at 22% of its peak: CBC needs more than one node to prove that nothing
+/// fits, and the greedy finds nothing to start from.
+#[test]
+fn a_node_limit_without_a_plan_is_not_a_time_limit() {
+    let base = chain(20);
+    let peak = *base.base_live.iter().max().unwrap();
+    let p = Problem {
+        ceiling: peak * 22 / 100,
+        ..base
+    };
+    assert!(solve_greedy(&p).is_err());
+    let stopped = solve_ilp_with(
+        &p,
+        &IlpOptions {
+            max_nodes: Some(1),
+            ..IlpOptions::default()
+        },
+    );
+    assert!(
+        matches!(
+            stopped,
+            Err(SolveError::NoPlanWithinNodeLimit { nodes: 1, .. })
+        ),
+        "{stopped:?}"
+    );
+    // Given the nodes, CBC proves it.
+    assert!(
+        matches!(solve_ilp(&p), Err(SolveError::Infeasible { .. })),
+        "{:?}",
+        solve_ilp(&p)
+    );
+}
