@@ -11,11 +11,13 @@ use ckpt_planner::{
 };
 use ckpt_solver::{Candidate, Plan, Problem};
 
-/// A table oracle whose every run takes `delay`, counting the runs asked for after `deadline`.
+/// A table oracle whose every run takes `delay`, counting the runs asked for, and those asked
+/// for after `deadline`.
 struct Slow {
     inner: TableOracle,
     delay: Duration,
     deadline: Instant,
+    calls: AtomicUsize,
     late: AtomicUsize,
 }
 
@@ -23,6 +25,7 @@ impl Oracle for Slow {
     type Realised = u64;
 
     fn trace(&self, set: &[bool]) -> Result<RunTrace, PlanError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
         if Instant::now() >= self.deadline {
             self.late.fetch_add(1, Ordering::Relaxed);
         }
@@ -33,6 +36,32 @@ impl Oracle for Slow {
     fn realise(&self, plan: &Plan) -> Result<(u64, u64), PlanError> {
         self.inner.realise(plan)
     }
+}
+
+/// Search the unreachable problem under `options` (their time limit is the oracle's
+/// deadline) with runs of `delay`: whether it says the limit stopped it, the runs asked for,
+/// and those asked for after the deadline.
+fn searched(options: &SearchOptions, delay: Duration) -> (bool, usize, usize) {
+    let prob = unreachable_problem();
+    let oracle = Slow {
+        inner: TableOracle::new(prob.clone(), 0),
+        delay,
+        deadline: options.started + options.time_limit,
+        calls: AtomicUsize::new(0),
+        late: AtomicUsize::new(0),
+    };
+    let input = SearchInput {
+        problem: &prob,
+        effective: 10,
+        fixed: 0,
+        baseline_total: 1000,
+        step_cost: 10_000,
+    };
+    let Searched::Stuck { timed_out, .. } = search(&oracle, &input, options).unwrap() else {
+        panic!("nothing fits a ceiling of 10 bytes");
+    };
+    let calls = oracle.calls.load(Ordering::Relaxed);
+    (timed_out, calls, oracle.late.load(Ordering::Relaxed))
 }
 
 /// 60 candidates, each freeing 10 bytes over the peak; nothing reaches a ceiling of 10, so
@@ -59,33 +88,15 @@ fn unreachable_problem() -> Problem {
 
 #[test]
 fn a_batch_in_flight_stops_at_the_time_limit() {
-    let prob = unreachable_problem();
-    let limit = Duration::from_millis(300);
     let options = SearchOptions {
         threads: 2,
-        ..SearchOptions::one_thread(limit)
+        ..SearchOptions::one_thread(Duration::from_millis(300))
     };
-    let oracle = Slow {
-        inner: TableOracle::new(prob.clone(), 0),
-        delay: Duration::from_millis(40),
-        deadline: options.started + limit,
-        late: AtomicUsize::new(0),
-    };
-    let input = SearchInput {
-        problem: &prob,
-        effective: 10,
-        fixed: 0,
-        baseline_total: 1000,
-        step_cost: 10_000,
-    };
-    let Searched::Stuck { timed_out, .. } = search(&oracle, &input, &options).unwrap() else {
-        panic!("nothing fits a ceiling of 10 bytes");
-    };
+    let (timed_out, _, late) = searched(&options, Duration::from_millis(40));
     assert!(timed_out, "the limit stopped the search and must say so");
     // After the deadline: at most the runs that report the lowest total reached (recompute
     // all, the best set) — not the rest of a 32-flip move (about 20 runs at 40 ms on two
     // threads before the check).
-    let late = oracle.late.load(Ordering::Relaxed);
     assert!(late <= 3, "{late} runs asked for after the deadline");
 }
 
@@ -94,56 +105,15 @@ fn a_batch_in_flight_stops_at_the_time_limit() {
 /// is asked for the two moves, the climb's start and the lowest total reached, and no more.
 #[test]
 fn the_trial_budget_is_spent_in_whole_moves() {
-    let prob = unreachable_problem();
     let options = SearchOptions {
         max_trials: 70,
         ..SearchOptions::one_thread(Duration::from_secs(600))
     };
-    let oracle = Slow {
-        inner: TableOracle::new(prob.clone(), 0),
-        delay: Duration::ZERO,
-        deadline: options.started + Duration::from_secs(600),
-        late: AtomicUsize::new(0),
-    };
-    let calls = std::sync::Arc::new(AtomicUsize::new(0));
-    let counting = Counting {
-        inner: &oracle,
-        calls: calls.clone(),
-    };
-    let input = SearchInput {
-        problem: &prob,
-        effective: 10,
-        fixed: 0,
-        baseline_total: 1000,
-        step_cost: 10_000,
-    };
-    let Searched::Stuck { timed_out, .. } = search(&counting, &input, &options).unwrap() else {
-        panic!("nothing fits a ceiling of 10 bytes");
-    };
+    let (timed_out, calls, _) = searched(&options, Duration::ZERO);
     assert!(!timed_out);
-    let calls = calls.load(Ordering::Relaxed);
     // 1 (the start) + 32 + 33 (two moves) + at most 3 (the lowest total reached).
     assert!(
         (66..=69).contains(&calls),
         "{calls} runs for a budget of 70"
     );
-}
-
-/// Counts every run asked of `inner`.
-struct Counting<'a> {
-    inner: &'a Slow,
-    calls: std::sync::Arc<AtomicUsize>,
-}
-
-impl Oracle for Counting<'_> {
-    type Realised = u64;
-
-    fn trace(&self, set: &[bool]) -> Result<RunTrace, PlanError> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.trace(set)
-    }
-
-    fn realise(&self, plan: &Plan) -> Result<(u64, u64), PlanError> {
-        self.inner.realise(plan)
-    }
 }
