@@ -400,10 +400,11 @@ pub fn simulate_resolved<'g>(
 
     // Planner. `origin[t]` = the value whose buffer t lives in (itself when it owns one).
     let mut origin: Vec<TensorId> = graph.tensor_ids().collect();
-    let mut buf_count = use_count.clone(); // indexed by origin value
-                                           // The planner's free list, most recently freed first, kept as one stack per size
-                                           // (`OrtShapes::size_key`): the first free buffer of a request's size is the top of its
-                                           // stack. A buffer of no size key matches nothing and is never listed.
+    // Indexed by origin value.
+    let mut buf_count = use_count.clone();
+    // The planner's free list, most recently freed first, kept as one stack per size
+    // (`OrtShapes::size_key`): the first free buffer of a request's size is the top of its
+    // stack. A buffer of no size key matches nothing and is never listed.
     let mut free_list: HashMap<(u64, &Shape), Vec<TensorId>> = HashMap::new();
     let mut owns = vec![false; nt]; // origin values that are arena buffers
     let mut is_output_buf = vec![false; nt];

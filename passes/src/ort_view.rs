@@ -60,24 +60,14 @@ impl OrtShapes {
     }
 
     /// ORT's `SameSize`: same element size (strings never), same rank, and each pair of dims
-    /// equal values or equal names; unknown dims match nothing.
+    /// equal values or equal names; unknown dims match nothing. Two tensors are the same size
+    /// exactly when both have a [`OrtShapes::size_key`] and the keys are equal.
     pub fn same_size(&self, a: TensorId, b: TensorId) -> bool {
-        let (Some((da, sa)), Some((db, sb))) = (self.get(a), self.get(b)) else {
-            return false;
-        };
-        da.bits() == db.bits()
-            && da != DType::String
-            && db != DType::String
-            && sa.rank() == sb.rank()
-            && sa.dims().iter().zip(sb.dims()).all(|(x, y)| match (x, y) {
-                (Dim::Known(p), Dim::Known(q)) => p == q,
-                (Dim::Sym(p), Dim::Sym(q)) => p == q && !is_unknown(p),
-                _ => false,
-            })
+        matches!((self.size_key(a), self.size_key(b)), (Some(x), Some(y)) if x == y)
     }
 
-    /// What [`OrtShapes::same_size`] compares, as a value: two tensors are the same size
-    /// exactly when both have a key and the keys are equal (`None`: `t` matches nothing).
+    /// What [`OrtShapes::same_size`] compares, as a value (`None`: `t` matches nothing):
+    /// the element bits and the shape, where no dim is unknown and the dtype is not a string.
     pub fn size_key(&self, t: TensorId) -> Option<(u64, &Shape)> {
         let (d, s) = self.get(t)?;
         let comparable = d != DType::String
