@@ -58,5 +58,5 @@ pub use oracle::{patch_flops, plan_from_set, Oracle, RunTrace, Simulator, TableO
 pub use plan::{
     default_threads, plan, search, Costs, Diagnosis, DiagnosisKind, Found, IlpReport, IlpRound,
     Outcome, PlanOptions, Progress, RewriteCounts, Rewritten, SearchInput, SearchOptions, Searched,
-    MAX_TRIALS, VARIANT_TRIALS,
+    MAX_TRIALS, OUTCLASSED_FACTOR, VARIANT_TRIALS,
 };

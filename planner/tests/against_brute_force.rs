@@ -195,6 +195,7 @@ proptest! {
                 prop_assert!(lowest >= floor);
                 prop_assert!(r.exact.totals.contains(&lowest), "{} is no subset's total", lowest);
             }
+            Some(Searched::Outclassed { .. }) => prop_assert!(false, "outclassed without a plan in hand"),
         }
     }
 }
@@ -235,6 +236,7 @@ fn how_often_the_planner_reaches_the_optimum() {
                     refusals_below_ceiling += 1;
                 }
             }
+            Searched::Outclassed { .. } => panic!("outclassed without a plan in hand"),
         }
     }
     eprintln!(
