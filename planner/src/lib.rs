@@ -6,7 +6,10 @@
 //! 1. **ILP rounds** ([`search`], step 1): `ckpt_solver`'s ILP on the linear model the
 //!    candidates make, corrected by the oracle. Each round's plan is run by the oracle; what
 //!    the run held beyond the model (per step) and where a dropped activation's buffer was
-//!    really released are learnt, and the next round solves the corrected model.
+//!    really released are learnt, and the next round solves the corrected model. Where the
+//!    rounds stall over the ceiling, the budget is tightened by the overshoot; with a
+//!    tightened plan that fits in hand, the climbs (step 2) get [`variant_trials`]
+//!    simulations, and where they find no fit that plan is cut (step 3).
 //! 2. **Search**: hill-climbs with the oracle in the loop, from the rounds' plans, from no
 //!    recompute, then from the ILP's optima at tighter budgets. Labelled
 //!    [`ckpt_solver::Method::Search`]: no optimality bound.
@@ -15,7 +18,9 @@
 //!    their readers, with its constant reshape targets guarded (`ckpt_passes::guards`: ORT's
 //!    planner then keeps the buffers computed from them out of reuse), and with both, are
 //!    planned too where the graph as given has no plan or one that adds FLOPs; the plan that
-//!    adds the fewest FLOPs wins.
+//!    adds the fewest FLOPs wins. Once a plan is in hand, a variant whose linear model's
+//!    optimum costs over [`OUTCLASSED_FACTOR`] times it is not searched, and one that is gets
+//!    [`variant_trials`] simulations.
 //! 5. **Block checkpointing, cut** (`blocks.rs`): block checkpointing at the residual
 //!    stream's boundaries, on the reordered graph and its guarded variant; a plan that fits is
 //!    cut (whole blocks, then single recomputes, most expensive first, each drop kept while the
@@ -32,7 +37,7 @@
 //!   plain numbers. A plan is reported as fitting only when the oracle's total of its
 //!   realised rewrite is within the ceiling.
 //! - The plan depends on the input and the options only: trials are counted, never timed
-//!   (up to [`PlanOptions::max_trials`], [`MAX_TRIALS`] by default and [`VARIANT_TRIALS`] for a
+//!   (up to [`PlanOptions::max_trials`], [`MAX_TRIALS`] by default and [`variant_trials`] for a
 //!   zero-FLOP variant searched once a plan is in hand; a climb's move is simulated whole or
 //!   not at all); trials run on [`PlanOptions::threads`] threads are judged in order, so the
 //!   plan and its trial count are the same on any number. The time limit is the one
@@ -56,7 +61,7 @@ pub use analysis::{analyse, step_flops, with_inferred_types, AnalyseOptions, Ana
 pub use error::PlanError;
 pub use oracle::{patch_flops, plan_from_set, Oracle, RunTrace, Simulator, TableOracle};
 pub use plan::{
-    default_threads, plan, search, Costs, Diagnosis, DiagnosisKind, Found, IlpReport, IlpRound,
-    Outcome, PlanOptions, Progress, RewriteCounts, Rewritten, SearchInput, SearchOptions, Searched,
-    MAX_TRIALS, OUTCLASSED_FACTOR, VARIANT_TRIALS,
+    default_threads, plan, search, variant_trials, Costs, Diagnosis, DiagnosisKind, Found,
+    IlpReport, IlpRound, Outcome, PlanOptions, Progress, RewriteCounts, Rewritten, SearchInput,
+    SearchOptions, Searched, MAX_TRIALS, OUTCLASSED_FACTOR, VARIANT_STEPS, VARIANT_TRIALS,
 };

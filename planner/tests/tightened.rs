@@ -67,3 +67,44 @@ fn tightened_budget_fits_where_the_rounds_stall() {
     assert_eq!(found.plan.cost, 50);
     assert_eq!(oracle.total(&found.plan.recompute).unwrap(), 90);
 }
+
+/// The model believes `a1` and `a2` each free 20 bytes over the peak; in truth neither frees
+/// anything, and `b` frees the 10 the ceiling needs. The rounds stall on `a1`, then `a2`; the
+/// tightened budgets take `a2`, then `a2` + `b`, which fits. The climbs' starts (the ILP at
+/// 0.9 and 0.8 of the budget on the plain model: `a1`, `a1` + `a2`) do not fit, and with no
+/// simulations for the climbs (a budget of 0) they find nothing: the tightened fit is what
+/// the search has, and it is cut like a climb's fit: `a2` is dropped, and `b` alone is the
+/// plan.
+#[test]
+fn a_tightened_fit_the_climbs_do_not_beat_is_cut() {
+    let sized = |label: &str, bytes, cost| Candidate {
+        bytes,
+        ..cand(label, cost, 1)
+    };
+    let model = Problem {
+        base_live: vec![50, 100, 100, 100, 50],
+        candidates: vec![sized("a1", 20, 1), sized("a2", 20, 1), sized("b", 10, 50)],
+        ceiling: 90,
+    };
+    let truth = Problem {
+        candidates: vec![cand("a1", 1, 4), cand("a2", 1, 4), cand("b", 50, 1)],
+        ..model.clone()
+    };
+    let oracle = TableOracle::new(truth, 0);
+    let input = SearchInput {
+        problem: &model,
+        effective: 90,
+        fixed: 0,
+        baseline_total: oracle.total(&[false; 3]).unwrap(),
+        step_cost: 10_000,
+    };
+    let options = SearchOptions {
+        max_trials: 0,
+        ..SearchOptions::one_thread(Duration::from_secs(600))
+    };
+    let Searched::Fits(found) = search(&oracle, &input, &options).unwrap() else {
+        panic!("no plan; the tightened `a2` + `b` fits");
+    };
+    assert_eq!(found.plan.recompute, vec![false, false, true]);
+    assert_eq!(found.plan.cost, 50);
+}
