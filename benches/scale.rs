@@ -10,7 +10,8 @@
 //! one: shape inference, phases, ORT schedule, simulation, ledger), the candidates, one ILP
 //! solve, and the whole `optimize::plan` at ceilings of 95% and 90% of the predicted total.
 //! Targets (issue 5, on a 2-core machine): GPT-2 small plans in < 2 s, 48 layers in < 10 s
-//! (import + plan, per ceiling); issue 10's 8-layer Llama in < 10 s. `SCALE_BENCH_TIME_LIMIT=S` sets the solver's time limit
+//! (import + plan, per ceiling); issue 10's: 96 layers (~14k nodes) in < 30 s, 132 layers
+//! (~20k nodes, "any graph") in < 60 s, the 8-layer Llama in < 10 s. `SCALE_BENCH_TIME_LIMIT=S` sets the solver's time limit
 //! (default 30 s, the CLI's); GPT-2 small is also planned at ORT level 1's measured arena (issue
 //! 10) and its added FLOPs printed as a ratio to ORT's; `SCALE_BENCH_ONLY=stem` (or a trailing argument) runs one model;
 //! `SCALE_BENCH_CEILINGS=95,90` sets the ceilings (percent of the predicted total);
@@ -56,6 +57,20 @@ const BENCHES: &[Bench] = &[
         what: "GPT-2, 48 layers, 12 heads, 768 embd, vocab 50257, ctx 1024, batch 1",
         make: "bash scripts/bench/make_gpt2.sh 48",
         target: Duration::from_secs(10),
+        versus: None,
+    },
+    Bench {
+        stem: "gpt2_96l",
+        what: "GPT-2, 96 layers (~14k nodes), 12 heads, 768 embd, vocab 50257, ctx 256, batch 1",
+        make: "bash scripts/bench/make_gpt2.sh 96",
+        target: Duration::from_secs(30),
+        versus: None,
+    },
+    Bench {
+        stem: "gpt2_132l",
+        what: "GPT-2, 132 layers (~20k nodes), 12 heads, 768 embd, vocab 50257, ctx 256, batch 1",
+        make: "bash scripts/bench/make_gpt2.sh 132",
+        target: Duration::from_secs(60),
         versus: None,
     },
     Bench {
