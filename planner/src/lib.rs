@@ -18,7 +18,8 @@
 //!    their readers, with its constant reshape targets guarded (`ckpt_passes::guards`: ORT's
 //!    planner then keeps the buffers computed from them out of reuse), and with both, are
 //!    planned too where the graph as given has no plan or one that adds FLOPs; the plan that
-//!    adds the fewest FLOPs wins. Once a plan is in hand, a variant whose linear model's
+//!    adds the fewest FLOPs wins; a reordered or guarded graph that fits as it is, is the plan
+//!    (no search). Once a plan is in hand, a variant whose linear model's
 //!    optimum costs over [`OUTCLASSED_FACTOR`] times it is not searched, and one that is gets
 //!    [`variant_trials`] simulations.
 //! 5. **Block checkpointing, cut** (`blocks.rs`): block checkpointing at the residual

@@ -335,6 +335,12 @@ fn plan_once(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
     // the buffers computed from them, so a rebuilt block's buffers go back to the arena
     // instead of being held for a later value of the same size.
     let guarded = guarded(base, ordered.as_ref(), o)?;
+    // So is a guarded graph that fits as it is: no plan that recomputes anything beats it.
+    if let Some(v) = guarded.as_ref() {
+        if v.analysis.ledger.total_bytes <= o.effective_ceiling() {
+            return Ok(Outcome::Rewritten(as_is(v, o)?));
+        }
+    }
     // Block checkpointing on the base and on its guarded variant, run (two simulations each).
     let bases: Vec<&Analysis> = std::iter::once(base)
         .chain(guarded.as_ref().map(|g| &g.analysis))
