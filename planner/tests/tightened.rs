@@ -20,6 +20,27 @@ fn cand(label: &str, cost: u64, free_from: usize) -> Candidate {
     }
 }
 
+/// Search `model` at a ceiling of 90 (the peak is 100 at steps 1-3) against `truth` as the
+/// oracle, under `options`: the plan found, which must fit.
+fn fit(model: &Problem, truth: Problem, options: &SearchOptions) -> ckpt_planner::Found<u64> {
+    let oracle = TableOracle::new(truth, 0);
+    let n = model.candidates.len();
+    let input = SearchInput {
+        problem: model,
+        effective: 90,
+        fixed: 0,
+        baseline_total: oracle.total(&vec![false; n]).unwrap(),
+        step_cost: 10_000,
+    };
+    match search(&oracle, &input, options).unwrap() {
+        Searched::Fits(found) => {
+            assert_eq!(oracle.total(&found.plan.recompute).unwrap(), 90);
+            *found
+        }
+        _ => panic!("no plan; `b` alone fits"),
+    }
+}
+
 /// The model believes `a1` and `a2` each free 10 bytes over the peak (steps 1-3); in truth
 /// they are held to their backward use (an allocator's reuse), and only `b` frees anything.
 /// Round 0 picks `a1`, learns it saves nothing; round 1 picks `a2`, which simulates no lower:
@@ -36,18 +57,11 @@ fn tightened_budget_fits_where_the_rounds_stall() {
         candidates: vec![cand("a1", 1, 4), cand("a2", 1, 4), cand("b", 50, 1)],
         ..model.clone()
     };
-    let oracle = TableOracle::new(truth, 0);
-    let input = SearchInput {
-        problem: &model,
-        effective: 90,
-        fixed: 0,
-        baseline_total: oracle.total(&[false; 3]).unwrap(),
-        step_cost: 10_000,
-    };
-    let options = SearchOptions::one_thread(Duration::from_secs(600));
-    let Searched::Fits(found) = search(&oracle, &input, &options).unwrap() else {
-        panic!("no plan; `b` alone fits");
-    };
+    let found = fit(
+        &model,
+        truth,
+        &SearchOptions::one_thread(Duration::from_secs(600)),
+    );
     let simulated: Vec<u64> = found
         .ilp
         .rounds
@@ -65,7 +79,6 @@ fn tightened_budget_fits_where_the_rounds_stall() {
     // The answer is the optimum: `b` alone (the climb's, cheaper than the tightened a2 + b).
     assert_eq!(found.plan.recompute, vec![false, false, true]);
     assert_eq!(found.plan.cost, 50);
-    assert_eq!(oracle.total(&found.plan.recompute).unwrap(), 90);
 }
 
 /// The model believes `a1` and `a2` each free 20 bytes over the peak; in truth neither frees
@@ -90,21 +103,11 @@ fn a_tightened_fit_the_climbs_do_not_beat_is_cut() {
         candidates: vec![cand("a1", 1, 4), cand("a2", 1, 4), cand("b", 50, 1)],
         ..model.clone()
     };
-    let oracle = TableOracle::new(truth, 0);
-    let input = SearchInput {
-        problem: &model,
-        effective: 90,
-        fixed: 0,
-        baseline_total: oracle.total(&[false; 3]).unwrap(),
-        step_cost: 10_000,
-    };
     let options = SearchOptions {
         max_trials: 0,
         ..SearchOptions::one_thread(Duration::from_secs(600))
     };
-    let Searched::Fits(found) = search(&oracle, &input, &options).unwrap() else {
-        panic!("no plan; the tightened `a2` + `b` fits");
-    };
+    let found = fit(&model, truth, &options);
     assert_eq!(found.plan.recompute, vec![false, false, true]);
     assert_eq!(found.plan.cost, 50);
 }
