@@ -253,7 +253,7 @@ pub fn fits(sim: &Simulation, profile: &Profile, cap: u64) -> bool {
 /// the in-use peak (nothing runs below it) and the uncapped reserved bytes (widened until
 /// they run).
 pub fn device_need(sim: &Simulation, profile: &Profile) -> DeviceNeed {
-    let (need, _) = bisect(sim, profile, None);
+    let (need, _) = bisect(sim, profile, None, None);
     need
 }
 
@@ -262,29 +262,55 @@ pub fn device_need(sim: &Simulation, profile: &Profile) -> DeviceNeed {
 /// `limit` less 256 B or more, the answer is at least `limit`. Where it answers, the answer
 /// is [`device_need`]'s (the same probes, in the same order).
 pub fn device_need_below(sim: &Simulation, profile: &Profile, limit: u64) -> Option<DeviceNeed> {
-    match bisect(sim, profile, Some(limit)) {
-        (need, false) => Some(need),
-        (_, true) => None,
+    match bisect(sim, profile, Some(limit), None) {
+        (need, None) => Some(need),
+        (_, Some(_)) => None,
     }
 }
 
-/// The bisection, and whether it stopped at `limit` (then the need is unknown but at least
-/// `limit`, and the first value is a placeholder).
-fn bisect(sim: &Simulation, profile: &Profile, limit: Option<u64>) -> (DeviceNeed, bool) {
+/// Whether [`device_need`] is at most `budget`, by the same probes in the same order, stopped
+/// as soon as they settle it: the answer is never above the fitting end the bisection has
+/// reached (that end only falls), so once that end is at or under `budget` the need is too;
+/// and it is always above the failing end, as in [`device_need_below`].
+pub fn device_need_within(sim: &Simulation, profile: &Profile, budget: u64) -> bool {
+    match bisect(sim, profile, Some(budget.saturating_add(1)), Some(budget)) {
+        (need, None) => need.arena_bytes <= budget,
+        (_, Some(stop)) => stop == Stop::AtMost,
+    }
+}
+
+/// Where a bounded bisection stopped before the end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// Its failing end reached the limit: the need is at least the limit.
+    AtLeast,
+    /// Its fitting end reached the bound: the need is at most the bound.
+    AtMost,
+}
+
+/// The bisection, and where it stopped early: at `limit` (the need is unknown but at least
+/// `limit`) or at `within` (at most `within`); then the first value is a placeholder.
+fn bisect(
+    sim: &Simulation,
+    profile: &Profile,
+    limit: Option<u64>,
+    within: Option<u64>,
+) -> (DeviceNeed, Option<Stop>) {
     let uncapped = replay(sim, profile, None);
     // Nothing runs below the uncapped in-use peak: the bisection's failing end starts there.
     let floor = uncapped.in_use_peak.saturating_sub(1) / crate::arena::ALIGN * crate::arena::ALIGN;
     let reached = |lo: u64| limit.is_some_and(|l| lo.saturating_add(crate::arena::ALIGN) >= l);
-    let stopped = |uncapped: Replay| {
+    let settled = |hi: u64| within.is_some_and(|w| hi <= w);
+    let stopped = |uncapped: Replay, stop: Stop| {
         let need = DeviceNeed {
             arena_bytes: limit.unwrap_or(0),
             uncapped,
         };
-        (need, true)
+        (need, Some(stop))
     };
     // (Before the first probe where the failing end stays there: the probes only raise it.)
     if floor < rounded(uncapped.reserved) && reached(floor) {
-        return stopped(uncapped);
+        return stopped(uncapped, Stop::AtLeast);
     }
     let mut hi = rounded(uncapped.reserved);
     // An arena capped at its own uncapped total extends as the uncapped one did; a profile
@@ -299,21 +325,27 @@ fn bisect(sim: &Simulation, profile: &Profile, limit: Option<u64>) -> (DeviceNee
         lo = hi - crate::arena::ALIGN;
     }
     if reached(lo) {
-        return stopped(uncapped);
+        return stopped(uncapped, Stop::AtLeast);
+    }
+    if settled(hi) {
+        return stopped(uncapped, Stop::AtMost);
     }
     while hi - lo > crate::arena::ALIGN {
         let mid = lo + (hi - lo) / 2 / crate::arena::ALIGN * crate::arena::ALIGN;
         let mid = mid.max(lo + crate::arena::ALIGN);
         if fits(sim, profile, mid) {
             hi = mid;
+            if settled(hi) {
+                return stopped(uncapped, Stop::AtMost);
+            }
         } else {
             lo = mid;
             if reached(lo) {
-                return stopped(uncapped);
+                return stopped(uncapped, Stop::AtLeast);
             }
         }
     }
-    let over = limit.is_some_and(|l| hi >= l);
+    let over = limit.is_some_and(|l| hi >= l).then_some(Stop::AtLeast);
     (
         DeviceNeed {
             arena_bytes: hi,

@@ -4,7 +4,9 @@
 
 use ckpt_ir::profile::Profile;
 use ckpt_ir::Bindings;
-use ckpt_passes::device::{device_need, device_need_below, replay, replay_in_full};
+use ckpt_passes::device::{
+    device_need, device_need_below, device_need_within, replay, replay_in_full,
+};
 use ckpt_passes::memory::{schedule, simulate};
 
 /// The fixture `name`'s simulation (default bindings).
@@ -48,8 +50,9 @@ fn skipping_repeated_runs_changes_nothing() {
 }
 
 /// `device_need_below` answers exactly when the need is below its limit, with
-/// `device_need`'s answer, and stops without one otherwise: on the fixtures under every
-/// profile the flags name, at limits around the need and far off it.
+/// `device_need`'s answer, and stops without one otherwise; `device_need_within` says whether
+/// the need is at most its bound: on the fixtures under every profile the flags name, at
+/// limits around the need and far off it.
 #[test]
 fn the_bounded_need_is_the_need_below_its_limit() {
     let mut training = Profile {
@@ -77,6 +80,13 @@ fn the_bounded_need_is_the_need_below_its_limit() {
                 } else {
                     assert_eq!(bounded, None, "{label}");
                 }
+                // The yes-or-no question stops at either end, with the need's answer.
+                assert_eq!(
+                    device_need_within(&sim, &p, limit),
+                    n <= limit,
+                    "{name} under {} within {limit}",
+                    p.describe()
+                );
             }
         }
     }

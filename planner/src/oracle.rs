@@ -8,7 +8,7 @@
 //! solve): a rewritten run's recompute steps count as the original step they precede.
 
 use ckpt_ir::Graph;
-use ckpt_passes::device::{device_need, device_need_below, fits};
+use ckpt_passes::device::{device_need, device_need_below, device_need_within, fits};
 use ckpt_passes::memory::{schedule, simulate_resolved, Simulation};
 use ckpt_passes::ort_view::resolved_shapes_after;
 use ckpt_passes::recompute::{rewrite, Candidates};
@@ -109,10 +109,19 @@ impl Simulator<'_> {
 
     /// Whether `plan` (with its own rebuild steps, as [`Simulator::plan_total`]) fits
     /// `effective`.
+    /// Within the deployment's effective ceiling the question is settled by the bisection's
+    /// first fitting cap at or under the room left (`device_need_within`) and the run in the
+    /// recorded arena ([`Simulator::held_total`]'s check), without finding the need itself.
     pub fn plan_fits(&self, plan: &Plan, effective: u64) -> Result<bool, PlanError> {
-        Ok(self
-            .run_below(plan, Some(effective.saturating_add(1)))?
-            .is_some())
+        let fixed = self.before.ledger.fixed_bytes;
+        if effective > self.options.effective_ceiling() || effective < fixed {
+            return Ok(self
+                .run_below(plan, Some(effective.saturating_add(1)))?
+                .is_some());
+        }
+        let (_, sim) = self.rewritten_run(plan)?;
+        let profile = &self.options.analysis.profile;
+        Ok(device_need_within(&sim, profile, effective - fixed) && self.runs_as_recorded(&sim))
     }
 
     fn run(&self, plan: &Plan) -> Result<(u64, Simulation), PlanError> {
@@ -160,17 +169,23 @@ impl Simulator<'_> {
     /// not fit as deployed.
     fn held_total(&self, sim: &Simulation, total: u64) -> u64 {
         let o = self.options;
-        let fixed = self.before.ledger.fixed_bytes;
         let effective = o.effective_ceiling();
         if total > effective {
             return total;
         }
-        let budget = o.ceiling.saturating_sub(fixed);
-        if fits(sim, &o.analysis.profile, budget) {
+        if self.runs_as_recorded(sim) {
             total
         } else {
             effective + ckpt_passes::arena::ALIGN
         }
+    }
+
+    /// Whether the steps of `sim` run in the arena the written model records: a first region
+    /// of the budget (the ceiling less what the caller feeds), capped at it.
+    fn runs_as_recorded(&self, sim: &Simulation) -> bool {
+        let o = self.options;
+        let budget = o.ceiling.saturating_sub(self.before.ledger.fixed_bytes);
+        fits(sim, &o.analysis.profile, budget)
     }
 
     /// `plan`'s rewrite of the graph (unverified: a trial) and its simulated run.

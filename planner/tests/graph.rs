@@ -127,3 +127,49 @@ fn probed_refusals_report_no_more_than_a_plan_found_above() {
         "probed {probed} B, unprobed {without} B, plan at 75% {above} B"
     );
 }
+
+/// The simulator's yes-or-no answer (`Oracle::fits`, which stops its bisection as soon as
+/// either end settles the question) is its total within the ceiling, for recompute sets drawn
+/// at random on a fixture, at ceilings just under, at and over each set's total.
+#[test]
+fn the_simulator_fits_exactly_when_its_total_is_within_the_ceiling() {
+    let g = ckpt_ir::import_file(&fixture("llama_d0_makefx.onnx")).unwrap();
+    let a = analyse(g, &AnalyseOptions::default()).unwrap();
+    // A ceiling over every total, so that ceilings around each total are within it.
+    let o = options(a.ledger.total_bytes * 2);
+    let cands =
+        ckpt_passes::recompute::candidates(&a.graph, &a.sim, &a.types, &o.analysis.bindings);
+    let prob = ckpt_passes::recompute::problem(&a.sim, &cands, 1);
+    let oracle = Simulator {
+        before: &a,
+        cands: &cands,
+        prob: &prob,
+        options: &o,
+    };
+    let effective = o.effective_ceiling();
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut checked = 0;
+    for trial in 0..10 {
+        let set: Vec<bool> = (0..cands.list.len())
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed.is_multiple_of(2 + trial)
+            })
+            .collect();
+        let total = oracle.total(&set).unwrap();
+        for ceiling in [total - 256, total, total + 256, effective] {
+            if ceiling > effective {
+                continue;
+            }
+            assert_eq!(
+                oracle.fits(&set, ceiling).unwrap(),
+                total <= ceiling,
+                "trial {trial}: total {total}, ceiling {ceiling}"
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 40, "{checked} answers checked");
+}
