@@ -25,7 +25,7 @@
 //! 5. **Block checkpointing, cut** (`blocks.rs`): block checkpointing at the residual
 //!    stream's boundaries, on the reordered graph and its guarded variant; a plan that fits is
 //!    cut (whole blocks, then single recomputes, most expensive first, each drop kept while the
-//!    run fits) where the candidate search finds nothing adding under 1% of a step. Labelled
+//!    run fits) where the candidate search finds nothing adding under 5% of a step. Labelled
 //!    [`ckpt_solver::Method::BlockCut`]: no optimality bound.
 //!
 //! ILP rounds stop at a node count, not a clock ([`ckpt_solver::IlpOptions::max_nodes`]):

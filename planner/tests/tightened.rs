@@ -84,10 +84,11 @@ fn tightened_budget_fits_where_the_rounds_stall() {
 /// The model believes `a1` and `a2` each free 20 bytes over the peak; in truth neither frees
 /// anything, and `b` frees the 10 the ceiling needs. The rounds stall on `a1`, then `a2`; the
 /// tightened budgets take `a2`, then `a2` + `b`, which fits. The climbs' starts (the ILP at
-/// 0.9 and 0.8 of the budget on the plain model: `a1`, `a1` + `a2`) do not fit, and with no
-/// simulations for the climbs (a budget of 0) they find nothing: the tightened fit is what
-/// the search has, and it is cut like a climb's fit: `a2` is dropped, and `b` alone is the
-/// plan.
+/// 0.9 and 0.8 of the budget on the plain model: `a1`, `a1` + `a2`) do not fit, and with two
+/// simulations in all no climb's move (three flips) starts: the tightened fit is what the
+/// search has, and it is cut like a climb's fit, most expensive first: dropping `b` does not
+/// fit, dropping `a2` does, and `b` alone is the plan. With one simulation the budget ends the
+/// cut after `b`, and `a2` is kept.
 #[test]
 fn a_tightened_fit_the_climbs_do_not_beat_is_cut() {
     let sized = |label: &str, bytes, cost| Candidate {
@@ -103,11 +104,13 @@ fn a_tightened_fit_the_climbs_do_not_beat_is_cut() {
         candidates: vec![cand("a1", 1, 4), cand("a2", 1, 4), cand("b", 50, 1)],
         ..model.clone()
     };
-    let options = SearchOptions {
-        max_trials: 0,
+    let budget = |max_trials| SearchOptions {
+        max_trials,
         ..SearchOptions::one_thread(Duration::from_secs(600))
     };
-    let found = fit(&model, truth, &options);
+    let found = fit(&model, truth.clone(), &budget(2));
     assert_eq!(found.plan.recompute, vec![false, false, true]);
     assert_eq!(found.plan.cost, 50);
+    let found = fit(&model, truth, &budget(1));
+    assert_eq!(found.plan.recompute, vec![false, true, true]);
 }
