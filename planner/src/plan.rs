@@ -1318,23 +1318,24 @@ pub fn search<O: Oracle>(
     // worth at a time (after a kept drop, the rest of the batch is judged again).
     // A drop not judged when the clock passes or the trial budget is spent is kept (the plan
     // still fits), and the cut stops there.
+    let budget = Budget {
+        threads,
+        clock: &clock,
+        max_trials: so.max_trials,
+    };
     let mut next = 0;
-    while next < chosen.len() && trials < so.max_trials && !clock.passed() {
-        let width = threads.min(so.max_trials - trials);
-        let batch: Vec<usize> = chosen[next..].iter().copied().take(width).collect();
-        let (judged, kept) = first_in_order(threads, &batch, |&i| {
-            if clock.passed() {
-                return Ok(None);
-            }
-            let mut trial = plan.recompute.clone();
-            trial[i] = false;
-            oracle
-                .fits(&trial, effective)
-                .map(|fits| fits.then(|| plan_from_set(prob, trial)))
-        })?;
-        plan = kept.unwrap_or(plan);
-        trials += judged;
+    while next < chosen.len() {
+        let (judged, kept) =
+            budget.first_fit(oracle, prob, effective, &chosen[next..], &mut trials, |i| {
+                let mut trial = plan.recompute.clone();
+                trial[i] = false;
+                trial
+            })?;
         next += judged;
+        match kept {
+            Some(p) => plan = p,
+            None => break,
+        }
     }
     if debug {
         eprintln!(
@@ -1358,26 +1359,14 @@ pub fn search<O: Oracle>(
         let mut without = plan.recompute.clone();
         without[i] = false;
         let cheaper = swap_candidates(prob, &plan.recompute, i);
-        let mut next = 0;
-        while next < cheaper.len() && trials < so.max_trials && !clock.passed() {
-            let width = threads.min(so.max_trials - trials);
-            let batch: Vec<usize> = cheaper[next..].iter().copied().take(width).collect();
-            let (judged, swapped) = first_in_order(threads, &batch, |&j| {
-                if clock.passed() {
-                    return Ok(None);
-                }
+        let (_, swapped) =
+            budget.first_fit(oracle, prob, effective, &cheaper, &mut trials, |j| {
                 let mut trial = without.clone();
                 trial[j] = true;
-                oracle
-                    .fits(&trial, effective)
-                    .map(|fits| fits.then(|| plan_from_set(prob, trial)))
+                trial
             })?;
-            trials += judged;
-            next += judged;
-            if let Some(p) = swapped {
-                plan = p;
-                break;
-            }
+        if let Some(p) = swapped {
+            plan = p;
         }
     }
     if debug {
@@ -1565,6 +1554,50 @@ impl<O: Oracle> Climber<'_, O> {
             return Ok(Climb::Fits(Box::new(plan)));
         }
         Ok(Climb::Stuck(current))
+    }
+}
+
+/// What the cut's trials may spend: threads, the clock and the trial budget.
+struct Budget<'a> {
+    threads: usize,
+    clock: &'a Deadline,
+    max_trials: usize,
+}
+
+impl Budget<'_> {
+    /// The first of `items` whose set (`set_for`) fits `effective` under the oracle, as a plan,
+    /// with the number of items judged up to it (all judged when none fits). Judged in order, a
+    /// core's worth at a time, while the trial budget and the clock last (each judged item is
+    /// a trial, counted in `trials`); an item not judged is as one that does not fit.
+    fn first_fit<O: Oracle>(
+        &self,
+        oracle: &O,
+        prob: &Problem,
+        effective: u64,
+        items: &[usize],
+        trials: &mut usize,
+        set_for: impl Fn(usize) -> Vec<bool> + Sync,
+    ) -> Result<(usize, Option<Plan>), PlanError> {
+        let mut next = 0;
+        while next < items.len() && *trials < self.max_trials && !self.clock.passed() {
+            let width = self.threads.min(self.max_trials - *trials);
+            let batch: Vec<usize> = items[next..].iter().copied().take(width).collect();
+            let (judged, fit) = first_in_order(self.threads, &batch, |&i| {
+                if self.clock.passed() {
+                    return Ok(None);
+                }
+                let trial = set_for(i);
+                oracle
+                    .fits(&trial, effective)
+                    .map(|fits| fits.then(|| plan_from_set(prob, trial)))
+            })?;
+            *trials += judged;
+            next += judged;
+            if fit.is_some() {
+                return Ok((next, fit));
+            }
+        }
+        Ok((next, None))
     }
 }
 
