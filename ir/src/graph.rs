@@ -14,6 +14,7 @@ use std::path::PathBuf;
 
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::NodeIndexable;
+use std::sync::Arc;
 
 use crate::dtype::DType;
 use crate::ids::{NodeId, TensorId};
@@ -193,9 +194,14 @@ impl Node {
 pub struct Graph {
     /// Shared: patches clone graphs often and change the model only in its metadata.
     pub(crate) model: std::sync::Arc<onnx::ModelProto>,
-    pub(crate) g: StableDiGraph<Node, TensorId>,
-    pub(crate) tensors: Vec<Tensor>,
-    pub(crate) by_name: HashMap<String, TensorId>,
+    /// Nodes and tensors are shared between a graph and its clones (patches clone graphs
+    /// often, and change few of them): a change copies the one it changes.
+    pub(crate) g: StableDiGraph<Arc<Node>, TensorId>,
+    pub(crate) tensors: Vec<Arc<Tensor>>,
+    /// Names, shared with the graph this one was cloned from; the names added since are in
+    /// `added_names` (a name there shadows one here).
+    pub(crate) by_name: Arc<HashMap<String, TensorId>>,
+    pub(crate) added_names: HashMap<String, TensorId>,
     /// Nodes in file order; ONNX Runtime numbers nodes in this order.
     pub(crate) order: Vec<NodeId>,
     pub(crate) inputs: Vec<TensorId>,
@@ -254,9 +260,27 @@ impl Graph {
         &self.tensors[id.index()]
     }
 
+    /// Whether tensor `t` of this graph is `other`'s, unchanged since one was cloned from the
+    /// other (the same stored tensor, not an equal copy).
+    pub fn shares_tensor(&self, other: &Graph, t: TensorId) -> bool {
+        match (self.tensors.get(t.index()), other.tensors.get(t.index())) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// Whether this graph's model is `other`'s (the same stored model: neither changed its
+    /// metadata since one was cloned from the other).
+    pub fn shares_model(&self, other: &Graph) -> bool {
+        Arc::ptr_eq(&self.model, &other.model)
+    }
+
     /// Tensor by name.
     pub fn tensor_id(&self, name: &str) -> Option<TensorId> {
-        self.by_name.get(name).copied()
+        self.added_names
+            .get(name)
+            .or_else(|| self.by_name.get(name))
+            .copied()
     }
 
     /// All tensor ids, in creation order.
@@ -356,7 +380,7 @@ impl Graph {
     /// Set a tensor's dtype and shape (used by shape inference, which fills what the file
     /// left out; it never changes structure).
     pub fn set_type(&mut self, t: TensorId, dtype: Option<DType>, shape: Option<Shape>) {
-        let tensor = &mut self.tensors[t.index()];
+        let tensor = self.tensor_mut(t);
         tensor.dtype = dtype;
         tensor.shape = shape;
     }
@@ -365,17 +389,26 @@ impl Graph {
 
     pub(crate) fn add_tensor(&mut self, t: Tensor) -> TensorId {
         let id = TensorId(self.tensors.len() as u32);
-        self.by_name.insert(t.name.clone(), id);
-        self.tensors.push(t);
+        match Arc::get_mut(&mut self.by_name) {
+            // Not shared (importing): the names stay in one table.
+            Some(names) if self.added_names.is_empty() => names.insert(t.name.clone(), id),
+            _ => self.added_names.insert(t.name.clone(), id),
+        };
+        self.tensors.push(Arc::new(t));
         id
+    }
+
+    /// Tensor `t`, to change (copied first if a clone shares it).
+    pub(crate) fn tensor_mut(&mut self, t: TensorId) -> &mut Tensor {
+        Arc::make_mut(&mut self.tensors[t.index()])
     }
 
     pub(crate) fn add_node(&mut self, node: Node) -> NodeId {
         let inputs: Vec<TensorId> = node.input_tensors().collect();
         let outputs: Vec<TensorId> = node.output_tensors().collect();
-        let id = NodeId(self.g.add_node(node).index() as u32);
+        let id = NodeId(self.g.add_node(Arc::new(node)).index() as u32);
         for t in outputs {
-            self.tensors[t.index()].source = TensorSource::Node(id);
+            self.tensor_mut(t).source = TensorSource::Node(id);
         }
         for t in inputs {
             self.connect(t, id);
@@ -385,11 +418,10 @@ impl Graph {
 
     /// Record that `consumer` reads `t` (edge from its producer, consumer list).
     pub(crate) fn connect(&mut self, t: TensorId, consumer: NodeId) {
-        let tensor = &mut self.tensors[t.index()];
-        if !tensor.consumers.contains(&consumer) {
-            tensor.consumers.push(consumer);
+        if !self.tensors[t.index()].consumers.contains(&consumer) {
+            self.tensor_mut(t).consumers.push(consumer);
         }
-        if let TensorSource::Node(p) = tensor.source {
+        if let TensorSource::Node(p) = self.tensors[t.index()].source {
             if self.g.find_edge(nx(p), nx(consumer)).map(|e| self.g[e]) != Some(t) {
                 self.g.add_edge(nx(p), nx(consumer), t);
             }
@@ -401,7 +433,9 @@ impl Graph {
         if self.g[nx(consumer)].inputs.contains(&Some(t)) {
             return;
         }
-        self.tensors[t.index()].consumers.retain(|&c| c != consumer);
+        if self.tensors[t.index()].consumers.contains(&consumer) {
+            self.tensor_mut(t).consumers.retain(|&c| c != consumer);
+        }
         if let TensorSource::Node(p) = self.tensors[t.index()].source {
             let edges: Vec<_> = self
                 .g
@@ -415,8 +449,9 @@ impl Graph {
         }
     }
 
+    /// Node `id`, to change (copied first if a clone shares it).
     pub(crate) fn node_mut(&mut self, id: NodeId) -> &mut Node {
-        &mut self.g[nx(id)]
+        Arc::make_mut(&mut self.g[nx(id)])
     }
 
     pub(crate) fn has_cycle(&self) -> bool {

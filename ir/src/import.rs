@@ -80,7 +80,8 @@ pub fn import_model(
         model: std::sync::Arc::new(model),
         g: StableDiGraph::new(),
         tensors: Vec::new(),
-        by_name: HashMap::new(),
+        by_name: Default::default(),
+        added_names: HashMap::new(),
         order: Vec::new(),
         inputs: Vec::new(),
         outputs: Vec::new(),
@@ -113,7 +114,7 @@ pub fn import_model(
         let data = init_data(&name, init, path, graph.dir.as_deref())?;
         match graph.by_name.get(&name).copied() {
             Some(id) => {
-                let t = &mut graph.tensors[id.index()];
+                let t = graph.tensor_mut(id);
                 t.source = TensorSource::Initializer {
                     data,
                     overridable: true,
@@ -246,7 +247,7 @@ pub fn import_model(
             .ok_or_else(|| ImportError::UndefinedOutput {
                 tensor: name.clone(),
             })?;
-        graph.tensors[id.index()].is_output = true;
+        graph.tensor_mut(id).is_output = true;
         graph.outputs.push(id);
         apply_type(&mut graph, id, vi, &mut unknown_dims)?;
     }
@@ -274,7 +275,7 @@ fn apply_type(
     unknown: &mut usize,
 ) -> Result<(), ImportError> {
     let (dtype, shape) = value_type(vi, unknown)?;
-    let t = &mut graph.tensors[id.index()];
+    let t = graph.tensor_mut(id);
     if t.dtype.is_none() {
         t.dtype = dtype;
     }

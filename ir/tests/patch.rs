@@ -62,6 +62,60 @@ fn clone_and_rewire() {
     assert_eq!(m.metadata_props[0].value.as_deref(), Some("v"));
 }
 
+/// A clone shares its graph's nodes, tensors, names and model until it changes one: a patch
+/// applied to the clone copies what it changes and leaves the original as it was (its text,
+/// its names, its consumers), and the clone still shares what the patch left alone.
+#[test]
+fn a_patched_clone_leaves_its_original_alone() {
+    let g = graph();
+    let before = print_graph(&g);
+    let mut c = g.clone();
+    let (a, b, x) = (
+        g.tensor_id("a").unwrap(),
+        g.tensor_id("b").unwrap(),
+        g.tensor_id("x").unwrap(),
+    );
+    assert!(c.shares_model(&g) && c.shares_tensor(&g, a) && c.shares_tensor(&g, x));
+    let relu = g.tensor(a).producer().unwrap();
+    let mul = g.nodes()[2];
+    let patch = Patch {
+        label: "recompute a".into(),
+        tensors: vec![NewTensor {
+            name: "a.recompute".into(),
+            like: a,
+        }],
+        nodes: vec![NewNode {
+            name: "Relu_a.recompute".into(),
+            copy_of: relu,
+            inputs: vec![Some(TensorRef::Existing(x))],
+            outputs: vec![Some(TensorRef::New(0))],
+            before: mul,
+        }],
+        rewires: vec![Rewire {
+            node: mul,
+            slot: 1,
+            from: a,
+            to: TensorRef::New(0),
+        }],
+        moves: vec![],
+        metadata: vec![],
+        guards: vec![],
+        forget_value_info: vec![],
+    };
+    patch.apply(&mut c).unwrap();
+    assert_eq!(print_graph(&g), before);
+    assert_eq!(g.tensor_id("a.recompute"), None);
+    let new = c.tensor_id("a.recompute").unwrap();
+    assert_eq!(c.tensor(new).producer(), Some(c.nodes()[2]));
+    assert_eq!(g.tensor(a).consumers(), &[g.nodes()[1], mul]);
+    assert_eq!(c.tensor(a).consumers(), &[g.nodes()[1]]);
+    // What the patch changed is copied (a lost a reader, x gained one); b is shared still.
+    assert!(!c.shares_tensor(&g, a) && !c.shares_tensor(&g, x));
+    assert!(c.shares_tensor(&g, b) && c.shares_model(&g));
+    assert!(!c.shares_tensor(&g, new));
+    assert_eq!(c.tensor_id("b"), Some(b));
+}
+
 #[test]
 fn placing_a_clone_before_its_input_is_rejected() {
     let mut g = graph();

@@ -13,8 +13,6 @@
 //! never shrink during a session. Two numbers come out: `max_in_use` (chunk bytes handed out,
 //! ORT's `MaxInUse`) and `reserved` (region bytes, ORT's `TotalAllocated`).
 
-use std::collections::BTreeSet;
-
 use ckpt_ir::profile::ExtendStrategy;
 use rustc_hash::FxHashMap;
 
@@ -74,7 +72,7 @@ pub struct BfcArena {
     /// Free chunks as (size, address, slot): ORT's bins searched from the request's bin
     /// upwards, each ordered by size then address, give the smallest fitting chunk, lowest
     /// address first.
-    free_set: BTreeSet<(u64, u64, u32)>,
+    free_set: FreeSet,
     /// Caller key -> slot of the chunk it holds.
     held: FxHashMap<u64, u32>,
     pub in_use: u64,
@@ -85,6 +83,69 @@ pub struct BfcArena {
 
 /// No neighbour.
 const NONE: u32 = u32::MAX;
+
+/// Free chunks as (size, address, slot), in ORT's bins: bin `k` holds sizes in
+/// `[256·2^k, 256·2^(k+1))` (the last bin everything above), each kept sorted by size, then
+/// address. The smallest entry at or above a size is the first in its bin at or above it,
+/// else the first of the next bin that holds any: ORT's best fit. Bins hold a few chunks each,
+/// so a binary search and a short move in one bin are all an insert or removal costs.
+#[derive(Debug, Clone, Default)]
+struct FreeSet {
+    bins: [Vec<(u64, u64, u32)>; BINS],
+    /// Bit `k`: bin `k` holds a chunk.
+    held: u32,
+}
+
+/// ORT's bin count (`kNumBins`).
+const BINS: usize = 21;
+
+fn bin_of(size: u64) -> usize {
+    let units = (size >> 8).max(1);
+    (63 - units.leading_zeros() as usize).min(BINS - 1)
+}
+
+impl FreeSet {
+    fn insert(&mut self, e: (u64, u64, u32)) {
+        let k = bin_of(e.0);
+        let bin = &mut self.bins[k];
+        let at = bin.partition_point(|x| *x < e);
+        bin.insert(at, e);
+        self.held |= 1 << k;
+    }
+
+    fn remove(&mut self, e: &(u64, u64, u32)) {
+        let k = bin_of(e.0);
+        let bin = &mut self.bins[k];
+        if let Ok(at) = bin.binary_search(e) {
+            bin.remove(at);
+            if bin.is_empty() {
+                self.held &= !(1 << k);
+            }
+        }
+    }
+
+    /// Remove and return the smallest entry of size `r` or more.
+    fn take_first_from(&mut self, r: u64) -> Option<(u64, u64, u32)> {
+        let k = bin_of(r);
+        let bin = &self.bins[k];
+        let at = bin.partition_point(|x| x.0 < r);
+        let (k, at) = if at < bin.len() {
+            (k, at)
+        } else {
+            let above = self.held & !((2u32 << k) - 1);
+            if above == 0 {
+                return None;
+            }
+            (above.trailing_zeros() as usize, 0)
+        };
+        let bin = &mut self.bins[k];
+        let e = bin.remove(at);
+        if bin.is_empty() {
+            self.held &= !(1 << k);
+        }
+        Some(e)
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Chunk {
@@ -115,12 +176,18 @@ impl BfcArena {
             next_base: 1 << 40,
             slab: Vec::new(),
             spare: Vec::new(),
-            free_set: BTreeSet::new(),
+            free_set: FreeSet::default(),
             held: FxHashMap::default(),
             in_use: 0,
             max_in_use: 0,
             reserved: 0,
         }
+    }
+
+    /// Make room for `n` keys held at once (a replay knows how many requests it makes).
+    pub fn reserve_keys(&mut self, n: usize) {
+        self.held.reserve(n);
+        self.slab.reserve(n);
     }
 
     fn slot(&mut self, c: Chunk) -> u32 {
@@ -137,8 +204,7 @@ impl BfcArena {
     }
 
     fn find(&mut self, r: u64) -> Option<u32> {
-        let &(size, p, i) = self.free_set.range((r, 0, 0)..).next()?;
-        self.free_set.remove(&(size, p, i));
+        let (size, p, i) = self.free_set.take_first_from(r)?;
         if size >= 2 * r || size - r >= self.cfg.max_dead_bytes_per_chunk {
             let next = self.slab[i as usize].next;
             let q = self.slot(Chunk {

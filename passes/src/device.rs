@@ -139,6 +139,7 @@ fn replay_runs(sim: &Simulation, profile: &Profile, cap: Option<u64>, skip: bool
     // The cap is the steps' arena above what loading needs; loading's chunks are in the regions.
     cfg.cap = cap.map(|c| c + load.iter().map(|&b| rounded(b)).sum::<u64>());
     let mut arena = BfcArena::new(cfg);
+    arena.reserve_keys(sim.arena_events.len() / 2 + load.len() + 1);
     let block = if profile.enable_mem_pattern {
         pattern_block(sim)
     } else {

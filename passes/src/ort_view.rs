@@ -22,8 +22,9 @@
 //! registry's, run through [`ckpt_ir::ops::infer_view`]; concrete shapes for byte counts
 //! are the graph's own, not these.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use ckpt_ir::ops::{infer_view, InferView, TensorType};
 use ckpt_ir::{onnx, DType, Dim, Graph, NodeId, Shape, TensorId};
@@ -110,71 +111,169 @@ pub fn resolved_shapes_after(graph: &Graph, base_graph: &Graph, base: &OrtShapes
 }
 
 fn resolve(graph: &Graph, base: Option<(&Graph, &OrtShapes)>) -> OrtShapes {
+    // A patched graph declares what its base declared and what the patch added after it.
+    let declared = match base {
+        Some((bg, b))
+            if graph.shares_model(bg)
+                && graph.added_value_info().starts_with(bg.added_value_info()) =>
+        {
+            b.declared
+                .extended(&graph.added_value_info()[bg.added_value_info().len()..])
+        }
+        _ => Declared::of(graph),
+    };
     let view = OrtView {
-        declared: declared_types(graph),
+        declared,
         fresh: Cell::new(base.map_or(0, |(_, b)| b.fresh)),
+        same: RefCell::new(vec![Same::Unknown; graph.tensor_count()]),
         base,
     };
-    let types = infer_view(graph, &view);
+    let types = infer_view(graph, &view).into_vec();
+    debug_assert_eq!(types.len(), graph.tensor_count());
     OrtShapes {
-        types: graph.tensor_ids().map(|t| types.get(t).cloned()).collect(),
+        types,
         fresh: view.fresh.get(),
         declared: view.declared,
     }
 }
 
-/// What the file (and the patches) declare, by tensor name: dtype (when given) and shape
-/// (unknown dims as `?` symbols).
-type Declared = HashMap<String, (Option<DType>, Option<Shape>)>;
+/// A declared dtype (when given) and shape (unknown dims as `?` symbols).
+type DeclaredType = (Option<DType>, Option<Shape>);
 
-fn declared_types(graph: &Graph) -> Declared {
-    let mut out = Declared::new();
-    let proto = graph.model().graph.as_ref();
-    let entries = proto
-        .into_iter()
-        .flat_map(|g| g.input.iter().chain(&g.output).chain(&g.value_info))
-        .chain(graph.added_value_info());
-    for vi in entries {
-        let Some(name) = vi.name.clone() else {
-            continue;
-        };
-        let Some(onnx::type_proto::Value::TensorType(tt)) =
-            vi.r#type.as_ref().and_then(|t| t.value.as_ref())
-        else {
-            continue;
-        };
-        let dtype = tt.elem_type.and_then(DType::from_code);
-        let shape = tt.shape.as_ref().map(|sp| {
-            Shape(
-                sp.dim
-                    .iter()
-                    .enumerate()
-                    .map(|(k, d)| {
-                        use onnx::tensor_shape_proto::dimension::Value;
-                        match &d.value {
-                            Some(Value::DimValue(v)) if *v >= 0 => Dim::Known(*v as u64),
-                            Some(Value::DimParam(p)) if !p.is_empty() => Dim::Sym(p.clone()),
-                            // Named by where it is declared: the same in a patched graph.
-                            _ => Dim::Sym(format!("?decl:{name}:{k}")),
-                        }
-                    })
-                    .collect(),
-            )
-        });
-        // The first entry wins, as in ORT (inputs, then outputs, then value_info).
-        out.entry(name).or_insert((dtype, shape));
+/// What the file (and the patches) declare, by tensor name: the entries a graph shares with
+/// the graph it was patched from, and those its patch added (`added`: names not in `shared`;
+/// the first entry of a name wins, as in ORT).
+#[derive(Clone, Debug, Default)]
+struct Declared {
+    shared: Arc<HashMap<String, DeclaredType>>,
+    added: HashMap<String, DeclaredType>,
+}
+
+impl Declared {
+    fn get(&self, name: &str) -> Option<&DeclaredType> {
+        self.shared.get(name).or_else(|| self.added.get(name))
     }
-    out
+
+    /// What `graph` declares (inputs, then outputs, then value_info, then the value_info
+    /// patches added).
+    fn of(graph: &Graph) -> Declared {
+        let mut out = HashMap::new();
+        let proto = graph.model().graph.as_ref();
+        let entries = proto
+            .into_iter()
+            .flat_map(|g| g.input.iter().chain(&g.output).chain(&g.value_info))
+            .chain(graph.added_value_info());
+        for vi in entries {
+            if let Some((name, ty)) = declared_entry(vi) {
+                out.entry(name).or_insert(ty);
+            }
+        }
+        Declared {
+            shared: Arc::new(out),
+            added: HashMap::new(),
+        }
+    }
+
+    /// These declarations and `more` after them.
+    fn extended(&self, more: &[onnx::ValueInfoProto]) -> Declared {
+        let mut out = Declared {
+            shared: self.shared.clone(),
+            added: self.added.clone(),
+        };
+        for vi in more {
+            if let Some((name, ty)) = declared_entry(vi) {
+                if !out.shared.contains_key(&name) {
+                    out.added.entry(name).or_insert(ty);
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether `name` is declared here as in `base`.
+    fn same_as(&self, base: &Declared, name: &str) -> bool {
+        if Arc::ptr_eq(&self.shared, &base.shared)
+            && !self.added.contains_key(name)
+            && !base.added.contains_key(name)
+        {
+            return true;
+        }
+        self.get(name) == base.get(name)
+    }
+}
+
+/// One value_info entry as a declaration, when it types a tensor.
+fn declared_entry(vi: &onnx::ValueInfoProto) -> Option<(String, DeclaredType)> {
+    let name = vi.name.clone()?;
+    let Some(onnx::type_proto::Value::TensorType(tt)) =
+        vi.r#type.as_ref().and_then(|t| t.value.as_ref())
+    else {
+        return None;
+    };
+    let dtype = tt.elem_type.and_then(DType::from_code);
+    let shape = tt.shape.as_ref().map(|sp| {
+        Shape(
+            sp.dim
+                .iter()
+                .enumerate()
+                .map(|(k, d)| {
+                    use onnx::tensor_shape_proto::dimension::Value;
+                    match &d.value {
+                        Some(Value::DimValue(v)) if *v >= 0 => Dim::Known(*v as u64),
+                        Some(Value::DimParam(p)) if !p.is_empty() => Dim::Sym(p.clone()),
+                        // Named by where it is declared: the same in a patched graph.
+                        _ => Dim::Sym(format!("?decl:{name}:{k}")),
+                    }
+                })
+                .collect(),
+        )
+    });
+    Some((name, (dtype, shape)))
+}
+
+/// Whether a tensor's type is known to be its type in the base graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Same {
+    Unknown,
+    Yes,
+    No,
 }
 
 struct OrtView<'a> {
     declared: Declared,
     fresh: Cell<usize>,
+    /// Per tensor: whether its type so far is the base's (a type copied from the base is;
+    /// others are compared once, when a reader asks).
+    same: RefCell<Vec<Same>>,
     /// The graph this one was patched from, resolved.
     base: Option<(&'a Graph, &'a OrtShapes)>,
 }
 
 impl OrtView<'_> {
+    /// Whether `t`'s type in `types` is its type in the base.
+    fn same_as_base(&self, t: TensorId, types: &[Option<TensorType>], base: &OrtShapes) -> bool {
+        let mut same = self.same.borrow_mut();
+        let Some(mark) = same.get_mut(t.index()) else {
+            return false;
+        };
+        if *mark == Same::Unknown {
+            let now = types.get(t.index()).and_then(|x| x.as_ref());
+            let was = base.types.get(t.index()).and_then(|x| x.as_ref());
+            *mark = if now.is_some() && now == was {
+                Same::Yes
+            } else {
+                Same::No
+            };
+        }
+        *mark == Same::Yes
+    }
+
+    fn mark_same(&self, t: TensorId) {
+        if let Some(mark) = self.same.borrow_mut().get_mut(t.index()) {
+            *mark = Same::Yes;
+        }
+    }
+
     fn unknown(&self) -> Dim {
         let k = self.fresh.get() + 1;
         self.fresh.set(k);
@@ -204,6 +303,20 @@ fn merge_dim(inferred: &Dim, declared: &Dim) -> Dim {
 }
 
 impl InferView for OrtView<'_> {
+    fn known_source(&self, graph: &Graph, t: TensorId) -> Option<Option<TensorType>> {
+        // The same stored tensor in the same model: its declared type and data are the base's.
+        let (base_graph, base) = self.base?;
+        if !(graph.shares_model(base_graph) && graph.shares_tensor(base_graph, t)) {
+            return None;
+        }
+        let name = &graph.tensor(t).name;
+        if !self.declared.same_as(&base.declared, name) {
+            return None;
+        }
+        self.mark_same(t);
+        Some(base.types.get(t.index()).cloned().flatten())
+    }
+
     fn known_outputs(
         &self,
         graph: &Graph,
@@ -218,23 +331,29 @@ impl InferView for OrtView<'_> {
         if !n.same_stored(was) {
             return None;
         }
-        for t in n.inputs.iter().flatten() {
-            let now = types.get(t.index())?;
-            if now.is_none() || base.types.get(t.index())? != now {
-                return None;
-            }
+        if !n
+            .inputs
+            .iter()
+            .flatten()
+            .all(|&t| self.same_as_base(t, types, base))
+        {
+            return None;
         }
-        n.outputs
+        let known: Option<Vec<Option<TensorType>>> = n
+            .outputs
             .iter()
             .map(|slot| match slot {
                 None => Some(None),
-                Some(t) => {
-                    let name = &graph.tensor(*t).name;
-                    (self.declared.get(name) == base.declared.get(name))
-                        .then(|| base.types.get(t.index()).cloned().flatten())
-                }
+                Some(t) => self
+                    .declared
+                    .same_as(&base.declared, &graph.tensor(*t).name)
+                    .then(|| base.types.get(t.index()).cloned().flatten()),
             })
-            .collect()
+            .collect();
+        if known.is_some() {
+            n.outputs.iter().flatten().for_each(|&t| self.mark_same(t));
+        }
+        known
     }
 
     fn source(

@@ -214,6 +214,11 @@ pub trait InferView {
         t: TensorId,
         inferred: Option<TensorType>,
     ) -> Option<TensorType>;
+    /// The view's type of graph input or initializer `t` without deriving it, when the view
+    /// knows it already (`Some(type)`); `None`, the default: derive it ([`InferView::source`]).
+    fn known_source(&self, _graph: &Graph, _t: TensorId) -> Option<Option<TensorType>> {
+        None
+    }
     /// The view's types of `node`'s outputs without running its rule, when the view knows
     /// them already (an earlier inference of the same node from the same input types and
     /// declarations); `None`, the default: infer. `types`: the view's types so far, indexed
@@ -237,7 +242,10 @@ pub fn infer_view(graph: &Graph, view: &dyn InferView) -> Types {
     };
     for t in graph.tensor_ids() {
         if !matches!(graph.tensor(t).source, TensorSource::Node(_)) {
-            out.types[t.index()] = view.source(graph, t, declared(graph, t)).map(sanitize);
+            out.types[t.index()] = match view.known_source(graph, t) {
+                Some(known) => known,
+                None => view.source(graph, t, declared(graph, t)).map(sanitize),
+            };
         }
     }
     for &n in graph.nodes() {

@@ -24,6 +24,11 @@ pub struct Types {
 }
 
 impl Types {
+    /// Every tensor's type, indexed by tensor (`None`: untyped).
+    pub fn into_vec(self) -> Vec<Option<TensorType>> {
+        self.types
+    }
+
     pub fn get(&self, t: TensorId) -> Option<&TensorType> {
         self.types.get(t.index()).and_then(|x| x.as_ref())
     }
