@@ -112,6 +112,9 @@ pub struct Node {
     /// The node as stored in the file: attributes, doc string, metadata, overload.
     /// Its input/output name lists are rewritten from `inputs`/`outputs` on export.
     pub(crate) proto: std::sync::Arc<onnx::NodeProto>,
+    /// The op registry's entry, as found for the opset it was looked up under (the op of a
+    /// node never changes; clones share the answer).
+    pub(crate) def: std::sync::OnceLock<(Option<i64>, Option<&'static crate::ops::OpDef>)>,
 }
 
 impl Node {

@@ -204,6 +204,7 @@ pub fn import_model(
             outputs,
             origin: NodeOrigin::Imported,
             proto: std::sync::Arc::new(np.clone()),
+            def: Default::default(),
         });
         ids.push(id);
         graph.order.push(id);

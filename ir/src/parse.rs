@@ -853,6 +853,7 @@ impl Parser {
                 outputs,
                 origin: NodeOrigin::Imported,
                 proto: std::sync::Arc::new(proto),
+                def: Default::default(),
             },
         });
         Ok(())

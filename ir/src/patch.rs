@@ -239,6 +239,7 @@ impl Patch {
                 outputs,
                 origin: NodeOrigin::Recompute { of: nn.copy_of },
                 proto,
+                def: Default::default(),
             });
             new_inserts.push((id, nn.before));
             applied.nodes.push(id);
@@ -383,6 +384,7 @@ impl Patch {
                 outputs: vec![Some(out)],
                 origin: NodeOrigin::Guard,
                 proto: std::sync::Arc::new(proto),
+                def: Default::default(),
             });
             before.entry(gd.node).or_default().push(id);
             graph.node_mut(gd.node).inputs[gd.slot] = Some(out);

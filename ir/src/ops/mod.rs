@@ -339,7 +339,15 @@ pub fn lookup(domain: &str, op_type: &str, opset: Option<i64>) -> Option<&'stati
 /// The entry for a node, using the model's opset import of the node's domain.
 pub fn op_def(graph: &Graph, node: NodeId) -> Option<&'static OpDef> {
     let n = graph.node(node);
-    lookup(&n.domain, &n.op_type, graph.opset(&n.domain))
+    let opset = graph.opset(&n.domain);
+    let &(at, def) = n
+        .def
+        .get_or_init(|| (opset, lookup(&n.domain, &n.op_type, opset)));
+    if at == opset {
+        def
+    } else {
+        lookup(&n.domain, &n.op_type, opset)
+    }
 }
 
 /// The recompute policy of a node: [`Policy::Unknown`] for ops not in the registry.
