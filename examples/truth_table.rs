@@ -408,7 +408,7 @@ fn main() -> Result<()> {
             (Arena::Exact, sim.peak_live, "one step, exact arena"),
             (
                 Arena::Session,
-                sim.arena_peak,
+                sim.arena_peak(),
                 "one step, ORT session arena",
             ),
         ] {

@@ -94,7 +94,7 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
                 v["predicted_peak_bytes"] = json!(an.ledger.total_bytes);
                 v["predicted_device_arena_bytes"] = json!(an.device.arena_bytes);
                 v["predicted_exact_arena_peak_bytes"] = json!(an.sim.peak_live);
-                v["predicted_default_arena_peak_bytes"] = json!(an.sim.arena_peak);
+                v["predicted_default_arena_peak_bytes"] = json!(an.sim.arena_peak());
                 v["profile"] = ckpt_opt::profile::profile_json(&options.profile);
                 v["ledger"] = ckpt_opt::optimize::ledger_json(&an.ledger);
                 let trace = ckpt_opt::optimize::trace_json(an);

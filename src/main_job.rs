@@ -728,7 +728,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         receipt.predicted_device_arena_bytes = pair(a, b, |x| x.device.arena_bytes);
         receipt.predicted_in_use_bytes = pair(a, b, |x| x.device.uncapped.in_use_peak);
         receipt.predicted_arena_peak_bytes = pair(a, b, |x| x.sim.peak_live);
-        receipt.predicted_default_arena_peak_bytes = pair(a, b, |x| x.sim.arena_peak);
+        receipt.predicted_default_arena_peak_bytes = pair(a, b, |x| x.sim.arena_peak());
     };
     match outcome {
         Outcome::CannotFit { before, diagnosis } => {

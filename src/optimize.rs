@@ -352,7 +352,7 @@ pub fn trace_json(a: &Analysis) -> serde_json::Value {
             "phase": node.map(|n| a.class.phase(n).name()),
             "largest_live": largest,
         },
-        "default_arena_peak_bytes": a.sim.arena_peak,
+        "default_arena_peak_bytes": a.sim.arena_peak(),
     })
 }
 

@@ -48,7 +48,7 @@ fn predicted_peak_equals_measured_on_every_std_fixture() {
         let inputs = inputs_for(&g);
         for (arena, predicted) in [
             (Arena::Exact, sim.peak_live),
-            (Arena::Session, sim.arena_peak),
+            (Arena::Session, sim.arena_peak()),
         ] {
             let cfg = SessionConfig {
                 opt_level: OptLevel::Disable,

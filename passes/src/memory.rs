@@ -193,9 +193,6 @@ pub struct Simulation {
     /// max of `live`, and where.
     pub peak_live: u64,
     pub peak_step: usize,
-    /// Peak of ORT's BFC arena replayed on the same events (what `MaxInUse` reports with the
-    /// default session arena).
-    pub arena_peak: u64,
     /// What one run asks of the arena, in order: buffers, graph outputs and kernel scratch
     /// (frees of never-read buffers and outputs are not listed: they are held to the run's
     /// end). [`crate::device`] replays them under a deployment profile.
@@ -498,13 +495,13 @@ pub fn simulate_resolved<'g>(
             }
         }
     }
-    let mut events: Vec<Vec<(bool, usize)>> = vec![Vec::new(); schedule.len()]; // (alloc?, buffer) per step
+    // Buffers are numbered in the order of their allocation steps; their releases, and the
+    // re-allocations below, are listed by step (then buffer).
     let mut extra_allocs: Vec<(usize, usize)> = Vec::new();
     for (b, buf) in buffers.iter_mut().enumerate() {
         if buf.values.iter().any(|&v| is_output_buf[v.index()]) {
             buf.free_after = None;
         }
-        events[buf.alloc_step].push((true, b));
         // A value planned into a buffer already released (never read): allocated again, kept.
         if let Some(f) = buf.free_after {
             let late = buf
@@ -518,11 +515,13 @@ pub fn simulate_resolved<'g>(
             }
         }
     }
-    for (b, buf) in buffers.iter().enumerate() {
-        if let Some(f) = buf.free_after {
-            events[f].push((false, b));
-        }
-    }
+    let mut frees: Vec<(usize, usize)> = buffers
+        .iter()
+        .enumerate()
+        .filter_map(|(b, buf)| buf.free_after.map(|f| (f, b)))
+        .collect();
+    frees.sort_unstable();
+    extra_allocs.sort_unstable();
     // Graph outputs that are initializers or Constant values: copied at the frame's creation.
     let mut copied_outputs: Vec<u64> = Vec::new();
     for &t in graph.outputs() {
@@ -552,13 +551,16 @@ pub fn simulate_resolved<'g>(
         current += rounded(bytes);
         push(0, true, copied_key + i as u64, bytes, EventKind::Output);
     }
+    let (mut next_alloc, mut next_free, mut next_extra) = (0, 0, 0);
     for s in 0..schedule.len() {
         let scratch = kernel_scratch(graph, schedule.order[s], bindings, threads);
         let scratch_key = |k: usize| 2 * nb + (s as u64) * SCRATCH_STRIDE + k as u64;
         for (k, &bytes) in scratch.before.iter().enumerate() {
             push(s, true, scratch_key(k), bytes, EventKind::Scratch);
         }
-        for &(_, b) in events[s].iter().filter(|e| e.0) {
+        while next_alloc < buffers.len() && buffers[next_alloc].alloc_step == s {
+            let b = next_alloc;
+            next_alloc += 1;
             current += rounded(buffers[b].bytes);
             let kind = if buffers[b].values.iter().any(|v| is_output_buf[v.index()]) {
                 EventKind::Output
@@ -576,31 +578,19 @@ pub fn simulate_resolved<'g>(
         }
         let scratch_bytes = scratch.bytes();
         current += scratch_bytes;
-        for &(l, b) in &extra_allocs {
-            if l == s {
-                held_again += rounded(buffers[b].bytes);
-                push(s, true, nb + b as u64, buffers[b].bytes, EventKind::Buffer);
-            }
+        while let Some(&(_, b)) = extra_allocs[next_extra..].first().filter(|e| e.0 == s) {
+            next_extra += 1;
+            held_again += rounded(buffers[b].bytes);
+            push(s, true, nb + b as u64, buffers[b].bytes, EventKind::Buffer);
         }
         live[s] = current + held_again;
         current -= scratch_bytes;
-        for &(_, b) in events[s].iter().filter(|e| !e.0) {
+        while let Some(&(_, b)) = frees[next_free..].first().filter(|e| e.0 == s) {
+            next_free += 1;
             current -= rounded(buffers[b].bytes);
             push(s, false, b as u64, buffers[b].bytes, EventKind::Buffer);
         }
     }
-    let arena_peak = {
-        let mut arena = BfcArena::new(ArenaConfig::ort_default());
-        for e in &arena_events {
-            if e.alloc {
-                // Uncapped: cannot run out.
-                let _ = arena.alloc(e.key, e.bytes);
-            } else {
-                arena.free(e.key);
-            }
-        }
-        arena.max_in_use
-    };
     let (peak_step, peak_live) = live
         .iter()
         .copied()
@@ -622,9 +612,25 @@ pub fn simulate_resolved<'g>(
         live,
         peak_live,
         peak_step,
-        arena_peak,
         arena_events,
     })
+}
+
+impl Simulation {
+    /// Peak of ORT's BFC arena replayed on the run's events (what `MaxInUse` reports with the
+    /// default session arena), for reports: the planner's trials never ask for it.
+    pub fn arena_peak(&self) -> u64 {
+        let mut arena = BfcArena::new(ArenaConfig::ort_default());
+        for e in &self.arena_events {
+            if e.alloc {
+                // Uncapped: cannot run out.
+                let _ = arena.alloc(e.key, e.bytes);
+            } else {
+                arena.free(e.key);
+            }
+        }
+        arena.max_in_use
+    }
 }
 
 /// Node whose step is the peak, for reports.

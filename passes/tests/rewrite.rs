@@ -73,7 +73,7 @@ fn a_recompute_frees_the_buffer_across_the_gap() {
     patch.apply(&mut after).unwrap();
     let s = sim(&after);
     assert_eq!(s.live, vec![256, 512, 512, 512, 512, 768]);
-    assert_eq!(s.arena_peak, 768);
+    assert_eq!(s.arena_peak(), 768);
 }
 
 /// A LayerNormalization whose output and mean are each read late, at different steps: each
