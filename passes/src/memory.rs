@@ -552,7 +552,7 @@ pub fn simulate_resolved<'g>(
         push(0, true, copied_key + i as u64, bytes, EventKind::Output);
     }
     let (mut next_alloc, mut next_free, mut next_extra) = (0, 0, 0);
-    for s in 0..schedule.len() {
+    for (s, live_here) in live.iter_mut().enumerate() {
         let scratch = kernel_scratch(graph, schedule.order[s], bindings, threads);
         let scratch_key = |k: usize| 2 * nb + (s as u64) * SCRATCH_STRIDE + k as u64;
         for (k, &bytes) in scratch.before.iter().enumerate() {
@@ -583,7 +583,7 @@ pub fn simulate_resolved<'g>(
             held_again += rounded(buffers[b].bytes);
             push(s, true, nb + b as u64, buffers[b].bytes, EventKind::Buffer);
         }
-        live[s] = current + held_again;
+        *live_here = current + held_again;
         current -= scratch_bytes;
         while let Some(&(_, b)) = frees[next_free..].first().filter(|e| e.0 == s) {
             next_free += 1;
