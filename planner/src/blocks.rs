@@ -135,7 +135,8 @@ impl BlockStart {
             }
             let base = bases[start.base];
             let oracle = start.oracle(base, o);
-            let cut = cut(&oracle, start, plan.clone(), effective, o, clock)?;
+            let budget = crate::plan::variant_trials(base.sim.schedule.len()) / CUTS;
+            let cut = cut(&oracle, start, plan.clone(), effective, o, clock, budget)?;
             let flops = added_flops(base, &start.cands, &cut, o);
             if o.debug {
                 eprintln!(
@@ -187,7 +188,8 @@ impl BlockStart {
     }
 }
 
-/// How many block plans are cut: each cut simulates about one trial per recomputed candidate.
+/// How many block plans are cut. Each cut judges at most `variant_trials / CUTS` drops (a
+/// count, so the plan does not depend on the clock): together one variant's worth.
 const CUTS: usize = 2;
 
 /// `plan` with `drop` (candidate indices) kept instead of recomputed.
@@ -202,7 +204,7 @@ fn without(plan: &Plan, drop: &[usize]) -> Plan {
 
 /// Cut a block plan that fits: whole blocks (candidates sharing a rebuild step), the first
 /// rebuilt first, then single candidates, the most expensive first; each drop is kept when
-/// the plan still fits.
+/// the plan still fits. At most `budget` drops are judged in all (those not judged are kept).
 fn cut(
     oracle: &Simulator,
     start: &Start,
@@ -210,6 +212,7 @@ fn cut(
     effective: u64,
     o: &PlanOptions,
     clock: &Deadline,
+    budget: usize,
 ) -> Result<Plan, PlanError> {
     let mut steps: Vec<usize> = plan.remat_at.iter().flatten().copied().collect();
     steps.sort_unstable();
@@ -223,7 +226,7 @@ fn cut(
         })
         .collect();
     let judged;
-    (plan, judged) = drops(oracle, plan, &groups, effective, o, clock)?;
+    (plan, judged) = drops(oracle, plan, &groups, effective, o, clock, budget)?;
     if o.debug {
         let kept = plan
             .remat_at
@@ -248,7 +251,8 @@ fn cut(
         .filter(|&i| start.cands.list[i].model.cost > 0)
         .map(|i| vec![i])
         .collect();
-    let (plan, judged) = drops(oracle, plan, &singles, effective, o, clock)?;
+    let left = budget.saturating_sub(judged);
+    let (plan, judged) = drops(oracle, plan, &singles, effective, o, clock, left)?;
     if o.debug {
         eprintln!(
             "blocks: {judged} of {} single recomputes judged, {} left, at {:.3} s",
@@ -260,10 +264,10 @@ fn cut(
     Ok(plan)
 }
 
-/// Try each of `units` (sets of candidates) in order: drop it when the plan still fits. A
-/// core's worth are simulated at once and judged in order; after a kept drop the rest are
-/// judged again against it, as one thread would. Returns the plan and how many units were
-/// judged (fewer than all when the clock stopped it).
+/// Try each of the first `budget` of `units` (sets of candidates) in order: drop it when the
+/// plan still fits. A core's worth are simulated at once and judged in order; after a kept
+/// drop the rest are judged again against it, as one thread would. Returns the plan and how
+/// many units were judged (fewer than the budget when the clock stopped it).
 fn drops(
     oracle: &Simulator,
     mut plan: Plan,
@@ -271,8 +275,10 @@ fn drops(
     effective: u64,
     o: &PlanOptions,
     clock: &Deadline,
+    budget: usize,
 ) -> Result<(Plan, usize), PlanError> {
     let threads = o.threads.max(1);
+    let units = &units[..units.len().min(budget)];
     let mut next = 0;
     while next < units.len() {
         if clock.passed() {

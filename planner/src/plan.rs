@@ -347,15 +347,16 @@ fn plan_once(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
         .collect();
     let blocks = BlockStart::new(&bases, o)?;
     let negligible = step_flops(before, &o.analysis.bindings) / NEGLIGIBLE_SHARE;
-    // When a block plan fits, the first candidate search has a quarter of the time: a deep
-    // ceiling it cannot meet must not take the time the block plan's cut needs.
-    let quarter;
+    // When a block plan fits, the first candidate search gets a variant's simulations
+    // ([`variant_trials`]): a deep ceiling it cannot meet must not take the time the block
+    // plan's cut needs. A count, so the plan does not depend on the clock.
+    let bounded;
     let first_o = if blocks.fits(o) {
-        quarter = PlanOptions {
-            time_limit: o.time_limit / 4,
+        bounded = PlanOptions {
+            max_trials: o.max_trials.min(variant_trials(before.sim.schedule.len())),
             ..o.clone()
         };
-        &quarter
+        &bounded
     } else {
         o
     };
@@ -1160,7 +1161,15 @@ pub fn search<O: Oracle>(
                 break;
             }
             tight.ceiling -= overshoot;
-            let plan = match solve_ilp_with(&tight, &opts()) {
+            // Without cut generation: a lowered budget can leave CBC's root cuts running to
+            // the clock (the 8-layer Llama at 60%: 24 s, then no plan; without them CBC
+            // settles or gives up within its node count in 0.1 s, and every bench plan that
+            // used a tightened fit is the same file).
+            let mut tight_opts = opts();
+            tight_opts
+                .cbc_parameters
+                .push(("cuts".to_string(), "off".to_string()));
+            let plan = match solve_ilp_with(&tight, &tight_opts) {
                 Ok(p) if matches!(p.info.status, Status::Optimal | Status::WithinGap) => p,
                 _ => break,
             };
