@@ -20,14 +20,14 @@ fn graph() -> ckpt_ir::Graph {
     import_bytes(bytes.into(), Path::new("t.onnx"), None).unwrap()
 }
 
-#[test]
-fn clone_and_rewire() {
-    let mut g = graph();
+/// `graph()`'s `a` recomputed for `Mul`: a copy of its `Relu` before `Mul`, which reads the
+/// copy in slot 1.
+fn recompute_a(g: &ckpt_ir::Graph, metadata: Vec<(String, String)>) -> Patch {
     let a = g.tensor_id("a").unwrap();
     let relu = g.tensor(a).producer().unwrap();
     let mul = g.nodes()[2];
     let x = g.tensor_id("x").unwrap();
-    let patch = Patch {
+    Patch {
         label: "recompute a".into(),
         tensors: vec![NewTensor {
             name: "a.recompute".into(),
@@ -47,10 +47,17 @@ fn clone_and_rewire() {
             to: TensorRef::New(0),
         }],
         moves: vec![],
-        metadata: vec![("k".into(), "v".into())],
+        metadata,
         guards: vec![],
         forget_value_info: vec![],
-    };
+    }
+}
+
+#[test]
+fn clone_and_rewire() {
+    let mut g = graph();
+    let a = g.tensor_id("a").unwrap();
+    let patch = recompute_a(&g, vec![("k".into(), "v".into())]);
     insta::assert_snapshot!("patch_value", patch.to_string());
     let applied = patch.apply(&mut g).unwrap();
     assert_eq!(applied.nodes.len(), 1);
@@ -76,33 +83,8 @@ fn a_patched_clone_leaves_its_original_alone() {
         g.tensor_id("x").unwrap(),
     );
     assert!(c.shares_model(&g) && c.shares_tensor(&g, a) && c.shares_tensor(&g, x));
-    let relu = g.tensor(a).producer().unwrap();
     let mul = g.nodes()[2];
-    let patch = Patch {
-        label: "recompute a".into(),
-        tensors: vec![NewTensor {
-            name: "a.recompute".into(),
-            like: a,
-        }],
-        nodes: vec![NewNode {
-            name: "Relu_a.recompute".into(),
-            copy_of: relu,
-            inputs: vec![Some(TensorRef::Existing(x))],
-            outputs: vec![Some(TensorRef::New(0))],
-            before: mul,
-        }],
-        rewires: vec![Rewire {
-            node: mul,
-            slot: 1,
-            from: a,
-            to: TensorRef::New(0),
-        }],
-        moves: vec![],
-        metadata: vec![],
-        guards: vec![],
-        forget_value_info: vec![],
-    };
-    patch.apply(&mut c).unwrap();
+    recompute_a(&g, vec![]).apply(&mut c).unwrap();
     assert_eq!(print_graph(&g), before);
     assert_eq!(g.tensor_id("a.recompute"), None);
     let new = c.tensor_id("a.recompute").unwrap();

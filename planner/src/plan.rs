@@ -1161,15 +1161,7 @@ pub fn search<O: Oracle>(
                 break;
             }
             tight.ceiling -= overshoot;
-            // Without cut generation: a lowered budget can leave CBC's root cuts running to
-            // the clock (the 8-layer Llama at 60%: 24 s, then no plan; without them CBC
-            // settles or gives up within its node count in 0.1 s, and every bench plan that
-            // used a tightened fit is the same file).
-            let mut tight_opts = opts();
-            tight_opts
-                .cbc_parameters
-                .push(("cuts".to_string(), "off".to_string()));
-            let plan = match solve_ilp_with(&tight, &tight_opts) {
+            let plan = match solve_ilp_with(&tight, &opts()) {
                 Ok(p) if matches!(p.info.status, Status::Optimal | Status::WithinGap) => p,
                 _ => break,
             };
