@@ -406,7 +406,8 @@ fn plan_once(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
     {
         return Ok(Outcome::AlreadyFits);
     }
-    Ok(match (tried.found, tried.refused) {
+    let (found, refused) = tried.finish();
+    Ok(match (found, refused) {
         (Some(r), _) => Outcome::Rewritten(r),
         // The refusal names the given graph's dominant line, the ledger the user reads beside
         // it (a variant's lowest total may come from a graph whose ledger differs); a block
@@ -430,11 +431,18 @@ fn plan_once(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
 struct Tried {
     found: Option<Box<Rewritten>>,
     refused: Option<Diagnosis>,
+    /// The clock stopped some variant's search: what is kept may not be what a faster
+    /// machine keeps (a stopped variant might have found a cheaper plan).
+    clock_hit: bool,
 }
 
 impl Tried {
     /// Keep `planned` if it is cheaper (or lower); whether it is a plan that adds nothing.
     fn consider(&mut self, planned: Result<Box<Rewritten>, Diagnosis>) -> bool {
+        self.clock_hit |= match &planned {
+            Ok(r) => r.time_limit_hit,
+            Err(d) => d.timed_out,
+        };
         match planned {
             Ok(r) => {
                 let free = r.counts.added_flops == 0;
@@ -455,6 +463,18 @@ impl Tried {
                 false
             }
         }
+    }
+
+    /// The plan and the refusal kept, each saying the time limit was hit where it stopped
+    /// any variant's search.
+    fn finish(mut self) -> (Option<Box<Rewritten>>, Option<Diagnosis>) {
+        if let Some(r) = self.found.as_mut() {
+            r.time_limit_hit |= self.clock_hit;
+        }
+        if let Some(d) = self.refused.as_mut() {
+            d.timed_out |= self.clock_hit;
+        }
+        (self.found, self.refused)
     }
 }
 
@@ -1161,7 +1181,10 @@ pub fn search<O: Oracle>(
                 break;
             }
             tight.ceiling -= overshoot;
-            let plan = match solve_ilp_with(&tight, &opts()) {
+            // A solve the time limit cut short makes the plan the clock's: reported as such.
+            let solved = solve_ilp_with(&tight, &opts());
+            clock.note_ilp(&solved);
+            let plan = match solved {
                 Ok(p) if matches!(p.info.status, Status::Optimal | Status::WithinGap) => p,
                 _ => break,
             };
@@ -1712,6 +1735,38 @@ mod tests {
         set[0] = true;
         let partners = swap_candidates(&many, &set, 0);
         assert_eq!(partners, (1..=SWAP_WIDTH).collect::<Vec<_>>());
+    }
+}
+
+#[cfg(test)]
+mod tried_tests {
+    use super::*;
+
+    fn refusal(lowest: u64, timed_out: bool) -> Diagnosis {
+        Diagnosis {
+            kind: DiagnosisKind::NoPlanFound,
+            effective_ceiling_bytes: 10,
+            fixed_bytes: 0,
+            lowest_reachable_total_bytes: lowest,
+            dominant_ledger_line: String::new(),
+            timed_out,
+        }
+    }
+
+    /// The refusal kept is the lowest, and it says the time limit was hit when the clock
+    /// stopped any variant, not only the one kept; without a stopped variant it does not.
+    #[test]
+    fn a_stopped_variant_marks_what_is_kept() {
+        let mut tried = Tried::default();
+        tried.consider(Err(refusal(100, true)));
+        tried.consider(Err(refusal(50, false)));
+        let (found, refused) = tried.finish();
+        assert!(found.is_none());
+        assert_eq!(refused, Some(refusal(50, true)));
+        let mut tried = Tried::default();
+        tried.consider(Err(refusal(100, false)));
+        tried.consider(Err(refusal(50, false)));
+        assert_eq!(tried.finish().1, Some(refusal(50, false)));
     }
 }
 
