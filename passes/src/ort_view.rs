@@ -304,13 +304,10 @@ fn merge_dim(inferred: &Dim, declared: &Dim) -> Dim {
 
 impl InferView for OrtView<'_> {
     fn known_source(&self, graph: &Graph, t: TensorId) -> Option<Option<TensorType>> {
-        // The same stored tensor in the same model: its declared type and data are the base's.
+        // The same stored tensor in the same model: its type and data, all a source's type is
+        // made of ([`InferView::source`] here), are the base's.
         let (base_graph, base) = self.base?;
         if !(graph.shares_model(base_graph) && graph.shares_tensor(base_graph, t)) {
-            return None;
-        }
-        let name = &graph.tensor(t).name;
-        if !self.declared.same_as(&base.declared, name) {
             return None;
         }
         self.mark_same(t);

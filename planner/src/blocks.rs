@@ -17,7 +17,7 @@ use ckpt_solver::{Method, Plan, Problem};
 
 use crate::analysis::Analysis;
 use crate::oracle::{patch_flops, Oracle, Simulator};
-use crate::plan::{first_in_order, Deadline, IlpReport, Rewritten};
+use crate::plan::{Budget, Deadline, IlpReport, Rewritten};
 use crate::{PlanError, PlanOptions};
 
 /// Block checkpointing's plans of some zero-FLOP variants of a graph, each granularity's run
@@ -277,26 +277,26 @@ fn drops(
     clock: &Deadline,
     budget: usize,
 ) -> Result<(Plan, usize), PlanError> {
-    let threads = o.threads.max(1);
-    let units = &units[..units.len().min(budget)];
-    let mut next = 0;
-    while next < units.len() {
-        if clock.passed() {
-            break;
-        }
-        let batch: Vec<&Vec<usize>> = units[next..].iter().take(threads).collect();
-        let (judged, kept) = first_in_order(threads, &batch, |u| {
-            // Not judged once the clock has passed: the unit stays (the plan still fits).
-            if clock.passed() {
-                return Ok(None);
-            }
-            let trial = without(&plan, u);
+    let budget = Budget {
+        threads: o.threads.max(1),
+        clock,
+        max_trials: budget,
+    };
+    let all: Vec<usize> = (0..units.len()).collect();
+    let (mut next, mut trials) = (0, 0);
+    while next < all.len() {
+        // A unit not judged (the clock, the budget) stays: the plan still fits.
+        let (judged, kept) = budget.first_kept(&all[next..], &mut trials, |u| {
+            let trial = without(&plan, &units[u]);
             oracle
                 .plan_fits(&trial, effective)
                 .map(|fits| fits.then_some(trial))
         })?;
-        plan = kept.unwrap_or(plan);
         next += judged;
+        match kept {
+            Some(p) => plan = p,
+            None => break,
+        }
     }
     Ok((plan, next))
 }

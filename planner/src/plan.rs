@@ -1582,17 +1582,15 @@ impl<O: Oracle> Climber<'_, O> {
 }
 
 /// What the cut's trials may spend: threads, the clock and the trial budget.
-struct Budget<'a> {
-    threads: usize,
-    clock: &'a Deadline,
-    max_trials: usize,
+pub(crate) struct Budget<'a> {
+    pub(crate) threads: usize,
+    pub(crate) clock: &'a Deadline,
+    pub(crate) max_trials: usize,
 }
 
 impl Budget<'_> {
     /// The first of `items` whose set (`set_for`) fits `effective` under the oracle, as a plan,
-    /// with the number of items judged up to it (all judged when none fits). Judged in order, a
-    /// core's worth at a time, while the trial budget and the clock last (each judged item is
-    /// a trial, counted in `trials`); an item not judged is as one that does not fit.
+    /// with the number of items judged up to it ([`Budget::first_kept`]).
     fn first_fit<O: Oracle>(
         &self,
         oracle: &O,
@@ -1602,23 +1600,38 @@ impl Budget<'_> {
         trials: &mut usize,
         set_for: impl Fn(usize) -> Vec<bool> + Sync,
     ) -> Result<(usize, Option<Plan>), PlanError> {
+        self.first_kept(items, trials, |i| {
+            let trial = set_for(i);
+            oracle
+                .fits(&trial, effective)
+                .map(|fits| fits.then(|| plan_from_set(prob, trial)))
+        })
+    }
+
+    /// The first of `items` that `judge` keeps (a plan), with the number of items judged up
+    /// to it (all judged when none is kept). Judged in order, a core's worth at a time, while
+    /// the trial budget and the clock last (each judged item is a trial, counted in `trials`);
+    /// an item not judged is as one not kept.
+    pub(crate) fn first_kept(
+        &self,
+        items: &[usize],
+        trials: &mut usize,
+        judge: impl Fn(usize) -> Result<Option<Plan>, PlanError> + Sync,
+    ) -> Result<(usize, Option<Plan>), PlanError> {
         let mut next = 0;
         while next < items.len() && *trials < self.max_trials && !self.clock.passed() {
             let width = self.threads.min(self.max_trials - *trials);
             let batch: Vec<usize> = items[next..].iter().copied().take(width).collect();
-            let (judged, fit) = first_in_order(self.threads, &batch, |&i| {
+            let (judged, kept) = first_in_order(self.threads, &batch, |&i| {
                 if self.clock.passed() {
                     return Ok(None);
                 }
-                let trial = set_for(i);
-                oracle
-                    .fits(&trial, effective)
-                    .map(|fits| fits.then(|| plan_from_set(prob, trial)))
+                judge(i)
             })?;
             *trials += judged;
             next += judged;
-            if fit.is_some() {
-                return Ok((next, fit));
+            if kept.is_some() {
+                return Ok((next, kept));
             }
         }
         Ok((next, None))
