@@ -40,6 +40,13 @@ pub struct IlpOptions {
     /// does not depend on the machine's speed or load (the time limit does). A solve stopped
     /// by it ends the refinement with [`Fallback::NodeLimit`].
     pub max_nodes: Option<u64>,
+    /// Continuous columns (the deepened rounds' rematerialisation terms) a formulation may
+    /// have: a count, like [`IlpOptions::max_nodes`], so that where the refinement stops does
+    /// not depend on the machine. CBC has no work limit on its root: on the 8-layer Llama at
+    /// 60% one deepened model of 19,076 such columns spent the whole 30 s limit in the root
+    /// relaxation's simplex. A deeper model over the limit is not solved; the refinement ends
+    /// with [`Fallback::ModelLimit`].
+    pub max_continuous: Option<usize>,
     /// Extra CBC parameters, applied last (e.g. `("cuts", "off")`).
     pub cbc_parameters: Vec<(String, String)>,
 }
@@ -53,6 +60,7 @@ impl Default for IlpOptions {
             warm_start: true,
             initial_depth: 0,
             max_nodes: None,
+            max_continuous: None,
             cbc_parameters: Vec::new(),
         }
     }
@@ -171,6 +179,14 @@ pub fn solve_ilp_with(problem: &Problem, options: &IlpOptions) -> Result<Plan, S
                 if let (Fallback::NodeLimit, Some(nodes)) = (&fallback, options.max_nodes) {
                     return Err(SolveError::NoPlanWithinNodeLimit {
                         nodes,
+                        lowest_peak: l.peak,
+                        at_step: l.peak_step,
+                    });
+                }
+                if let Fallback::ModelLimit { continuous, limit } = fallback {
+                    return Err(SolveError::NoPlanWithinModelLimit {
+                        continuous,
+                        limit,
                         lowest_peak: l.peak,
                         at_step: l.peak_step,
                     });
@@ -307,6 +323,18 @@ fn refine(
     for round in 1.. {
         let formulation = Formulation::build(&skeleton, &depth);
         let size = formulation.size(&skeleton, round);
+        if let Some(limit) = options.max_continuous.filter(|&l| size.continuous > l) {
+            return Refinement {
+                end: RefinementEnd::Stopped {
+                    reason: Fallback::ModelLimit {
+                        continuous: size.continuous,
+                        limit,
+                    },
+                    bound: best_bound,
+                },
+                size,
+            };
+        }
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return Refinement {

@@ -78,6 +78,9 @@ pub enum Fallback {
     TimeLimit,
     /// CBC explored its node limit ([`crate::IlpOptions::max_nodes`]) without a proof.
     NodeLimit,
+    /// A deepened formulation had `continuous` columns, over
+    /// [`crate::IlpOptions::max_continuous`]: it was not solved.
+    ModelLimit { continuous: usize, limit: usize },
     /// CBC answered with an error (the message) or no solution.
     SolverError(String),
     /// CBC's values, re-evaluated, exceed the ceiling.
@@ -161,6 +164,15 @@ pub enum SolveError {
     #[error("no plan found within {nodes} branch-and-bound nodes (lowest peak seen {lowest_peak} bytes at step {at_step})")]
     NoPlanWithinNodeLimit {
         nodes: u64,
+        lowest_peak: u64,
+        at_step: usize,
+    },
+    /// The refinement needed a formulation over [`crate::IlpOptions::max_continuous`]
+    /// continuous columns without having found a plan that fits: a count, not the clock.
+    #[error("no plan found within {limit} continuous columns (the next model needed {continuous}; lowest peak seen {lowest_peak} bytes at step {at_step})")]
+    NoPlanWithinModelLimit {
+        continuous: usize,
+        limit: usize,
         lowest_peak: u64,
         at_step: usize,
     },

@@ -597,3 +597,72 @@ fn a_node_limit_without_a_plan_is_not_a_time_limit() {
         solve_ilp(&p)
     );
 }
+
+#[test]
+fn a_model_limit_stops_the_refinement_before_cbc() {
+    // At 40% of its peak the 20-link chain needs deepened rounds: its first model alone
+    // does not settle it.
+    let mut p = chain(20);
+    let peak = *p.base_live.iter().max().unwrap();
+    p.ceiling = peak * 40 / 100;
+    let full = solve_ilp(&p).unwrap();
+    assert!(
+        full.info.model.rounds >= 2 && full.info.model.continuous > 0,
+        "{:?}",
+        full.info.model
+    );
+    // A limit under the deepened model's columns: the greedy plan (the warm start), labelled
+    // with the limit and the size the model needed, not a time limit.
+    let limit = full.info.model.continuous - 1;
+    let capped = solve_ilp_with(
+        &p,
+        &IlpOptions {
+            max_continuous: Some(limit),
+            ..IlpOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(capped.info.method, Method::Greedy, "{:?}", capped.info);
+    assert_eq!(capped.info.status, Status::Heuristic);
+    assert!(
+        matches!(capped.info.fallback, Some(Fallback::ModelLimit { continuous, limit: l }) if l == limit && continuous > limit),
+        "{:?}",
+        capped.info.fallback
+    );
+    assert_eq!(capped.recompute, solve_greedy(&p).unwrap().recompute);
+    // At the size it needs, the limit changes nothing.
+    let at = solve_ilp_with(
+        &p,
+        &IlpOptions {
+            max_continuous: Some(full.info.model.continuous),
+            ..IlpOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(at.recompute, full.recompute);
+    assert_eq!(at.info.status, full.info.status);
+    // Without a warm start that fits, the limit is the error, naming both sizes (at 31% the
+    // greedy finds nothing and the ILP a plan, in 7 rounds).
+    let tight = Problem {
+        ceiling: peak * 31 / 100,
+        ..p
+    };
+    assert!(solve_greedy(&tight).is_err());
+    assert!(solve_ilp(&tight).unwrap().info.model.rounds >= 2);
+    let stopped = solve_ilp_with(
+        &tight,
+        &IlpOptions {
+            max_continuous: Some(0),
+            ..IlpOptions::default()
+        },
+    );
+    match stopped {
+        Err(e @ SolveError::NoPlanWithinModelLimit { limit: 0, .. }) => {
+            assert!(e.to_string().contains("continuous columns"), "{e}")
+        }
+        Err(SolveError::Infeasible { .. }) => {
+            panic!("the first model proved it infeasible: pick a problem that deepens")
+        }
+        other => panic!("{other:?}"),
+    }
+}
