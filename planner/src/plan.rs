@@ -500,13 +500,6 @@ fn other_variants(
     // A variant whose linear model's optimum is far above the plan in hand is not searched.
     let beat = |tried: &Tried| tried.found.as_ref().map(|f| f.counts.added_flops);
     let mut done = false;
-    if ordered.is_some() {
-        done = tried.consider(match plan_graph(before, &budget(tried), beat(tried))? {
-            Outcome::AlreadyFits => return Ok(true),
-            Outcome::Rewritten(r) => Ok(r),
-            Outcome::CannotFit(d) => Err(d),
-        });
-    }
     let base = ordered.map_or(before, |v| &v.analysis);
     if !done {
         if let Some(v) = lowered_terms(base, ordered, o)? {
@@ -518,10 +511,17 @@ fn other_variants(
             done = tried.consider(plan_variant(g, &budget(tried), beat(tried))?);
             if !done {
                 if let Some(v) = lowered_terms(&g.analysis, Some(g), o)? {
-                    tried.consider(plan_variant(&v, &budget(tried), beat(tried))?);
+                    done = tried.consider(plan_variant(&v, &budget(tried), beat(tried))?);
                 }
             }
         }
+    }
+    if !done && ordered.is_some() {
+        tried.consider(match plan_graph(before, &budget(tried), beat(tried))? {
+            Outcome::AlreadyFits => return Ok(true),
+            Outcome::Rewritten(r) => Ok(r),
+            Outcome::CannotFit(d) => Err(d),
+        });
     }
     Ok(false)
 }
@@ -823,7 +823,9 @@ pub struct SearchOptions {
     pub max_trials: usize,
     /// The added cost of a plan already in hand (another variant's): a search whose linear
     /// model's optimum, the ILP's first round, costs more than [`OUTCLASSED_FACTOR`] times it
-    /// stops there ([`Searched::Outclassed`]) without simulating anything.
+    /// stops there ([`Searched::Outclassed`]) without simulating anything. That round is
+    /// solved with the factor times it as CBC's cutoff ([`IlpOptions::cutoff`]), so CBC prunes
+    /// on it and proves a model with nothing under it outclassed at its root.
     pub beat: Option<u64>,
 }
 
@@ -862,11 +864,11 @@ pub enum Searched<R> {
         lowest_reachable_total_bytes: u64,
         timed_out: bool,
     },
-    /// [`SearchOptions::beat`]: the linear model's optimum (`model_cost`, the ILP's first
-    /// round) costs more than [`OUTCLASSED_FACTOR`] times the plan in hand; nothing was
-    /// simulated.
+    /// [`SearchOptions::beat`]: the linear model (the ILP's first round) has no plan costing
+    /// at most `cutoff`, [`OUTCLASSED_FACTOR`] times the plan in hand (CBC proved it, or its
+    /// plan re-evaluated costs more); nothing was simulated.
     Outclassed {
-        model_cost: u64,
+        cutoff: u64,
     },
 }
 
@@ -1039,9 +1041,24 @@ pub fn search<O: Oracle>(
             break;
         }
         let corrected = corrected(&learnt_prob, &correction);
-        let solved = solve_ilp_with(&corrected, &opts());
+        // Given a plan in hand, the first round only wants plans costing at most the factor
+        // times it: CBC prunes on that, and proves it when the model has none.
+        let cutoff = so
+            .beat
+            .filter(|_| round == 0)
+            .map(|b| b.saturating_mul(OUTCLASSED_FACTOR));
+        let solved = solve_ilp_with(&corrected, &IlpOptions { cutoff, ..opts() });
         clock.note_ilp(&solved);
         let plan = match solved {
+            Err(SolveError::NoPlanWithinCutoff { cutoff }) => {
+                if debug {
+                    eprintln!(
+                        "ilp round 0: no plan of the model costs at most {cutoff} ({OUTCLASSED_FACTOR} x the plan in hand): outclassed (at {:.3} s)",
+                        t0.elapsed().as_secs_f64()
+                    );
+                }
+                return Ok(Searched::Outclassed { cutoff });
+            }
             Ok(p)
                 if matches!(
                     p.info.status,
@@ -1053,8 +1070,14 @@ pub fn search<O: Oracle>(
             Ok(p) => {
                 if debug {
                     eprintln!(
-                        "ilp round {round}: {:?} {:?}",
-                        p.info.status, p.info.fallback
+                        "ilp round {round}: {:?} {:?}, cost {} bound {:.0} in {:.3} s (at {:.3} s; plan in hand {:?})",
+                        p.info.status,
+                        p.info.fallback,
+                        p.cost,
+                        p.info.bound,
+                        p.info.wall.as_secs_f64(),
+                        t0.elapsed().as_secs_f64(),
+                        so.beat
                     );
                 }
                 rounds.push(IlpRound::Unproven {
@@ -1082,20 +1105,17 @@ pub fn search<O: Oracle>(
             }
             Err(e) => return Err(PlanError::Solve(e)),
         };
-        if let Some(beat) = so
-            .beat
-            .filter(|&b| round == 0 && plan.cost > b.saturating_mul(OUTCLASSED_FACTOR))
-        {
+        // The plan's cost re-evaluated (each cost was rounded down in the model) can still be
+        // over the cutoff: outclassed as well.
+        if let Some(cutoff) = cutoff.filter(|&c| plan.cost > c) {
             if debug {
                 eprintln!(
-                    "ilp round 0: cost {} is over {OUTCLASSED_FACTOR} x the plan in hand ({beat}): outclassed (at {:.3} s)",
+                    "ilp round 0: cost {} is over {OUTCLASSED_FACTOR} x the plan in hand ({cutoff}): outclassed (at {:.3} s)",
                     plan.cost,
                     t0.elapsed().as_secs_f64()
                 );
             }
-            return Ok(Searched::Outclassed {
-                model_cost: plan.cost,
-            });
+            return Ok(Searched::Outclassed { cutoff });
         }
         attempts += 1;
         let trace = oracle.trace(&plan.recompute)?;
@@ -1267,7 +1287,14 @@ pub fn search<O: Oracle>(
         let mut found: Option<Plan> = None;
         // More starting points when those fail: the ILP's optima at tighter budgets (its linear
         // model under-counts what ORT's allocator holds, so a tighter target lands nearer the truth).
-        let tighter = [0.9f64, 0.8].into_iter().filter_map(|f| {
+        // They are the tightened steps' idea without the simulator's corrections: where a
+        // tightened step fit, they are not solved.
+        let factors: &[f64] = if tight_fit.is_some() {
+            &[]
+        } else {
+            &[0.9, 0.8]
+        };
+        let tighter = factors.iter().copied().filter_map(|f| {
             let mut p = prob.clone();
             p.ceiling = ((prob.ceiling as f64 * f) as u64).max(1);
             let solved = solve_ilp_with(

@@ -73,13 +73,13 @@ fn searched(beat: Option<u64>) -> (Searched<u64>, usize) {
 
 #[test]
 fn a_model_optimum_over_the_factor_stops_the_search_unsimulated() {
-    // 40 > 2 x 19: outclassed, with the model's optimum, and no run asked for.
+    // 40 > 2 x 19: outclassed at the cutoff, and no run asked for.
     let beat = 40 / OUTCLASSED_FACTOR - 1;
     let (s, calls) = searched(Some(beat));
-    let Searched::Outclassed { model_cost } = s else {
+    let Searched::Outclassed { cutoff } = s else {
         panic!("the model's optimum 40 is over {OUTCLASSED_FACTOR} x {beat}");
     };
-    assert_eq!(model_cost, 40);
+    assert_eq!(cutoff, OUTCLASSED_FACTOR * beat);
     assert_eq!(calls, 0, "an outclassed search simulates nothing");
 }
 

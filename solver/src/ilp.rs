@@ -47,6 +47,13 @@ pub struct IlpOptions {
     /// relaxation's simplex. A deeper model over the limit is not solved; the refinement ends
     /// with [`Fallback::ModelLimit`].
     pub max_continuous: Option<usize>,
+    /// Only plans costing at most this many FLOPs are wanted: CBC prunes every branch whose
+    /// bound is above it, and a relaxation with no plan under it ends the solve with
+    /// [`SolveError::NoPlanWithinCutoff`], a proof (the rounds' models are relaxations of the
+    /// problem, so no plan of the problem costs that little either). A greedy warm start over
+    /// it is not given to CBC; a fallback plan (a stop before a proof) may still cost more, and
+    /// says so in its cost.
+    pub cutoff: Option<u64>,
     /// Extra CBC parameters, applied last (e.g. `("cuts", "off")`).
     pub cbc_parameters: Vec<(String, String)>,
 }
@@ -61,6 +68,7 @@ impl Default for IlpOptions {
             initial_depth: 0,
             max_nodes: None,
             max_continuous: None,
+            cutoff: None,
             cbc_parameters: Vec::new(),
         }
     }
@@ -146,10 +154,16 @@ pub fn solve_ilp_with(problem: &Problem, options: &IlpOptions) -> Result<Plan, S
         return Ok(plan);
     }
     let warm = greedy_set(problem).ok();
+    // A warm start over the cutoff is no answer the caller wants: CBC does not get it.
+    let cbc_warm = warm.clone().filter(|w| {
+        options
+            .cutoff
+            .is_none_or(|c| evaluate(problem, w).cost <= c)
+    });
 
     // Solve on a thread so a stuck CBC cannot hang the caller.
     let (tx, rx) = mpsc::channel();
-    let shared = Arc::new((problem.clone(), warm.clone(), options.clone()));
+    let shared = Arc::new((problem.clone(), cbc_warm.clone(), options.clone()));
     let spawned = std::thread::Builder::new()
         .name("ckpt-solver-cbc".into())
         .spawn(move || {
@@ -241,19 +255,20 @@ pub fn solve_ilp_with(problem: &Problem, options: &IlpOptions) -> Result<Plan, S
             }
         }
         RefinementEnd::WarmOptimal => {
-            let w = warm.clone().unwrap_or_default();
+            let w = cbc_warm.clone().unwrap_or_default();
             let e = evaluate(problem, &w);
             let proven = e.cost as f64;
             Ok(ilp_plan(w, e, true, proven))
         }
-        RefinementEnd::Infeasible => match &warm {
-            // The warm start fits, so CBC's claim is numerical noise.
-            Some(_) => greedy_plan(
+        RefinementEnd::Infeasible => match (&cbc_warm, options.cutoff) {
+            // The warm start fits (within the cutoff), so CBC's claim is numerical noise.
+            (Some(_), _) => greedy_plan(
                 Fallback::SolverError("CBC reports infeasible".into()),
                 0.0,
                 size,
             ),
-            None => {
+            (None, Some(cutoff)) => Err(SolveError::NoPlanWithinCutoff { cutoff }),
+            (None, None) => {
                 let l = lowest_peak(problem);
                 Err(SolveError::Infeasible {
                     ceiling: problem.ceiling,
@@ -871,6 +886,12 @@ impl Formulation {
         }
         if let Some(n) = options.max_nodes {
             model.set_parameter("maxNodes", &n.to_string());
+        }
+        if let Some(cutoff) = options.cutoff {
+            // The objective is integral in its unit and each cost is rounded down to it: a plan
+            // costing at most `cutoff` scores at most its floor, kept by the half unit.
+            let units = (cutoff as f64 / sk.cost_unit).floor() + 0.5;
+            model.set_parameter("cutoff", &units.to_string());
         }
         for (k, v) in &options.cbc_parameters {
             model.set_parameter(k, v);

@@ -167,6 +167,10 @@ pub enum SolveError {
         lowest_peak: u64,
         at_step: usize,
     },
+    /// No plan costs at most [`crate::IlpOptions::cutoff`]: CBC proved a relaxation of the
+    /// problem has none.
+    #[error("no plan costs at most {cutoff} FLOPs (proven on a relaxation of the problem)")]
+    NoPlanWithinCutoff { cutoff: u64 },
     /// The refinement needed a formulation over [`crate::IlpOptions::max_continuous`]
     /// continuous columns without having found a plan that fits: a count, not the clock.
     #[error("no plan found within {limit} continuous columns (the next model needed {continuous}; lowest peak seen {lowest_peak} bytes at step {at_step})")]

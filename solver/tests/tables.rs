@@ -666,3 +666,43 @@ fn a_model_limit_stops_the_refinement_before_cbc() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_cutoff_proves_no_plan_costs_that_little() {
+    // At 30% of its peak the 30-link chain's optimum (188) is under the greedy's (195) and
+    // needs deepened rounds.
+    let mut p = chain(30);
+    p.ceiling = *p.base_live.iter().max().unwrap() * 30 / 100;
+    let best = solve_ilp(&p).unwrap();
+    assert_eq!(best.info.status, Status::Optimal, "{:?}", best.info);
+    let greedy = solve_greedy(&p).unwrap();
+    assert!(
+        greedy.cost > best.cost,
+        "the greedy must be over the optimum here"
+    );
+    let with = |cutoff: u64| {
+        solve_ilp_with(
+            &p,
+            &IlpOptions {
+                cutoff: Some(cutoff),
+                ..IlpOptions::default()
+            },
+        )
+    };
+    // At the optimum and between it and the greedy's cost (which CBC is then not given),
+    // the optimum, proven.
+    for cutoff in [best.cost, (best.cost + greedy.cost) / 2, greedy.cost] {
+        let plan = with(cutoff).unwrap();
+        assert_eq!(plan.cost, best.cost, "cutoff {cutoff}");
+        assert_eq!(plan.info.status, Status::Optimal, "cutoff {cutoff}");
+        assert!(plan.check(&p));
+    }
+    // One FLOP under it: proven that nothing costs that little.
+    match with(best.cost - 1) {
+        Err(e @ SolveError::NoPlanWithinCutoff { cutoff }) => {
+            assert_eq!(cutoff, best.cost - 1);
+            assert!(e.to_string().contains(&cutoff.to_string()), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
