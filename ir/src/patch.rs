@@ -181,6 +181,7 @@ impl Patch {
     pub fn apply_unverified(&self, graph: &mut Graph) -> Result<Applied, PatchError> {
         let label = self.label.clone();
         let mut applied = Applied::default();
+        let mut declared = Declared::new(graph, self.tensors.len() + self.guards.len());
         for nt in &self.tensors {
             if graph.tensor_id(&nt.name).is_some() {
                 return Err(PatchError::NameTaken {
@@ -188,9 +189,11 @@ impl Patch {
                     name: nt.name.clone(),
                 });
             }
-            let id = add_tensor_like(graph, nt.like, &nt.name);
+            let id = add_tensor_like(graph, &mut declared, nt.like, &nt.name);
             applied.tensors.push(id);
         }
+        let new_tensors: std::collections::HashSet<TensorId> =
+            applied.tensors.iter().copied().collect();
         let resolve = |r: TensorRef| -> Result<TensorId, PatchError> {
             match r {
                 TensorRef::Existing(t) => Ok(t),
@@ -221,7 +224,7 @@ impl Patch {
                 .map(|o| o.map(resolve).transpose())
                 .collect::<Result<Vec<_>, _>>()?;
             for &o in outputs.iter().flatten() {
-                if !applied.tensors.contains(&o) || !produced.insert(o) {
+                if !new_tensors.contains(&o) || !produced.insert(o) {
                     return Err(PatchError::Reassigned {
                         label: self.label.clone(),
                         name: graph.tensor(o).name.clone(),
@@ -292,9 +295,15 @@ impl Patch {
         }
         inserts.extend(pending.map(|(_, n, b)| (n, b)));
         // Place new and moved nodes: before their anchors, in patch order.
+        let mut at_anchor: std::collections::HashMap<NodeId, Vec<NodeId>> = Default::default();
+        for &(id, anchor) in &inserts {
+            at_anchor.entry(anchor).or_default().push(id);
+        }
         let mut order = Vec::with_capacity(graph.order.len() + inserts.len());
         for &n in &graph.order {
-            order.extend(inserts.iter().filter(|(_, b)| *b == n).map(|(id, _)| *id));
+            if let Some(ids) = at_anchor.get(&n) {
+                order.extend(ids);
+            }
             if !moved.contains(&n) {
                 order.push(n);
             }
@@ -316,7 +325,7 @@ impl Patch {
             graph.disconnect(rw.from, rw.node);
             graph.connect(to, rw.node);
         }
-        self.apply_guards(graph, &mut applied)?;
+        self.apply_guards(graph, &mut declared, &mut applied)?;
         if !self.forget_value_info.is_empty() {
             let names: std::collections::HashSet<&str> = self
                 .forget_value_info
@@ -347,7 +356,12 @@ impl Patch {
 impl Patch {
     /// The guards: an `Identity` per guarded input, placed in file order right before its
     /// reader, and the reader rewired to it.
-    fn apply_guards(&self, graph: &mut Graph, applied: &mut Applied) -> Result<(), PatchError> {
+    fn apply_guards(
+        &self,
+        graph: &mut Graph,
+        declared: &mut Declared,
+        applied: &mut Applied,
+    ) -> Result<(), PatchError> {
         if self.guards.is_empty() {
             return Ok(());
         }
@@ -370,7 +384,7 @@ impl Patch {
                     name: gd.name.clone(),
                 });
             }
-            let out = add_tensor_like(graph, x, &gd.name);
+            let out = add_tensor_like(graph, declared, x, &gd.name);
             let proto = onnx::NodeProto {
                 name: Some(gd.name.clone()),
                 op_type: Some("Identity".into()),
@@ -416,10 +430,16 @@ impl Patch {
 
 /// A new tensor `name` typed like `like` (dtype, shape, and a copy of its value_info entry),
 /// its producer set when a node is added for it.
-fn add_tensor_like(graph: &mut Graph, like: TensorId, name: &str) -> TensorId {
+fn add_tensor_like(
+    graph: &mut Graph,
+    declared: &mut Declared,
+    like: TensorId,
+    name: &str,
+) -> TensorId {
     let template = graph.tensor(like).clone();
-    if let Some(vi) = value_info_like(graph, like, name) {
+    if let Some(vi) = declared.like(graph, like, name) {
         graph.added_value_info.push(vi);
+        declared.added(graph);
     }
     graph.add_tensor(Tensor {
         name: name.to_string(),
@@ -431,21 +451,72 @@ fn add_tensor_like(graph: &mut Graph, like: TensorId, name: &str) -> TensorId {
     })
 }
 
-/// A value_info for `name` typed like `like`: a copy of the file's entry when there is one.
-fn value_info_like(graph: &Graph, like: TensorId, name: &str) -> Option<onnx::ValueInfoProto> {
-    let like_name = &graph.tensor(like).name;
-    let g = graph.model.graph.as_ref()?;
-    let found = g
-        .value_info
-        .iter()
-        .chain(g.output.iter())
-        .chain(g.input.iter())
-        .chain(graph.added_value_info.iter())
-        .find(|vi| vi.name.as_deref() == Some(like_name.as_str()))?;
-    let mut vi = found.clone();
-    vi.name = Some(name.to_string());
-    vi.doc_string = None;
-    Some(vi)
+/// Where each name's first declaration is, for the new tensors of one patch: the file's
+/// value_info, outputs and inputs (in that order), then the entries added to the graph. Built
+/// on the first lookup; the added entries are indexed as they are pushed.
+struct Declared {
+    /// Name -> (list, index): 0 value_info, 1 outputs, 2 inputs, 3 the graph's added entries.
+    first: Option<std::collections::HashMap<String, (u8, usize)>>,
+    capacity: usize,
+}
+
+impl Declared {
+    fn new(_graph: &Graph, new_tensors: usize) -> Declared {
+        Declared {
+            first: None,
+            capacity: new_tensors,
+        }
+    }
+
+    fn index(&mut self, graph: &Graph) -> &mut std::collections::HashMap<String, (u8, usize)> {
+        self.first.get_or_insert_with(|| {
+            let mut first = std::collections::HashMap::with_capacity(self.capacity);
+            let g = graph.model.graph.as_ref();
+            let lists = [
+                g.map(|g| &g.value_info[..]).unwrap_or_default(),
+                g.map(|g| &g.output[..]).unwrap_or_default(),
+                g.map(|g| &g.input[..]).unwrap_or_default(),
+                &graph.added_value_info[..],
+            ];
+            for (l, list) in lists.iter().enumerate() {
+                for (i, vi) in list.iter().enumerate() {
+                    if let Some(n) = vi.name.as_deref() {
+                        first.entry(n.to_string()).or_insert((l as u8, i));
+                    }
+                }
+            }
+            first
+        })
+    }
+
+    /// A value_info for `name` typed like `like`: a copy of the first entry declaring `like`,
+    /// when there is one (a graph without a `graph` field has none).
+    fn like(&mut self, graph: &Graph, like: TensorId, name: &str) -> Option<onnx::ValueInfoProto> {
+        let g = graph.model.graph.as_ref()?;
+        let &(l, i) = self.index(graph).get(graph.tensor(like).name.as_str())?;
+        let found = match l {
+            0 => &g.value_info[i],
+            1 => &g.output[i],
+            2 => &g.input[i],
+            _ => &graph.added_value_info[i],
+        };
+        let mut vi = found.clone();
+        vi.name = Some(name.to_string());
+        vi.doc_string = None;
+        Some(vi)
+    }
+
+    /// The entry just pushed onto the graph's added value_info, indexed (unless its name was
+    /// declared before: the first declaration stays the one copied).
+    fn added(&mut self, graph: &Graph) {
+        let i = graph.added_value_info.len() - 1;
+        if let (Some(first), Some(n)) = (
+            self.first.as_mut(),
+            graph.added_value_info[i].name.as_deref(),
+        ) {
+            first.entry(n.to_string()).or_insert((3, i));
+        }
+    }
 }
 
 /// The patch against no graph: existing tensors by [`TensorId`] (`%154`), new ones `new0`…
