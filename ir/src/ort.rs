@@ -43,10 +43,17 @@ pub fn initializers_in_arena(ort_version: &str) -> bool {
 /// The ONNX Runtime version that runs `graph`: [`TRAINING_ORT_VERSION`] when it has an op only
 /// ORT's training build has (`ops::training_only`), else [`ORT_VERSION`].
 pub fn runtime_version(graph: &crate::Graph) -> &'static str {
-    let training = graph.nodes().iter().any(|&n| {
-        let node = graph.node(n);
-        crate::ops::training_only(&crate::normalise_domain(&node.domain), &node.op_type)
-    });
+    // The registry entry cached on the node where there is one (no allocation per node).
+    let training = graph
+        .nodes()
+        .iter()
+        .any(|&n| match crate::ops::op_def(graph, n) {
+            Some(d) => d.training_only,
+            None => {
+                let node = graph.node(n);
+                crate::ops::training_only(&crate::normalise_domain(&node.domain), &node.op_type)
+            }
+        });
     if training {
         TRAINING_ORT_VERSION
     } else {

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use crate::problem::{evaluate_in, RematOrder};
 use crate::{evaluate, Evaluation, Method, Plan, Problem, SolveError, Status};
 
 /// Largest problem [`solve_brute_force`] accepts.
@@ -96,7 +97,9 @@ pub(crate) fn greedy_set(problem: &Problem) -> Result<Vec<bool>, Evaluation> {
     let n = cands.len();
     let ceiling = problem.ceiling;
     let mut set = vec![false; n];
-    let mut eval = evaluate(problem, &set);
+    let remat_order = RematOrder::of(problem);
+    let evaluate = |set: &[bool]| evaluate_in(problem, &remat_order, set);
+    let mut eval = evaluate(&set);
     let mut best = eval.clone();
     let mut order: Vec<usize> = (0..n).filter(|&i| cands[i].bytes > 0).collect();
     // Bytes per FLOP, descending; ties by index. Compare b_i/c_i via cross products.
@@ -121,7 +124,7 @@ pub(crate) fn greedy_set(problem: &Problem) -> Result<Vec<bool>, Evaluation> {
                 continue;
             }
             set[i] = true;
-            let next = evaluate(problem, &set);
+            let next = evaluate(&set);
             if next.peak <= eval.peak && next.live[t] < eval.live[t] {
                 eval = next;
                 added = true;
@@ -142,7 +145,7 @@ pub(crate) fn greedy_set(problem: &Problem) -> Result<Vec<bool>, Evaluation> {
     chosen.sort_by(|&a, &b| cands[b].cost.cmp(&cands[a].cost).then(a.cmp(&b)));
     for i in chosen {
         set[i] = false;
-        if !evaluate(problem, &set).fits(ceiling) {
+        if !evaluate(&set).fits(ceiling) {
             set[i] = true;
         }
     }
@@ -166,9 +169,10 @@ pub fn solve_brute_force(problem: &Problem) -> Result<Plan, SolveError> {
     }
     let mut best: Option<(u64, u64, Vec<bool>)> = None;
     let mut lowest: Option<Evaluation> = None;
+    let remat_order = RematOrder::of(problem);
     for mask in 0u32..(1u32 << n) {
         let set: Vec<bool> = (0..n).map(|i| mask >> i & 1 == 1).collect();
-        let e = evaluate(problem, &set);
+        let e = evaluate_in(problem, &remat_order, &set);
         if lowest.as_ref().is_none_or(|l| e.peak < l.peak) {
             lowest = Some(e.clone());
         }

@@ -169,7 +169,32 @@ pub(crate) fn topological_order(cands: &[Candidate]) -> Vec<usize> {
 /// reaches the fixpoint, and live bytes saturate at 0 (run
 /// [`Problem::validate`] to reject such input).
 pub fn evaluate(problem: &Problem, recompute: &[bool]) -> Evaluation {
-    let remat_at = remat_steps(problem, recompute);
+    evaluate_in(problem, &RematOrder::of(problem), recompute)
+}
+
+/// The order [`evaluate`] propagates rematerialisation steps in (dependents before their
+/// dependencies), computed once for a problem whose sets are evaluated many times.
+pub(crate) struct RematOrder(Vec<usize>);
+
+impl RematOrder {
+    pub(crate) fn of(problem: &Problem) -> RematOrder {
+        let cands = &problem.candidates;
+        let n = cands.len();
+        let mut order = topological_order(cands);
+        let mut seen = vec![false; n];
+        for &i in &order {
+            seen[i] = true;
+        }
+        // Candidates on a cycle (invalid input) come last; the fixpoint loop still settles.
+        order.extend((0..n).filter(|&i| !seen[i]));
+        order.reverse();
+        RematOrder(order)
+    }
+}
+
+/// [`evaluate`] with the problem's [`RematOrder`] given.
+pub(crate) fn evaluate_in(problem: &Problem, order: &RematOrder, recompute: &[bool]) -> Evaluation {
+    let remat_at = remat_steps(problem, order, recompute);
     let t_len = problem.steps();
     // delta[t] changes live(t) from t on; transient_at[t] applies at t only.
     let mut delta = vec![0i128; t_len + 1];
@@ -210,7 +235,11 @@ pub fn evaluate(problem: &Problem, recompute: &[bool]) -> Evaluation {
 }
 
 /// `r_i` for every recomputed candidate (the fixpoint in [`evaluate`]).
-pub(crate) fn remat_steps(problem: &Problem, recompute: &[bool]) -> Vec<Option<usize>> {
+pub(crate) fn remat_steps(
+    problem: &Problem,
+    order: &RematOrder,
+    recompute: &[bool],
+) -> Vec<Option<usize>> {
     let cands = &problem.candidates;
     let n = cands.len();
     let in_r = |i: usize| recompute.get(i).copied().unwrap_or(false);
@@ -219,16 +248,9 @@ pub(crate) fn remat_steps(problem: &Problem, recompute: &[bool]) -> Vec<Option<u
         .collect();
     // Dependents before deps: one pass reaches the fixpoint on a DAG; the
     // loop only repeats for cyclic input.
-    let mut order = topological_order(cands);
-    let mut seen = vec![false; n];
-    for &i in &order {
-        seen[i] = true;
-    }
-    order.extend((0..n).filter(|&i| !seen[i]));
-    order.reverse();
     loop {
         let mut changed = false;
-        for &k in &order {
+        for &k in &order.0 {
             let Some(rk) = r[k] else { continue };
             for &d in &cands[k].deps {
                 if d < n {
