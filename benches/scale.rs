@@ -17,6 +17,10 @@
 //! `SCALE_BENCH_CEILINGS=95,90` sets the ceilings (percent of the predicted total);
 //! `SCALE_BENCH_PROBE=1` re-solves the first ILP under other CBC settings (gap, cuts, depth).
 
+/// The CLI's allocator (`src/main.rs`), so that the times are the CLI's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
