@@ -181,7 +181,7 @@ impl Patch {
     pub fn apply_unverified(&self, graph: &mut Graph) -> Result<Applied, PatchError> {
         let label = self.label.clone();
         let mut applied = Applied::default();
-        let mut declared = Declared::new(graph, self.tensors.len() + self.guards.len());
+        let mut declared = Declared::new(self.tensors.len() + self.guards.len());
         for nt in &self.tensors {
             if graph.tensor_id(&nt.name).is_some() {
                 return Err(PatchError::NameTaken {
@@ -461,7 +461,7 @@ struct Declared {
 }
 
 impl Declared {
-    fn new(_graph: &Graph, new_tensors: usize) -> Declared {
+    fn new(new_tensors: usize) -> Declared {
         Declared {
             first: None,
             capacity: new_tensors,
