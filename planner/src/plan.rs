@@ -927,8 +927,9 @@ impl Deadline {
 }
 
 /// Branch-and-bound nodes for the search's extra starts (the ILP at tighter budgets). They
-/// are only starting points, and only a plan proven optimal or within the rounds' 1% gap is used (as in the rounds); at 60% on GPT-2 small the
-/// first of them ran 500 nodes for 26 s, the rest of the time limit, without a plan.
+/// are only starting points, and only a plan proven optimal or within the rounds' 1% gap is
+/// used (as in the rounds); at 60% on GPT-2 small the first of them ran 500 nodes for 26 s,
+/// the rest of the time limit, without a plan.
 const START_NODES: u64 = 50;
 /// Relative gap at which a round of the corrected ILP stops.
 const ROUND_GAP: f64 = 0.01;
