@@ -181,7 +181,7 @@ impl Patch {
     pub fn apply_unverified(&self, graph: &mut Graph) -> Result<Applied, PatchError> {
         let label = self.label.clone();
         let mut applied = Applied::default();
-        let mut declared = Declared::new(self.tensors.len() + self.guards.len());
+        let mut declared = Declared::default();
         for nt in &self.tensors {
             if graph.tensor_id(&nt.name).is_some() {
                 return Err(PatchError::NameTaken {
@@ -454,23 +454,15 @@ fn add_tensor_like(
 /// Where each name's first declaration is, for the new tensors of one patch: the file's
 /// value_info, outputs and inputs (in that order), then the entries added to the graph. Built
 /// on the first lookup; the added entries are indexed as they are pushed.
+#[derive(Default)]
 struct Declared {
     /// Name -> (list, index): 0 value_info, 1 outputs, 2 inputs, 3 the graph's added entries.
     first: Option<std::collections::HashMap<String, (u8, usize)>>,
-    capacity: usize,
 }
 
 impl Declared {
-    fn new(new_tensors: usize) -> Declared {
-        Declared {
-            first: None,
-            capacity: new_tensors,
-        }
-    }
-
     fn index(&mut self, graph: &Graph) -> &mut std::collections::HashMap<String, (u8, usize)> {
         self.first.get_or_insert_with(|| {
-            let mut first = std::collections::HashMap::with_capacity(self.capacity);
             let g = graph.model.graph.as_ref();
             let lists = [
                 g.map(|g| &g.value_info[..]).unwrap_or_default(),
@@ -478,6 +470,8 @@ impl Declared {
                 g.map(|g| &g.input[..]).unwrap_or_default(),
                 &graph.added_value_info[..],
             ];
+            let mut first =
+                std::collections::HashMap::with_capacity(lists.iter().map(|l| l.len()).sum());
             for (l, list) in lists.iter().enumerate() {
                 for (i, vi) in list.iter().enumerate() {
                     if let Some(n) = vi.name.as_deref() {

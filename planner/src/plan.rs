@@ -478,9 +478,9 @@ impl Tried {
     }
 }
 
-/// The candidate search on the other zero-FLOP variants, after the first: the given graph
-/// (when the first was the reordered one), then lowered terms and guards on the reordered
-/// base; a plan that adds nothing ends it. `true`: the given graph already fits.
+/// The candidate search on the other zero-FLOP variants, after the first: lowered terms and
+/// guards on the reordered base, then the given graph (when the first was the reordered one);
+/// a plan that adds nothing ends it. `true`: the given graph already fits.
 fn other_variants(
     before: &Analysis,
     ordered: Option<&Variant>,
@@ -499,13 +499,11 @@ fn other_variants(
     };
     // A variant whose linear model's optimum is far above the plan in hand is not searched.
     let beat = |tried: &Tried| tried.found.as_ref().map(|f| f.counts.added_flops);
-    let mut done = false;
     let base = ordered.map_or(before, |v| &v.analysis);
-    if !done {
-        if let Some(v) = lowered_terms(base, ordered, o)? {
-            done = tried.consider(plan_variant(&v, &budget(tried), beat(tried))?);
-        }
-    }
+    let mut done = match lowered_terms(base, ordered, o)? {
+        Some(v) => tried.consider(plan_variant(&v, &budget(tried), beat(tried))?),
+        None => false,
+    };
     if !done {
         if let Some(g) = guarded {
             done = tried.consider(plan_variant(g, &budget(tried), beat(tried))?);
