@@ -72,7 +72,7 @@ const BENCHES: &[Bench] = &[
     },
     Bench {
         stem: "gpt2_132l",
-        what: "GPT-2, 132 layers (~20k nodes), 12 heads, 768 embd, vocab 50257, ctx 256, batch 1",
+        what: "GPT-2, 132 layers (20.4k nodes), 12 heads, 384 embd, vocab 50257, ctx 256, batch 1",
         make: "bash scripts/bench/make_gpt2.sh 132",
         target: Duration::from_secs(60),
         versus: None,
@@ -253,6 +253,7 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
         reserve_pct: 0.0,
         time_limit: Duration::from_secs_f64(time_limit),
         refusal_probes: 0,
+        search_steps: ckpt_planner::PASS_STEPS,
     };
     let mut out = Vec::new();
     for &pct in pcts {

@@ -41,6 +41,7 @@ fn main() -> Result<()> {
             reserve_pct: 0.0,
             time_limit: Duration::from_secs(120),
             refusal_probes: 0,
+            search_steps: ckpt_planner::PASS_STEPS,
         };
         let t = Instant::now();
         let before = analyse(graph.clone(), &options)?;

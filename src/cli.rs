@@ -240,6 +240,11 @@ pub struct OptimizeArgs {
         allow_hyphen_values = true
     )]
     pub time_limit: f64,
+    /// Schedule steps the searches may simulate in all (each trial simulates the graph's
+    /// schedule once): a count, so a plan or a refusal is the same on any machine. A refusal
+    /// says when it ran out; a larger budget may then find a plan.
+    #[arg(long = "search-steps", default_value_t = ckpt_planner::PASS_STEPS, value_parser = search_steps)]
+    pub search_steps: usize,
     /// Validate the rewritten graph against the original on ONNX Runtime.
     #[arg(long)]
     pub validate: bool,
@@ -519,6 +524,13 @@ fn time_limit(s: &str) -> Result<f64, String> {
         ));
     }
     Ok(v)
+}
+
+fn search_steps(s: &str) -> Result<usize, String> {
+    s.trim()
+        .replace('_', "")
+        .parse()
+        .map_err(|_| format!("`{s}`: the search budget is a whole number of schedule steps"))
 }
 
 fn runs(s: &str) -> Result<usize, String> {

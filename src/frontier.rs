@@ -257,6 +257,7 @@ pub fn plan_at_costed(
         reserve_pct: 0.0,
         time_limit,
         refusal_probes: 0,
+        search_steps: ckpt_planner::PASS_STEPS,
     };
     let outcome = match costs {
         Some(c) => plan_costed(&job, before, t0, default_threads(), Some(c))?,

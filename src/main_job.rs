@@ -625,6 +625,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         reserve_pct: args.reserve,
         time_limit: Duration::from_secs_f64(args.time_limit),
         refusal_probes: 3,
+        search_steps: args.search_steps,
     };
     let costs = match args.cost.as_str() {
         "profile" => Some(profile_costs(&before, &bindings, &args.run, &profile)?),

@@ -263,6 +263,7 @@ pub fn exercise(bytes: &[u8], depth: Depth, plan_time_limit: Duration) -> Reache
         reserve_pct: 0.0,
         time_limit: plan_time_limit,
         refusal_probes: 0,
+        search_steps: ckpt_planner::PASS_STEPS,
     };
     let ceiling = job.ceiling;
     // The analysis made above is the job's: plan from it rather than analyse again.

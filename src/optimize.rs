@@ -41,6 +41,9 @@ pub struct Job {
     /// On a refusal, ceilings between the ceiling and the lowest total found planned to lower
     /// that total ([`ckpt_planner::PlanOptions::refusal_probes`]; the main job's 3, else 0).
     pub refusal_probes: usize,
+    /// Schedule steps the plan's searches may simulate in all
+    /// ([`ckpt_planner::PlanOptions::pass_steps`]; `--search-steps`).
+    pub search_steps: usize,
 }
 
 impl Job {
@@ -71,6 +74,7 @@ impl Job {
             progress: Some(progress),
             refusal_probes: self.refusal_probes,
             max_trials: ckpt_planner::MAX_TRIALS,
+            pass_steps: self.search_steps,
         }
     }
 }
@@ -236,7 +240,7 @@ pub fn diagnosis(d: &ckpt_planner::Diagnosis, ledger: &Ledger, job: &Job) -> Dia
         ckpt_planner::DiagnosisKind::NoPlanFound => (
             DiagnosisKind::NoPlanFound,
             format!(
-                "no recompute plan fits: the lowest device total found under the deployment profile (recomputing every candidate, the search's best, or a plan found at a ceiling in between) is {} ({} fixed + {} arena), above the ceiling of {}; dominant ledger line: {}{}",
+                "no recompute plan fits: the lowest device total found under the deployment profile (recomputing every candidate, the search's best, or a plan found at a ceiling in between) is {} ({} fixed + {} arena), above the ceiling of {}; dominant ledger line: {}{}{}",
                 human(d.lowest_reachable_total_bytes),
                 human(d.fixed_bytes),
                 human(d.lowest_reachable_total_bytes.saturating_sub(d.fixed_bytes)),
@@ -244,6 +248,11 @@ pub fn diagnosis(d: &ckpt_planner::Diagnosis, ledger: &Ledger, job: &Job) -> Dia
                 d.dominant_ledger_line,
                 if d.timed_out {
                     format!(" (the search stopped at the time limit of {} s; a longer --time-limit may find a plan)", job.time_limit.as_secs_f64())
+                } else {
+                    String::new()
+                },
+                if d.steps_spent {
+                    format!(" (the searches spent their budget of {} schedule steps; a larger --search-steps may find a plan)", job.search_steps)
                 } else {
                     String::new()
                 }
@@ -257,6 +266,7 @@ pub fn diagnosis(d: &ckpt_planner::Diagnosis, ledger: &Ledger, job: &Job) -> Dia
         lowest_reachable_total_bytes: d.lowest_reachable_total_bytes,
         dominant_ledger_line: d.dominant_ledger_line.clone(),
         timed_out: d.timed_out,
+        steps_spent: d.steps_spent,
         message,
     }
 }

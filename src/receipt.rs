@@ -43,6 +43,8 @@ pub struct Diagnosis {
     pub dominant_ledger_line: String,
     /// The search stopped at `--time-limit` (a longer one may find a plan).
     pub timed_out: bool,
+    /// The searches spent `--search-steps` (a larger budget may find a plan).
+    pub steps_spent: bool,
     /// The same in one sentence.
     pub message: String,
 }

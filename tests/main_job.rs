@@ -153,12 +153,53 @@ fn impossible_ceiling_exits_2_with_diagnosis() {
     assert!(lowest <= 16_756_736, "{lowest}");
 }
 
+/// `--search-steps`: a refusal whose searches spent the budget says so, in the receipt's
+/// diagnosis too, and names the flag (a refusal the budget did not stop does not:
+/// `planner/tests/graph.rs`).
+#[test]
+fn a_spent_search_budget_is_named_in_the_refusal() {
+    let o = run(&[
+        &example(),
+        "--ceiling",
+        "15MiB",
+        "--search-steps",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("spent their budget of 0 schedule steps; a larger --search-steps"),
+        "{}",
+        stderr(&o)
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["status"], "ceiling_cannot_be_met");
+    assert_eq!(v["diagnosis"]["steps_spent"], true, "{v}");
+    let o = run(&[&example(), "--ceiling", "1MiB"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("--search-steps"), "{}", stderr(&o));
+}
+
 #[test]
 fn bad_flags_exit_1() {
     for args in [
         vec![example(), "--ceiling".into(), "12 parsecs".into()],
         vec![example()],
         vec!["--ceiling".into(), "1GiB".into()],
+        vec![
+            example(),
+            "--ceiling".into(),
+            "90%".into(),
+            "--search-steps".into(),
+            "lots".into(),
+        ],
+        vec![
+            example(),
+            "--ceiling".into(),
+            "90%".into(),
+            "--search-steps".into(),
+            "-1".into(),
+        ],
     ] {
         let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
         let o = run(&a);

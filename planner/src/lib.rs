@@ -64,5 +64,6 @@ pub use oracle::{patch_flops, plan_from_set, Oracle, RunTrace, Simulator, TableO
 pub use plan::{
     default_threads, plan, search, variant_trials, Costs, Diagnosis, DiagnosisKind, Found,
     IlpReport, IlpRound, Outcome, PlanOptions, Progress, RewriteCounts, Rewritten, SearchInput,
-    SearchOptions, Searched, MAX_TRIALS, OUTCLASSED_FACTOR, VARIANT_STEPS, VARIANT_TRIALS,
+    SearchOptions, Searched, MAX_TRIALS, OUTCLASSED_FACTOR, PASS_STEPS, VARIANT_STEPS,
+    VARIANT_TRIALS,
 };

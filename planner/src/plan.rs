@@ -3,6 +3,7 @@
 //! FLOPs this planner finds. The search itself ([`search`]) knows the graph only through an
 //! [`Oracle`].
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -82,6 +83,11 @@ pub struct PlanOptions {
     /// Simulations one search may run ([`MAX_TRIALS`] by default; a variant planned after a
     /// plan is in hand gets [`variant_trials`]).
     pub max_trials: usize,
+    /// Schedule steps the candidate searches of one [`plan`] call (its variants and its
+    /// refusal probes together) may simulate, trials times the graph's steps ([`PASS_STEPS`]
+    /// by default): each search gets at most the trials the steps left pay for. A count, so
+    /// that a refusal ends at the same place on any machine, not at the time limit.
+    pub pass_steps: usize,
 }
 
 impl PlanOptions {
@@ -99,6 +105,7 @@ impl PlanOptions {
             progress: None,
             refusal_probes: 0,
             max_trials: MAX_TRIALS,
+            pass_steps: PASS_STEPS,
         }
     }
 
@@ -163,6 +170,9 @@ pub struct Diagnosis {
     pub dominant_ledger_line: String,
     /// The time limit stopped the search (a longer one may find a plan).
     pub timed_out: bool,
+    /// The steps the pass's searches may simulate ([`PlanOptions::pass_steps`]) ran out and
+    /// stopped a search (a larger budget may find a plan).
+    pub steps_spent: bool,
 }
 
 /// What a rewrite adds to the graph.
@@ -280,7 +290,21 @@ pub struct Rewritten {
 /// Measured costs belong to the given graph's nodes, so with `o.costs` there are no variants.
 /// A refusal is probed `o.refusal_probes` times ([`PlanOptions::refusal_probes`]).
 pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
-    let outcome = plan_once(before, o)?;
+    let pool = Pool::new(o.pass_steps);
+    let outcome = probed(before, o, &pool);
+    if o.debug {
+        eprintln!(
+            "plan: the searches simulated {} of {} schedule steps",
+            o.pass_steps - pool.left.get(),
+            o.pass_steps
+        );
+    }
+    outcome
+}
+
+/// [`plan`] with the steps its searches may simulate.
+fn probed(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome, PlanError> {
+    let outcome = plan_once(before, o, pool)?;
     let Outcome::CannotFit(mut d) = outcome else {
         return Ok(outcome);
     };
@@ -301,12 +325,13 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
             refusal_probes: 0,
             ..o.clone()
         };
-        match plan_once(before, &probe)? {
+        match plan_once(before, &probe, pool)? {
             Outcome::Rewritten(r) => hi = hi.min(r.after.ledger.total_bytes),
             Outcome::CannotFit(p) => {
                 lo = mid;
                 hi = hi.min(p.lowest_reachable_total_bytes);
                 d.timed_out |= p.timed_out;
+                d.steps_spent |= p.steps_spent;
             }
             Outcome::AlreadyFits => hi = hi.min(before.ledger.total_bytes),
         }
@@ -315,10 +340,36 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
     Ok(Outcome::CannotFit(d))
 }
 
+/// The schedule steps the searches of one [`plan`] call may still simulate
+/// ([`PlanOptions::pass_steps`]). The searches run one after another and each counts its
+/// trials, so what is left before each is the same on any machine.
+struct Pool {
+    left: Cell<usize>,
+}
+
+impl Pool {
+    fn new(steps: usize) -> Pool {
+        Pool {
+            left: Cell::new(steps),
+        }
+    }
+
+    /// The trials the steps left pay for on a graph of `steps` schedule steps.
+    fn trials(&self, steps: usize) -> usize {
+        self.left.get() / steps.max(1)
+    }
+
+    /// `trials` simulations of a graph of `steps` steps were run.
+    fn spend(&self, trials: usize, steps: usize) {
+        let spent = trials.saturating_mul(steps.max(1));
+        self.left.set(self.left.get().saturating_sub(spent));
+    }
+}
+
 /// [`plan`] without the refusal probes.
-fn plan_once(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
+fn plan_once(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome, PlanError> {
     if o.costs.is_some() || before.ledger.total_bytes <= o.effective_ceiling() {
-        return plan_graph(before, o, None);
+        return plan_graph(before, o, None, pool);
     }
     // The leaves in the order their inputs become ready, when that lowers the total, is
     // planned first (it is the easier graph) and is the base every other variant builds on.
@@ -361,8 +412,8 @@ fn plan_once(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
         o
     };
     let first = match ordered.as_ref() {
-        Some(v) => plan_variant(v, first_o, None)?,
-        None => match plan_graph(before, first_o, None)? {
+        Some(v) => plan_variant(v, first_o, None, pool)?,
+        None => match plan_graph(before, first_o, None, pool)? {
             Outcome::AlreadyFits => return Ok(Outcome::AlreadyFits),
             Outcome::Rewritten(r) => Ok(r),
             Outcome::CannotFit(d) => Err(d),
@@ -402,7 +453,14 @@ fn plan_once(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
         .found
         .as_ref()
         .is_none_or(|f| f.counts.added_flops > negligible)
-        && other_variants(before, ordered.as_ref(), guarded.as_ref(), o, &mut tried)?
+        && other_variants(
+            before,
+            ordered.as_ref(),
+            guarded.as_ref(),
+            o,
+            &mut tried,
+            pool,
+        )?
     {
         return Ok(Outcome::AlreadyFits);
     }
@@ -434,6 +492,8 @@ struct Tried {
     /// The clock stopped some variant's search: what is kept may not be what a faster
     /// machine keeps (a stopped variant might have found a cheaper plan).
     clock_hit: bool,
+    /// The pass's steps ran out in some variant's search.
+    steps_spent: bool,
 }
 
 impl Tried {
@@ -443,6 +503,7 @@ impl Tried {
             Ok(r) => r.time_limit_hit,
             Err(d) => d.timed_out,
         };
+        self.steps_spent |= planned.as_ref().is_err_and(|d| d.steps_spent);
         match planned {
             Ok(r) => {
                 let free = r.counts.added_flops == 0;
@@ -473,6 +534,7 @@ impl Tried {
         }
         if let Some(d) = self.refused.as_mut() {
             d.timed_out |= self.clock_hit;
+            d.steps_spent |= self.steps_spent;
         }
         (self.found, self.refused)
     }
@@ -487,6 +549,7 @@ fn other_variants(
     guarded: Option<&Variant>,
     o: &PlanOptions,
     tried: &mut Tried,
+    pool: &Pool,
 ) -> Result<bool, PlanError> {
     // Once a plan is in hand, a variant's search gets [`variant_trials`] simulations.
     let budget = |tried: &Tried| PlanOptions {
@@ -501,25 +564,27 @@ fn other_variants(
     let beat = |tried: &Tried| tried.found.as_ref().map(|f| f.counts.added_flops);
     let base = ordered.map_or(before, |v| &v.analysis);
     let mut done = match lowered_terms(base, ordered, o)? {
-        Some(v) => tried.consider(plan_variant(&v, &budget(tried), beat(tried))?),
+        Some(v) => tried.consider(plan_variant(&v, &budget(tried), beat(tried), pool)?),
         None => false,
     };
     if !done {
         if let Some(g) = guarded {
-            done = tried.consider(plan_variant(g, &budget(tried), beat(tried))?);
+            done = tried.consider(plan_variant(g, &budget(tried), beat(tried), pool)?);
             if !done {
                 if let Some(v) = lowered_terms(&g.analysis, Some(g), o)? {
-                    done = tried.consider(plan_variant(&v, &budget(tried), beat(tried))?);
+                    done = tried.consider(plan_variant(&v, &budget(tried), beat(tried), pool)?);
                 }
             }
         }
     }
     if !done && ordered.is_some() {
-        tried.consider(match plan_graph(before, &budget(tried), beat(tried))? {
-            Outcome::AlreadyFits => return Ok(true),
-            Outcome::Rewritten(r) => Ok(r),
-            Outcome::CannotFit(d) => Err(d),
-        });
+        tried.consider(
+            match plan_graph(before, &budget(tried), beat(tried), pool)? {
+                Outcome::AlreadyFits => return Ok(true),
+                Outcome::Rewritten(r) => Ok(r),
+                Outcome::CannotFit(d) => Err(d),
+            },
+        );
     }
     Ok(false)
 }
@@ -558,8 +623,9 @@ fn plan_variant(
     v: &Variant,
     o: &PlanOptions,
     beat: Option<u64>,
+    pool: &Pool,
 ) -> Result<Result<Box<Rewritten>, Diagnosis>, PlanError> {
-    let mut r = match plan_graph(&v.analysis, o, beat)? {
+    let mut r = match plan_graph(&v.analysis, o, beat, pool)? {
         Outcome::CannotFit(d) => return Ok(Err(d)),
         Outcome::AlreadyFits => return Ok(Ok(as_is(v, o)?)),
         Outcome::Rewritten(r) => r,
@@ -697,8 +763,14 @@ fn chained(on: Option<&Variant>, patch: &ckpt_ir::Patch) -> String {
 
 /// One planning pass over the graph `before` holds. `beat`: the added FLOPs of a plan in
 /// hand ([`SearchOptions::beat`]); an outclassed search is a refusal whose lowest reachable
-/// total is the graph's own (nothing was simulated).
-fn plan_graph(before: &Analysis, o: &PlanOptions, beat: Option<u64>) -> Result<Outcome, PlanError> {
+/// total is the graph's own (nothing was simulated). The search gets at most the trials
+/// `pool` pays for, and spends them there.
+fn plan_graph(
+    before: &Analysis,
+    o: &PlanOptions,
+    beat: Option<u64>,
+    pool: &Pool,
+) -> Result<Outcome, PlanError> {
     let effective = o.effective_ceiling();
     if before.ledger.total_bytes <= effective {
         return Ok(Outcome::AlreadyFits);
@@ -712,6 +784,7 @@ fn plan_graph(before: &Analysis, o: &PlanOptions, beat: Option<u64>) -> Result<O
             lowest_reachable_total_bytes: fixed,
             dominant_ledger_line: before.ledger.dominant().to_string(),
             timed_out: false,
+            steps_spent: false,
         }));
     }
     let mut cands = candidates(
@@ -749,11 +822,23 @@ fn plan_graph(before: &Analysis, o: &PlanOptions, beat: Option<u64>) -> Result<O
         baseline_total: before.ledger.total_bytes,
         step_cost,
     };
+    let steps = before.sim.schedule.len();
     let so = SearchOptions {
         beat,
+        max_trials: o.max_trials.min(pool.trials(steps)),
         ..o.search_options()
     };
-    match search(&oracle, &input, &so)? {
+    let pooled = so.max_trials < o.max_trials;
+    let searched = search(&oracle, &input, &so)?;
+    pool.spend(
+        match &searched {
+            Searched::Fits(f) => f.trials,
+            Searched::Stuck { trials, .. } => *trials,
+            Searched::Outclassed { .. } => 0,
+        },
+        steps,
+    );
+    match searched {
         Searched::Fits(f) => {
             let (after, patch_text, counts) = f.realised;
             Ok(Outcome::Rewritten(Box::new(Rewritten {
@@ -774,6 +859,8 @@ fn plan_graph(before: &Analysis, o: &PlanOptions, beat: Option<u64>) -> Result<O
         Searched::Stuck {
             lowest_reachable_total_bytes,
             timed_out,
+            budget_hit,
+            ..
         } => Ok(Outcome::CannotFit(Diagnosis {
             kind: DiagnosisKind::NoPlanFound,
             effective_ceiling_bytes: effective,
@@ -781,6 +868,7 @@ fn plan_graph(before: &Analysis, o: &PlanOptions, beat: Option<u64>) -> Result<O
             lowest_reachable_total_bytes,
             dominant_ledger_line: before.ledger.dominant().to_string(),
             timed_out,
+            steps_spent: budget_hit && pooled,
         })),
         Searched::Outclassed { .. } => Ok(Outcome::CannotFit(Diagnosis {
             kind: DiagnosisKind::NoPlanFound,
@@ -789,6 +877,7 @@ fn plan_graph(before: &Analysis, o: &PlanOptions, beat: Option<u64>) -> Result<O
             lowest_reachable_total_bytes: before.ledger.total_bytes,
             dominant_ledger_line: before.ledger.dominant().to_string(),
             timed_out: false,
+            steps_spent: false,
         })),
     }
 }
@@ -849,6 +938,8 @@ pub struct Found<R> {
     pub realised: R,
     /// Oracle runs: ILP rounds plus search trials.
     pub attempts: usize,
+    /// The climbs' and the cut's simulations, counted against [`SearchOptions::max_trials`].
+    pub trials: usize,
     pub ilp: IlpReport,
     pub time_limit_hit: bool,
 }
@@ -861,6 +952,10 @@ pub enum Searched<R> {
     Stuck {
         lowest_reachable_total_bytes: u64,
         timed_out: bool,
+        /// The climbs' simulations, counted against [`SearchOptions::max_trials`].
+        trials: usize,
+        /// [`SearchOptions::max_trials`] stopped a climb (a larger budget may find a plan).
+        budget_hit: bool,
     },
     /// [`SearchOptions::beat`]: the linear model (the ILP's first round) has no plan costing
     /// at most `cutoff`, [`OUTCLASSED_FACTOR`] times the plan in hand (CBC proved it, or its
@@ -969,6 +1064,10 @@ pub const VARIANT_TRIALS: usize = 600;
 /// schedule, so on GPT-2 at 48 layers (7,300 steps) 600 trials took the variant that found
 /// nothing better 18 s, where GPT-2 small's winning variant took 299 trials of 2,000 steps.
 pub const VARIANT_STEPS: usize = 1_500_000;
+
+/// Schedule steps the candidate searches of one [`plan`] call may simulate in all
+/// ([`PlanOptions::pass_steps`]).
+pub const PASS_STEPS: usize = 8_000_000;
 
 /// The simulations a zero-FLOP variant of a graph of `steps` steps gets once a plan is in
 /// hand: [`VARIANT_TRIALS`], or fewer on a large graph, so that it simulates at most
@@ -1141,6 +1240,7 @@ pub fn search<O: Oracle>(
                     plan,
                     realised,
                     attempts,
+                    trials: 0,
                     ilp: IlpReport { rounds, used: true },
                     time_limit_hit: clock.hit(),
                 })));
@@ -1270,6 +1370,7 @@ pub fn search<O: Oracle>(
         } else {
             so.max_trials
         },
+        budget_hit: AtomicBool::new(false),
     };
     let started = Instant::now();
     let mut trials = 0usize;
@@ -1343,11 +1444,12 @@ pub fn search<O: Oracle>(
         (found, current)
     };
     attempts += trials;
-    let tight_found = |(plan, realised): (Plan, O::Realised), attempts, ilp: &IlpReport| {
+    let tight_found = |(plan, realised): (Plan, O::Realised), attempts, trials, ilp: &IlpReport| {
         Ok(Searched::Fits(Box::new(Found {
             plan,
             realised,
             attempts,
+            trials,
             ilp: IlpReport {
                 used: true,
                 ..ilp.clone()
@@ -1360,6 +1462,8 @@ pub fn search<O: Oracle>(
         return Ok(Searched::Stuck {
             lowest_reachable_total_bytes: lowest_reachable(oracle, input, Some(current)),
             timed_out: clock.hit(),
+            trials,
+            budget_hit: climber.budget_hit.load(Ordering::Relaxed),
         });
     };
     if debug {
@@ -1441,7 +1545,7 @@ pub fn search<O: Oracle>(
     }
     if let Some(t) = tight_fit.filter(|(p, _)| p.cost < plan.cost || p.recompute == plan.recompute)
     {
-        return tight_found(t, attempts, &ilp);
+        return tight_found(t, attempts, trials, &ilp);
     }
     let (_, realised) = oracle.realise(&plan)?;
     plan.info.wall = started.elapsed();
@@ -1449,6 +1553,7 @@ pub fn search<O: Oracle>(
         plan,
         realised,
         attempts,
+        trials,
         ilp,
         time_limit_hit: clock.hit(),
     })))
@@ -1478,6 +1583,8 @@ struct Climber<'a, O> {
     threads: usize,
     progress: Option<fn(Progress)>,
     max_trials: usize,
+    /// `max_trials` stopped a climb (a move it could not pay for was not started).
+    budget_hit: AtomicBool,
 }
 
 /// How a climb ended.
@@ -1500,7 +1607,11 @@ impl<O: Oracle> Climber<'_, O> {
         let mut incumbent: Option<Plan> = None; // the cheapest fitting plan seen
         let mut moves_after_fit = 0usize;
         for _ in 0..max_moves {
-            if *trials >= self.max_trials || self.clock.passed() {
+            if *trials >= self.max_trials {
+                self.budget_hit.store(true, Ordering::Relaxed);
+                break;
+            }
+            if self.clock.passed() {
                 break;
             }
             if let Some(f) = self.progress {
@@ -1529,6 +1640,7 @@ impl<O: Oracle> Climber<'_, O> {
             // A move is simulated whole or not at all: one the trial budget cannot hold is
             // not started.
             if *trials + flips.len() > self.max_trials {
+                self.budget_hit.store(true, Ordering::Relaxed);
                 break;
             }
             let current_cost = plan_from_set(self.prob, set.clone()).cost;
@@ -1801,6 +1913,7 @@ mod tried_tests {
             lowest_reachable_total_bytes: lowest,
             dominant_ledger_line: String::new(),
             timed_out,
+            steps_spent: false,
         }
     }
 

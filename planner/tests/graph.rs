@@ -173,3 +173,42 @@ fn the_simulator_fits_exactly_when_its_total_is_within_the_ceiling() {
     }
     assert_eq!(checked, 40, "{checked} answers checked");
 }
+
+/// The steps a pass's searches may simulate ([`PlanOptions::pass_steps`]) end a refusal by a
+/// count: with none, the climbs do not run and the refusal says the budget stopped them; with
+/// a hundred trials' worth, the refusal is the same on one thread and two, and when repeated;
+/// with the default budget, this refusal is not the budget's.
+#[test]
+fn the_search_budget_ends_a_refusal_by_a_count_and_says_so() {
+    let g = ckpt_ir::import_file(&fixture("gpt2_d0_aot.onnx")).unwrap();
+    let before = analyse(g, &AnalyseOptions::default()).unwrap();
+    let ceiling = before.ledger.total_bytes * 40 / 100;
+    let refused = |pass_steps: usize, threads: usize| {
+        let o = PlanOptions {
+            pass_steps,
+            threads,
+            ..options(ceiling)
+        };
+        match plan(&before, &o).unwrap() {
+            Outcome::CannotFit(d) => d,
+            _ => panic!("a plan at 40% with a budget of {pass_steps} steps"),
+        }
+    };
+    let full = refused(ckpt_planner::PASS_STEPS, 1);
+    assert_eq!(full.kind, DiagnosisKind::NoPlanFound);
+    assert!(!full.steps_spent, "the default budget stopped this refusal");
+    assert!(!full.timed_out);
+    let none = refused(0, 1);
+    assert_eq!(none.kind, DiagnosisKind::NoPlanFound);
+    assert!(
+        none.steps_spent,
+        "a budget of no steps was not reported spent"
+    );
+    let hundred = before.sim.schedule.len() * 100;
+    let one = refused(hundred, 1);
+    assert!(one.steps_spent, "a hundred trials' worth was not spent");
+    assert_eq!(one, refused(hundred, 2), "1 and 2 threads differ");
+    assert_eq!(one, refused(hundred, 2), "a repeated run differs");
+    // More steps reach no higher total than fewer on the same climbs.
+    assert!(full.lowest_reachable_total_bytes <= one.lowest_reachable_total_bytes);
+}
