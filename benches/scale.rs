@@ -388,27 +388,52 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
         let (outcome, t_plan) = timed(|| plan(&job_at(ceiling), graph.clone()));
         let whole = t_import + t_plan;
         let met = if whole < b.target { "MET" } else { "NOT met" };
-        let desc = match outcome? {
+        let step: u64 = ckpt_opt::optimize::step_flops(&a, &bind);
+        let outcome = outcome?;
+        // What the plan's run holds at its in-use peak, by ledger line.
+        let held = match &outcome {
+            Outcome::Rewritten(r) => {
+                let h = ckpt_passes::ledger::held(
+                    &r.after.graph,
+                    &r.after.class,
+                    &r.after.sim,
+                    &r.after.ledger,
+                );
+                let lines: Vec<String> = h
+                    .lines
+                    .iter()
+                    .filter(|l| l.1 > 0)
+                    .map(|(line, bytes)| format!("{line} {}", human(*bytes)))
+                    .collect();
+                Some(format!("step {}: {}", h.step, lines.join(", ")))
+            }
+            _ => None,
+        };
+        let desc = match outcome {
             Outcome::AlreadyFits { before } => format!("already fits ({})", human(before.ledger.total_bytes)),
             Outcome::CannotFit { before, diagnosis } => {
                 format!("cannot fit: before {}, lowest reachable {}", human(before.ledger.total_bytes), human(diagnosis.lowest_reachable_total_bytes))
             }
             Outcome::Rewritten(r) => format!(
-                "rewritten: {} solver {:.3} s, {} attempts, {} of {} recomputed, +{} FLOPs; predicted {} -> {}",
+                "rewritten: {} solver {:.3} s, {} attempts, {} of {} recomputed, +{} FLOPs ({:.3}% of a step){}; predicted {} -> {}",
                 r.method_label(),
                 r.plan.info.wall.as_secs_f64(),
                 r.solve_attempts,
                 r.plan.recompute.iter().filter(|&&x| x).count(),
                 r.plan.recompute.len(),
                 r.counts.added_flops,
+                100.0 * r.counts.added_flops as f64 / step.max(1) as f64,
+                if r.time_limit_hit { ", time limit hit" } else { "" },
                 human(r.before.ledger.total_bytes),
                 human(r.after.ledger.total_bytes)
             ),
         };
         println!("    plan (whole)          {}  {desc}", secs(t_plan));
+        if let Some(h) = held {
+            println!("    held at its peak      {h}");
+        }
         // Baselines on the same candidates, each rewritten and simulated (the same truth the
         // plan is held to): which fit the ceiling, and at what added FLOPs.
-        let step: u64 = ckpt_opt::optimize::step_flops(&a, &bind);
         let fixed_set = |set: Vec<bool>| {
             Ok(ckpt_solver::Plan::for_set(
                 &prob,

@@ -383,6 +383,10 @@ pub struct Frontier {
     pub step_kernel_ms: Option<f64>,
     pub no_recompute_bytes: u64,
     pub floor_bytes: u64,
+    /// What the floor's plan holds at its in-use peak, by ledger line, with what the caller
+    /// feeds and the profile's arena beyond that peak (`ckpt_passes::ledger::held`): the
+    /// lines sum to the floor's total.
+    pub floor_held: FloorHeld,
     /// Points in descending ceiling order.
     pub points: Vec<Point>,
     pub baselines: Vec<BaselineRow>,
@@ -391,6 +395,71 @@ pub struct Frontier {
     /// The no-recompute graph's measured p50 step time (with validation).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base_p50_ms: Option<f64>,
+}
+
+/// What the floor's plan holds at its in-use peak ([`Frontier::floor_held`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct FloorHeld {
+    /// The plan that reaches the floor: `no recompute`, a baseline's name, or the planner's
+    /// method.
+    pub method: String,
+    /// The step of its run where the arena's in-use bytes peak, and the node run there.
+    pub peak_step: usize,
+    pub peak_node: String,
+    pub lines: Vec<HeldLine>,
+    /// The largest values in the arena at that step, largest first.
+    pub largest: Vec<HeldValue>,
+}
+
+/// One value of [`FloorHeld::largest`].
+#[derive(Clone, Debug, Serialize)]
+pub struct HeldValue {
+    pub line: String,
+    pub tensor: String,
+    pub bytes: u64,
+}
+
+/// One ledger line of [`FloorHeld`].
+#[derive(Clone, Debug, Serialize)]
+pub struct HeldLine {
+    pub line: String,
+    pub bytes: u64,
+}
+
+impl FloorHeld {
+    /// The floor of `pool`: its plan of the lowest total (the first on a tie).
+    fn of(pool: &[KnownPlan]) -> Option<FloorHeld> {
+        let p = pool.iter().min_by_key(|p| p.total_bytes)?;
+        let a = &p.analysis;
+        let held = ckpt_passes::ledger::held(&a.graph, &a.class, &a.sim, &a.ledger);
+        Some(FloorHeld {
+            method: p.method.clone(),
+            peak_step: held.step,
+            peak_node: a
+                .sim
+                .schedule
+                .order
+                .get(held.step)
+                .map_or_else(String::new, |&n| a.graph.node(n).name.clone()),
+            lines: held
+                .lines
+                .into_iter()
+                .map(|(line, bytes)| HeldLine {
+                    line: line.into(),
+                    bytes,
+                })
+                .collect(),
+            largest: held
+                .largest
+                .into_iter()
+                .map(|(line, tensor, bytes)| HeldValue {
+                    line: line.into(),
+                    tensor,
+                    bytes,
+                })
+                .collect(),
+        })
+    }
 }
 
 /// The sweep, before any measurement: the frontier and the pool its points index.
@@ -514,6 +583,8 @@ pub fn sweep(
         }
     }
     let floor = pool.iter().map(|p| p.total_bytes).fold(floor, u64::min);
+    // The pool always holds no recompute's plan, so it has a floor plan.
+    let floor_held = FloorHeld::of(&pool).context("no plan in the frontier's pool")?;
     if let Ceilings::Points(_) = ceilings {
         end_at_floor(&mut list, floor);
     }
@@ -570,6 +641,7 @@ pub fn sweep(
         step_kernel_ms: step_ns.map(|s| s as f64 / 1e6),
         no_recompute_bytes: base_total,
         floor_bytes: floor,
+        floor_held,
         points,
         baselines,
         validated: false,
@@ -655,6 +727,29 @@ pub fn markdown(f: &Frontier) -> String {
             ms(b.p50_ms),
             added(b.added_ms, b.added_ms_percent)
         ));
+    }
+    let h = &f.floor_held;
+    s.push_str(&format!(
+        "\n## What the floor holds\n\nThe floor's plan ({}) at its in-use peak, step {} (`{}`), with what the caller feeds and the arena the profile needs beyond that peak:\n\n| line | bytes |\n|---|---:|\n",
+        h.method, h.peak_step, h.peak_node
+    ));
+    for l in h.lines.iter().filter(|l| l.bytes > 0) {
+        s.push_str(&format!("| {} | {} |\n", l.line, human(l.bytes)));
+    }
+    s.push_str(&format!(
+        "| total | {} |\n",
+        human(h.lines.iter().map(|l| l.bytes).sum())
+    ));
+    if !h.largest.is_empty() {
+        s.push_str("\nThe largest values in the arena there:\n\n| tensor | line | bytes |\n|---|---|---:|\n");
+        for v in &h.largest {
+            s.push_str(&format!(
+                "| `{}` | {} | {} |\n",
+                v.tensor,
+                v.line,
+                human(v.bytes)
+            ));
+        }
     }
     s.push_str("\nEach ceiling takes the cheapest plan known to fit it (a plan found for a lower ceiling fits every higher one), so added cost never rises with the ceiling. Not covered: other deployment profiles, other shapes, and ORT optimization levels above `disable`.\n");
     s

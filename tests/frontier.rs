@@ -130,6 +130,43 @@ fn frontier_is_monotone_with_baselines_floor_and_a_plot() {
         md.contains("| ceiling |") && md.contains("Not measured"),
         "{md}"
     );
+    // What the floor holds: its lines sum to the floor to the byte; the parameters are the
+    // ledger's, and at a backward peak the arena holds gradients and saved activations.
+    let h = &f["floor_held"];
+    let lines = h["lines"].as_array().unwrap();
+    let line = |name: &str| {
+        lines
+            .iter()
+            .find(|l| l["line"] == name)
+            .unwrap_or_else(|| panic!("no line {name}: {h}"))["bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    let sum: u64 = lines.iter().map(|l| l["bytes"].as_u64().unwrap()).sum();
+    assert_eq!(sum, floor, "{h}");
+    assert!(line("parameters") > 0 && line("gradients") > 0, "{h}");
+    assert!(
+        line("saved activations") + line("recomputed activations") > 0,
+        "{h}"
+    );
+    assert_eq!(line("optimizer state"), 0, "{h}");
+    assert!(!h["peak_node"].as_str().unwrap().is_empty(), "{h}");
+    // The largest values named there are in the lines they name, largest first.
+    let largest = h["largest"].as_array().unwrap();
+    assert!(!largest.is_empty() && largest.len() <= 8, "{h}");
+    for w in largest.windows(2) {
+        assert!(w[0]["bytes"].as_u64() >= w[1]["bytes"].as_u64(), "{h}");
+    }
+    for v in largest {
+        assert!(
+            v["bytes"].as_u64().unwrap() <= line(v["line"].as_str().unwrap()),
+            "{v}"
+        );
+    }
+    assert!(
+        md.contains("## What the floor holds") && md.contains("| gradients |"),
+        "{md}"
+    );
 }
 
 #[test]

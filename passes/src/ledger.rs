@@ -149,3 +149,88 @@ pub fn ledger(
     l.total_bytes = l.fixed_bytes + device_arena_bytes;
     l
 }
+
+/// What a device total is made of at one step of one run, by ledger line ([`held`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// The step of the run (the in-use peak's, [`Simulation::peak_step`]).
+    pub step: usize,
+    /// (line, bytes), in a fixed order, zero lines included: what the caller feeds
+    /// (parameters, optimizer state, data inputs), then the arena's buffers at the step by
+    /// the value each holds then (saved activations, recomputed activations, gradients,
+    /// other values; a buffer whose value is not yet made, or no longer read, is "held
+    /// empty"), what else the step holds (graph outputs and kernel scratch outside the
+    /// planned buffers), and the arena the profile needs beyond the in-use peak (its
+    /// allocator's fragmentation and growth). With an arena need at or above the in-use peak
+    /// the lines sum to the ledger's total.
+    pub lines: Vec<(&'static str, u64)>,
+    /// The largest values in the arena's buffers at the step (at most [`HELD_LARGEST`]):
+    /// (line, tensor name, bytes), largest first, then by name.
+    pub largest: Vec<(&'static str, String, u64)>,
+}
+
+/// How many of the largest values at the peak [`held`] names.
+pub const HELD_LARGEST: usize = 8;
+
+impl Held {
+    pub fn sum(&self) -> u64 {
+        self.lines.iter().map(|l| l.1).sum()
+    }
+}
+
+/// What the run `sim` of `graph` holds at its in-use peak, by ledger line, with the ledger's
+/// fixed bytes and the profile's arena beyond that peak: where the total of a plan goes.
+pub fn held(graph: &Graph, class: &Classification, sim: &Simulation, l: &Ledger) -> Held {
+    let step = sim.peak_step;
+    let (mut saved, mut rebuilt, mut grads, mut other, mut empty) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut largest: Vec<(&'static str, String, u64)> = Vec::new();
+    for buf in &sim.buffers {
+        if buf.alloc_step > step || buf.free_after.is_some_and(|f| f < step) {
+            continue;
+        }
+        let bytes = rounded(buf.bytes);
+        let occupant = buf.values.iter().copied().find(|&t| {
+            let (made, last) = sim.span(graph, t);
+            made <= step && step <= last
+        });
+        let Some(t) = occupant else {
+            empty += bytes;
+            continue;
+        };
+        let recomputed = graph
+            .tensor(t)
+            .producer()
+            .is_some_and(|p| class.phase(p) == crate::phases::Phase::Recompute);
+        let (line, sum) = match class.kind(t) {
+            _ if recomputed => ("recomputed activations", &mut rebuilt),
+            TensorKind::SavedActivation => ("saved activations", &mut saved),
+            TensorKind::Gradient => ("gradients", &mut grads),
+            _ => ("other values", &mut other),
+        };
+        *sum += bytes;
+        largest.push((line, graph.tensor(t).name.clone(), bytes));
+    }
+    largest.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.1.cmp(&b.1)));
+    largest.truncate(HELD_LARGEST);
+    let in_buffers = saved + rebuilt + grads + other + empty;
+    let live = sim.live.get(step).copied().unwrap_or(0);
+    Held {
+        step,
+        lines: vec![
+            ("parameters", l.parameters_bytes),
+            ("optimizer state", l.optimizer_state_bytes),
+            ("data inputs", l.data_bytes),
+            ("saved activations", saved),
+            ("recomputed activations", rebuilt),
+            ("gradients", grads),
+            ("other values", other),
+            ("held empty", empty),
+            ("outputs and scratch", live.saturating_sub(in_buffers)),
+            (
+                "arena beyond the in-use peak",
+                l.device_arena_bytes.saturating_sub(sim.peak_live),
+            ),
+        ],
+        largest,
+    }
+}
