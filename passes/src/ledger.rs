@@ -132,7 +132,7 @@ pub fn ledger(
     let saved_at_peak: u64 = sim
         .buffers
         .iter()
-        .filter(|buf| buf.alloc_step <= step && buf.free_after.is_none_or(|f| f >= step))
+        .filter(|buf| buf.allocated_at(step))
         .filter(|buf| {
             buf.values
                 .iter()
@@ -172,12 +172,6 @@ pub struct Held {
 /// How many of the largest values at the peak [`held`] names.
 pub const HELD_LARGEST: usize = 8;
 
-impl Held {
-    pub fn sum(&self) -> u64 {
-        self.lines.iter().map(|l| l.1).sum()
-    }
-}
-
 /// What the run `sim` of `graph` holds at its in-use peak, by ledger line, with the ledger's
 /// fixed bytes and the profile's arena beyond that peak: where the total of a plan goes.
 pub fn held(graph: &Graph, class: &Classification, sim: &Simulation, l: &Ledger) -> Held {
@@ -185,15 +179,11 @@ pub fn held(graph: &Graph, class: &Classification, sim: &Simulation, l: &Ledger)
     let (mut saved, mut rebuilt, mut grads, mut other, mut empty) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut largest: Vec<(&'static str, String, u64)> = Vec::new();
     for buf in &sim.buffers {
-        if buf.alloc_step > step || buf.free_after.is_some_and(|f| f < step) {
+        if !buf.allocated_at(step) {
             continue;
         }
         let bytes = rounded(buf.bytes);
-        let occupant = buf.values.iter().copied().find(|&t| {
-            let (made, last) = sim.span(graph, t);
-            made <= step && step <= last
-        });
-        let Some(t) = occupant else {
+        let Some(t) = sim.occupant(graph, buf, step) else {
             empty += bytes;
             continue;
         };

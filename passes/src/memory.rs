@@ -179,6 +179,13 @@ pub struct Buffer {
     pub free_after: Option<usize>,
 }
 
+impl Buffer {
+    /// Whether the buffer is allocated at `step` (in use or held empty).
+    pub fn allocated_at(&self, step: usize) -> bool {
+        self.alloc_step <= step && self.free_after.is_none_or(|f| f >= step)
+    }
+}
+
 /// The result of [`simulate`].
 #[derive(Clone, Debug)]
 pub struct Simulation {
@@ -243,7 +250,7 @@ impl Simulation {
         let mut v: Vec<(TensorId, u64)> = self
             .buffers
             .iter()
-            .filter(|b| b.alloc_step <= step && b.free_after.is_none_or(|f| f >= step))
+            .filter(|b| b.allocated_at(step))
             .filter_map(|b| b.values.first().map(|&t| (t, rounded(b.bytes))))
             .collect();
         v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -259,17 +266,20 @@ impl Simulation {
             .buffers
             .iter()
             .enumerate()
-            .filter(|(_, b)| b.alloc_step <= step && b.free_after.is_none_or(|f| f >= step))
-            .filter(|(_, b)| {
-                !b.values.iter().any(|&t| {
-                    let (made, last) = self.span(graph, t);
-                    made <= step && step <= last
-                })
-            })
+            .filter(|(_, b)| b.allocated_at(step) && self.occupant(graph, b, step).is_none())
             .map(|(i, b)| (i, rounded(b.bytes)))
             .collect();
         v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         v
+    }
+
+    /// The value of `buf` in use at `step` (produced at or before it, read at or after it);
+    /// `None`: the buffer holds no value in use then.
+    pub fn occupant(&self, graph: &Graph, buf: &Buffer, step: usize) -> Option<TensorId> {
+        buf.values.iter().copied().find(|&t| {
+            let (made, last) = self.span(graph, t);
+            made <= step && step <= last
+        })
     }
 
     /// Steps at which value `t` is produced and last read (`usize::MAX` for a graph output,
