@@ -131,7 +131,7 @@ fn frontier_is_monotone_with_baselines_floor_and_a_plot() {
         "{md}"
     );
     // What the floor holds: its lines sum to the floor to the byte; the parameters are the
-    // ledger's, and at a backward peak the arena holds gradients and saved activations.
+    // ledger's, and the arena holds saved activations, and gradients at a backward peak.
     let h = &f["floor_held"];
     let lines = h["lines"].as_array().unwrap();
     let line = |name: &str| {
@@ -144,10 +144,15 @@ fn frontier_is_monotone_with_baselines_floor_and_a_plot() {
     };
     let sum: u64 = lines.iter().map(|l| l["bytes"].as_u64().unwrap()).sum();
     assert_eq!(sum, floor, "{h}");
-    assert!(line("parameters") > 0 && line("gradients") > 0, "{h}");
+    // (The floor's peak may be in backward or at the loss, where no gradient exists yet.)
+    assert!(line("parameters") > 0, "{h}");
     assert!(
         line("saved activations") + line("recomputed activations") > 0,
         "{h}"
+    );
+    assert!(
+        h["peak_node"] == "node_exp" || line("gradients") > 0,
+        "a backward peak holds gradients: {h}"
     );
     assert_eq!(line("optimizer state"), 0, "{h}");
     assert!(!h["peak_node"].as_str().unwrap().is_empty(), "{h}");
@@ -164,7 +169,7 @@ fn frontier_is_monotone_with_baselines_floor_and_a_plot() {
         );
     }
     assert!(
-        md.contains("## What the floor holds") && md.contains("| gradients |"),
+        md.contains("## What the floor holds") && md.contains("| parameters |"),
         "{md}"
     );
 }

@@ -1,4 +1,4 @@
-//! Reuse guards (`ckpt_passes::guards`): which reshape targets are guarded, and what guarding
+//! Reuse guards (`ckpt_passes::guards`): which constant shapes are guarded, and what guarding
 //! does to ONNX Runtime's need, predicted to the byte against ORT under the default profile.
 
 use ckpt_ir::build::{attr_i, attr_ints, ModelBuilder};
@@ -84,10 +84,112 @@ fn a_guarded_reshape_target_keeps_a_freed_buffer_out_of_reuse() {
     }
 }
 
-/// Only constant targets are guarded: an initializer and a `Constant` node's output, not a
-/// target the caller feeds, nor one computed at run time, nor a Reshape already guarded.
+/// `a = Neg(x)`, read only by `b = ReduceMax(a)` (one column), then `w = Tile(b)` (a
+/// quarter of `a`) and `v = Concat(w, w)` (half of `a`), and only after them `zeros`, a table
+/// of `a`'s shape made by `op` from the constant shape `k` (`ConstantOfShape(k)`, or
+/// `Expand(0, k)` as an exported `zeros_like`): with `k` seen, ORT hands `zeros` `a`'s freed
+/// buffer, which sits allocated and empty under `w` and `v`, and they go above it.
+fn idle_zeros_graph(op: &str) -> Vec<u8> {
+    let m = ModelBuilder::new(17)
+        .input("x", DType::F32, "512,1024")
+        .init_i64("k", &[2], &[512, 1024])
+        .init_f32("zero", &[], &[0.0])
+        .init_i64("reps", &[2], &[1, 256]);
+    let m = match op {
+        "Expand" => m.node("Expand", &["zero", "k"], &["zeros"]),
+        _ => m.node("ConstantOfShape", &["k"], &["zeros"]),
+    };
+    m.node_with("ReduceSum", &["zeros"], &["y"], vec![attr_i("keepdims", 0)])
+        .node("Neg", &["x"], &["a"])
+        .node_with(
+            "ReduceMax",
+            &["a"],
+            &["b"],
+            vec![attr_ints("axes", &[1]), attr_i("keepdims", 1)],
+        )
+        .node("Tile", &["b", "reps"], &["w"])
+        .node_with("Concat", &["w", "w"], &["v"], vec![attr_i("axis", 1)])
+        .node_with("ReduceSum", &["v"], &["z"], vec![attr_i("keepdims", 0)])
+        .output("y", DType::F32, "")
+        .output("z", DType::F32, "")
+        .bytes()
+}
+
+/// One run's in-use peak of `g` on ORT's always-splitting arena (level disable), predicted
+/// and measured: where an idle buffer shows byte for byte, the arena's layout aside.
+fn in_use_peak(g: &Graph) -> (u64, u64) {
+    use ckpt_runtime::{measure_peak, Arena, Model, OptLevel, SessionConfig};
+    let b = Bindings::new();
+    let sim =
+        ckpt_passes::memory::simulate(g, &ckpt_passes::memory::schedule(g).unwrap(), &b).unwrap();
+    let o = InputOverrides::parse(&[], &[]).unwrap();
+    let inputs = ckpt_opt::inputs::make_inputs(g, &b, 7, &o, &[]).unwrap().0;
+    let cfg = SessionConfig {
+        opt_level: OptLevel::Disable,
+        arena: Arena::Exact,
+        ..Default::default()
+    };
+    let bytes = ckpt_ir::export_bytes(g);
+    let measured = measure_peak(Model::new("guards", &bytes), &inputs, &cfg).unwrap();
+    (sim.peak_live, measured.peak_bytes)
+}
+
+/// The shape a `ConstantOfShape` or an `Expand` reads is guarded like a reshape target: its
+/// zeros get a buffer of their own after `a`'s went back to the arena, and `w` and `v` are
+/// then the run's only values at its peak: ORT's in-use peak drops by `a`'s idle buffer, less
+/// what the zeros' own step holds, predicted to the byte; the default profile's need is
+/// predicted to the byte on both graphs.
 #[test]
-fn only_constant_reshape_targets_are_guarded() {
+fn a_guarded_zeros_shape_keeps_a_freed_buffer_out_of_reuse() {
+    for op in ["ConstantOfShape", "Expand"] {
+        let g = import(&idle_zeros_graph(op));
+        let patch = reuse_guards(&g, "guards");
+        let guarded: Vec<&str> = patch
+            .guards
+            .iter()
+            .map(|gd| g.node(gd.node).op_type.as_str())
+            .collect();
+        assert_eq!(guarded, [op], "{patch}");
+        let mut g2 = g.clone();
+        patch.apply(&mut g2).unwrap();
+        let (p, m) = in_use_peak(&g);
+        assert_eq!(
+            p, m,
+            "{op} unguarded in-use peak: predicted {p}, measured {m}"
+        );
+        // What the unguarded run holds at its peak names the idle buffer by the value last
+        // read in it and the one it is held for.
+        let a = ckpt_planner::analyse(g.clone(), &ckpt_planner::AnalyseOptions::default()).unwrap();
+        let held = ckpt_passes::ledger::held(&a.graph, &a.class, &a.sim, &a.ledger);
+        assert_eq!(
+            held.largest.first(),
+            Some(&("held empty", "a -> zeros".to_string(), S)),
+            "{held:?}"
+        );
+        assert!(held.lines.contains(&("held empty", S)), "{held:?}");
+        let (pg, mg) = in_use_peak(&g2);
+        assert_eq!(
+            pg, mg,
+            "{op} guarded in-use peak: predicted {pg}, measured {mg}"
+        );
+        // Unguarded: a's idle buffer (S) + w (S/4) + v (S/2) + b; guarded: the zeros (S)
+        // and y.
+        assert!(
+            mg + S / 2 <= m,
+            "{op} guarded: in-use peak {mg} B, not at least S/2 under the unguarded {m} B"
+        );
+        for (label, graph) in [("unguarded", &g), ("guarded", &g2)] {
+            let (p, m) = need(graph);
+            assert_eq!(p, m, "{op} {label} need: predicted {p}, measured {m}");
+        }
+    }
+}
+
+/// Only constant shapes are guarded (a Reshape's target, a ConstantOfShape's or an Expand's
+/// shape): an initializer and a `Constant` node's output, not a shape the caller feeds, nor
+/// one computed at run time, nor one already guarded.
+#[test]
+fn only_constant_shapes_are_guarded() {
     let bytes = ModelBuilder::new(17)
         .input("x", DType::F32, "4,6")
         .input("fed", DType::I64, "2")
@@ -103,16 +205,39 @@ fn only_constant_reshape_targets_are_guarded() {
         .node("Reshape", &["r2", "fed"], &["r3"])
         .node("Shape", &["x"], &["s"])
         .node("Reshape", &["r3", "s"], &["r4"])
+        .init_f32("zero", &[], &[0.0])
+        .node("ConstantOfShape", &["k"], &["z1"])
+        .node("ConstantOfShape", &["fed"], &["z2"])
+        .node("Expand", &["zero", "c"], &["z3"])
+        .node("Expand", &["zero", "s"], &["z4"])
         .output("r4", DType::F32, "4,6")
+        .output("z1", DType::F32, "6,4")
+        .output("z2", DType::F32, "p,q")
+        .output("z3", DType::F32, "3,8")
+        .output("z4", DType::F32, "4,6")
         .bytes();
     let g = import(&bytes);
     let patch = reuse_guards(&g, "guards");
-    let guarded: Vec<&str> = patch
+    let guarded: Vec<(&str, &str)> = patch
         .guards
         .iter()
-        .map(|gd| g.tensor(g.node(gd.node).inputs[1].unwrap()).name.as_str())
+        .map(|gd| {
+            let n = g.node(gd.node);
+            (
+                n.op_type.as_str(),
+                g.tensor(n.inputs[gd.slot].unwrap()).name.as_str(),
+            )
+        })
         .collect();
-    assert_eq!(guarded, ["k", "c"]);
+    assert_eq!(
+        guarded,
+        [
+            ("Reshape", "k"),
+            ("Reshape", "c"),
+            ("ConstantOfShape", "k"),
+            ("Expand", "c")
+        ]
+    );
     let mut g2 = g.clone();
     patch.apply(&mut g2).unwrap();
     let identities = g2
@@ -120,7 +245,7 @@ fn only_constant_reshape_targets_are_guarded() {
         .iter()
         .filter(|&&n| g2.node(n).origin == NodeOrigin::Guard)
         .count();
-    assert_eq!(identities, 2);
+    assert_eq!(identities, 4);
     assert!(reuse_guards(&g2, "again").guards.is_empty());
 }
 

@@ -15,8 +15,8 @@ fn example() -> String {
 fn example_is_rewritten_validated_and_measured_lower() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.onnx");
-    // README ("How a plan is made", step 4): 60% of the footprint fits at +4.40% of a step,
-    // 23.15 MiB, predicted to the byte. The search's safety stop, not its budget: a debug
+    // README ("How a plan is made", step 4): 60% of the footprint fits at +2.17% of a step,
+    // 23.63 MiB, predicted to the byte. The search's safety stop, not its budget: a debug
     // build on a loaded machine.
     let r = validated_run_within(std::path::Path::new(&example()), "60%", &out, "300", &[]);
     let before = r["predicted_peak_bytes"]["before"].as_u64().unwrap();
@@ -25,9 +25,9 @@ fn example_is_rewritten_validated_and_measured_lower() {
         after < before && after * 10 <= before * 6,
         "{before} -> {after}"
     );
-    assert_eq!(ckpt_opt::size::human(after), "23.15 MiB");
+    assert_eq!(ckpt_opt::size::human(after), "23.63 MiB");
     let share = r["added_flops_percent"].as_f64().unwrap();
-    assert_eq!(format!("{share:.2}"), "4.40", "{}", r["added_flops"]);
+    assert_eq!(format!("{share:.2}"), "2.17", "{}", r["added_flops"]);
     let m = &r["memory"];
     assert_eq!(
         m["rewritten"]["measured_total_bytes"].as_u64(),

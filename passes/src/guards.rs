@@ -43,6 +43,18 @@ fn is_constant(graph: &Graph, t: ckpt_ir::TensorId) -> bool {
     }
 }
 
+/// The input of an `op` that carries its output's shape as data, which a guard hides from
+/// ORT's shape functions: a `Reshape`'s target (input 1), a `ConstantOfShape`'s shape (input
+/// 0: the zeros table an exported embedding gradient scatters into, as large as the weight)
+/// and an `Expand`'s shape (input 1: `zeros_like` of the logits in a loss's gradient).
+fn guarded_slot(domain: &str, op: &str) -> Option<usize> {
+    match (domain, op) {
+        (ONNX_DOMAIN, "Reshape") | (ONNX_DOMAIN, "Expand") => Some(1),
+        (ONNX_DOMAIN, "ConstantOfShape") => Some(0),
+        _ => None,
+    }
+}
+
 /// Whether a value_info entry declares a dim by name (`batch`, `seq`).
 fn has_named_dim(vi: &ckpt_ir::onnx::ValueInfoProto) -> bool {
     use ckpt_ir::onnx::{tensor_shape_proto::dimension::Value, type_proto};
@@ -58,16 +70,29 @@ fn has_named_dim(vi: &ckpt_ir::onnx::ValueInfoProto) -> bool {
 }
 
 /// The guards of `graph` (see the module doc), as one labelled patch; empty when the graph
-/// has no constant reshape target.
+/// has no constant shape to guard.
 pub fn reuse_guards(graph: &Graph, label: &str) -> Patch {
+    guards_of(graph, label, guarded_slot)
+}
+
+/// [`reuse_guards`] of the reshape targets only: the smaller variant, which the planner
+/// weighs against the full one (guarding more values also takes them out of ORT's in-place
+/// reuse, which can cost more than it frees).
+pub fn reshape_guards(graph: &Graph, label: &str) -> Patch {
+    guards_of(graph, label, |domain, op| {
+        guarded_slot(domain, op).filter(|_| op == "Reshape")
+    })
+}
+
+fn guards_of(graph: &Graph, label: &str, slot_of: impl Fn(&str, &str) -> Option<usize>) -> Patch {
     let mut patch = Patch::new(label);
     let mut taken: BTreeSet<String> = BTreeSet::new();
     for &n in graph.nodes() {
         let node = graph.node(n);
-        if node.op_type != "Reshape" || node.domain != ONNX_DOMAIN {
+        let Some(slot) = slot_of(&node.domain, &node.op_type) else {
             continue;
-        }
-        let Some(target) = node.inputs.get(1).copied().flatten() else {
+        };
+        let Some(target) = node.inputs.get(slot).copied().flatten() else {
             continue;
         };
         if !is_constant(graph, target) {
@@ -83,7 +108,7 @@ pub fn reuse_guards(graph: &Graph, label: &str) -> Patch {
         taken.insert(name.clone());
         patch.guards.push(Guard {
             node: n,
-            slot: 1,
+            slot,
             name,
         });
     }

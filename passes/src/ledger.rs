@@ -165,12 +165,35 @@ pub struct Held {
     /// the lines sum to the ledger's total.
     pub lines: Vec<(&'static str, u64)>,
     /// The largest values in the arena's buffers at the step (at most [`HELD_LARGEST`]):
-    /// (line, tensor name, bytes), largest first, then by name.
+    /// (line, tensor name, bytes), largest first, then by name; a buffer held empty is named
+    /// `previous -> next`, the value last read in it and the one ORT's planner holds it for.
     pub largest: Vec<(&'static str, String, u64)>,
 }
 
 /// How many of the largest values at the peak [`held`] names.
 pub const HELD_LARGEST: usize = 8;
+
+/// How [`held`] names a buffer held empty at `step`: `previous -> next`, the value last read
+/// in it before the step and the one planned into it after (`-` where there is none).
+fn empty_between(
+    graph: &Graph,
+    sim: &Simulation,
+    buf: &crate::memory::Buffer,
+    step: usize,
+) -> String {
+    let spans = buf.values.iter().map(|&t| (t, sim.span(graph, t)));
+    let before = spans
+        .clone()
+        .filter(|(_, (_, last))| *last < step)
+        .max_by_key(|(_, (_, last))| *last);
+    let after = spans
+        .filter(|(_, (made, _))| *made > step)
+        .min_by_key(|(_, (made, _))| *made);
+    let name = |v: Option<(ckpt_ir::TensorId, (usize, usize))>| {
+        v.map_or("-".to_string(), |(t, _)| graph.tensor(t).name.clone())
+    };
+    format!("{} -> {}", name(before), name(after))
+}
 
 /// What the run `sim` of `graph` holds at its in-use peak, by ledger line, with the ledger's
 /// fixed bytes and the profile's arena beyond that peak: where the total of a plan goes.
@@ -185,6 +208,7 @@ pub fn held(graph: &Graph, class: &Classification, sim: &Simulation, l: &Ledger)
         let bytes = rounded(buf.bytes);
         let Some(t) = sim.occupant(graph, buf, step) else {
             empty += bytes;
+            largest.push(("held empty", empty_between(graph, sim, buf, step), bytes));
             continue;
         };
         let recomputed = graph

@@ -350,6 +350,37 @@ impl Simulator<'_> {
                 vals.join(", ")
             );
         }
+        let step = sim.peak_step;
+        let mut live: Vec<(u64, String)> = sim
+            .buffers
+            .iter()
+            .filter(|b| b.allocated_at(step))
+            .filter_map(|b| sim.occupant(&g, b, step).map(|t| (b.bytes, t)))
+            .map(|(bytes, t)| {
+                let tensor = g.tensor(t);
+                let (made, last) = sim.span(&g, t);
+                let end = if last == usize::MAX {
+                    "out".to_string()
+                } else {
+                    last.to_string()
+                };
+                (bytes, format!("{}[{made}..{end}]", tensor.name))
+            })
+            .collect();
+        live.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let outputs: u64 = live
+            .iter()
+            .filter(|x| x.1.ends_with("..out]"))
+            .map(|x| x.0)
+            .sum();
+        let all: u64 = live.iter().map(|x| x.0).sum();
+        eprintln!(
+            "  live at the peak: {all} B in {} values, {outputs} B of them graph outputs; largest:",
+            live.len()
+        );
+        for (bytes, name) in live.iter().filter(|x| !x.1.ends_with("..out]")).take(16) {
+            eprintln!("    {bytes} B {name}");
+        }
         Ok(())
     }
 }

@@ -385,16 +385,19 @@ fn plan_once(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome,
     // The base with its constant reshape targets guarded: ORT's planner then reuses none of
     // the buffers computed from them, so a rebuilt block's buffers go back to the arena
     // instead of being held for a later value of the same size.
-    let guarded = guarded(base, ordered.as_ref(), o)?;
+    let mut guards = guarded(base, ordered.as_ref(), o)?.into_iter();
+    let guarded = guards.next();
+    let fewer_guards = guards.next();
     // So is a guarded graph that fits as it is: no plan that recomputes anything beats it.
     if let Some(v) = guarded.as_ref() {
         if v.analysis.ledger.total_bytes <= o.effective_ceiling() {
             return Ok(Outcome::Rewritten(as_is(v, o)?));
         }
     }
-    // Block checkpointing on the base and on its guarded variant, run (two simulations each).
+    // Block checkpointing on the base and on its guarded variants, run (two simulations each).
     let bases: Vec<&Analysis> = std::iter::once(base)
         .chain(guarded.as_ref().map(|g| &g.analysis))
+        .chain(fewer_guards.as_ref().map(|g| &g.analysis))
         .collect();
     let blocks = BlockStart::new(&bases, o)?;
     let negligible = step_flops(before, &o.analysis.bindings) / NEGLIGIBLE_SHARE;
@@ -435,10 +438,10 @@ fn plan_once(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome,
     {
         let clock = Deadline::new(o.started + o.time_limit);
         if let Some((k, mut r)) = blocks.cut_best(&bases, o, &clock)? {
-            let variant = if k == 0 {
-                ordered.as_ref()
-            } else {
-                guarded.as_ref()
+            let variant = match k {
+                0 => ordered.as_ref(),
+                1 => guarded.as_ref(),
+                _ => fewer_guards.as_ref(),
             };
             if let Some(v) = variant {
                 r.patch_text = format!("{}\n{}", v.patch_text, r.patch_text);
@@ -457,6 +460,7 @@ fn plan_once(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome,
             before,
             ordered.as_ref(),
             guarded.as_ref(),
+            fewer_guards.as_ref(),
             o,
             &mut tried,
             pool,
@@ -541,12 +545,14 @@ impl Tried {
 }
 
 /// The candidate search on the other zero-FLOP variants, after the first: lowered terms and
-/// guards on the reordered base, then the given graph (when the first was the reordered one);
+/// guards on the reordered base, then its reshape targets alone guarded (where the full set
+/// guards more), then the given graph (when the first was the reordered one);
 /// a plan that adds nothing ends it. `true`: the given graph already fits.
 fn other_variants(
     before: &Analysis,
     ordered: Option<&Variant>,
     guarded: Option<&Variant>,
+    other_guards: Option<&Variant>,
     o: &PlanOptions,
     tried: &mut Tried,
     pool: &Pool,
@@ -575,6 +581,11 @@ fn other_variants(
                     done = tried.consider(plan_variant(&v, &budget(tried), beat(tried), pool)?);
                 }
             }
+        }
+    }
+    if !done {
+        if let Some(g) = other_guards {
+            done = tried.consider(plan_variant(g, &budget(tried), beat(tried), pool)?);
         }
     }
     if !done && ordered.is_some() {
@@ -714,24 +725,42 @@ fn applied(
     Ok(Some(analyse(g2, &o.analysis)?))
 }
 
-/// `before`'s graph (the variant `on`, if any) with its constant reshape targets guarded
-/// ([`ckpt_passes::guards::reuse_guards`]: zero FLOPs), verified and analysed; `None` when
-/// the graph has nothing to guard.
+/// `before`'s graph (the variant `on`, if any) with its constant shapes guarded
+/// ([`ckpt_passes::guards::reuse_guards`]: zero FLOPs), verified and analysed, and, where that
+/// guards more than the reshape targets, with those alone ([`ckpt_passes::guards::reshape_guards`]:
+/// a guard also takes its values out of ORT's in-place reuse, which can cost more than it
+/// frees); the lower total first. Empty when the graph has nothing to guard.
 fn guarded(
     before: &Analysis,
     on: Option<&Variant>,
     o: &PlanOptions,
-) -> Result<Option<Variant>, PlanError> {
-    let patch = ckpt_passes::guards::reuse_guards(&before.graph, "reuse guards");
-    let Some(analysis) = applied(before, &patch, o)? else {
-        return Ok(None);
-    };
-    Ok(Some(Variant {
-        analysis,
-        patch_text: chained(on, &patch),
-        lowered: on.is_some_and(|v| v.lowered),
-        guarded: true,
-    }))
+) -> Result<Vec<Variant>, PlanError> {
+    let all = ckpt_passes::guards::reuse_guards(&before.graph, "reuse guards");
+    let fewer = ckpt_passes::guards::reshape_guards(&before.graph, "reuse guards");
+    let mut out = Vec::new();
+    for patch in [all, fewer] {
+        if out.len() == 1 && patch.guards.len() == out_guards(&out) {
+            break; // the graph has only reshape targets to guard: one variant
+        }
+        if let Some(analysis) = applied(before, &patch, o)? {
+            out.push((
+                patch.guards.len(),
+                Variant {
+                    analysis,
+                    patch_text: chained(on, &patch),
+                    lowered: on.is_some_and(|v| v.lowered),
+                    guarded: true,
+                },
+            ));
+        }
+    }
+    // The lower total first (the full set on a tie).
+    out.sort_by_key(|(_, v)| v.analysis.ledger.total_bytes);
+    Ok(out.into_iter().map(|(_, v)| v).collect())
+}
+
+fn out_guards(out: &[(usize, Variant)]) -> usize {
+    out.first().map_or(0, |x| x.0)
 }
 
 /// The given graph with its leaves written in the order their inputs become ready
