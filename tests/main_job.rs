@@ -137,7 +137,7 @@ fn impossible_ceiling_exits_2_with_diagnosis() {
         "{}",
         stderr(&o)
     );
-    let o = run(&[&example(), "--ceiling", "15MiB", "--json"]);
+    let o = run(&[&example(), "--ceiling", "13MiB", "--json"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
         stderr(&o).contains("lowest device total found under the deployment profile"),
@@ -147,10 +147,11 @@ fn impossible_ceiling_exits_2_with_diagnosis() {
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["status"], "ceiling_cannot_be_met");
     let lowest = v["lowest_reachable_total_bytes"].as_u64().unwrap();
-    assert!(lowest > 15 << 20);
-    // The refusal counts block checkpointing's plans: on the guarded graph it reaches
-    // 16,756,736 B (docs/recompute-under-ort.md, point 7), which the lowest is never above.
-    assert!(lowest <= 16_756_736, "{lowest}");
+    assert!(lowest > 13 << 20);
+    // The refusal counts block checkpointing's plans: on the guarded graph, with its cheap
+    // extras, it reaches 15,585,280 B (README, "How a plan is made", step 5), which the
+    // lowest is never above.
+    assert!(lowest <= 15_585_280, "{lowest}");
 }
 
 /// `--search-steps`: a refusal whose searches spent the budget says so, in the receipt's
@@ -161,7 +162,7 @@ fn a_spent_search_budget_is_named_in_the_refusal() {
     let o = run(&[
         &example(),
         "--ceiling",
-        "15MiB",
+        "13MiB",
         "--search-steps",
         "0",
         "--json",
@@ -324,15 +325,17 @@ fn validate_refuses_unrelated_graphs() {
 
 #[test]
 fn below_the_candidate_searchs_floor_block_checkpointing_is_cut_to_fit() {
-    // README ("How a plan is made", step 5): at 45% of the footprint the candidate search
+    // README ("How a plan is made", step 5): at 38% of the footprint the candidate search
     // finds nothing (the floor of its plans was 45.4%); block checkpointing on the guarded
-    // graph (16.76 MiB) fits, and its cut keeps what the ceiling allows. Validated on ORT:
-    // predicted equal to measured, bitwise equal gradients. A 40 s limit: the candidate
-    // search's quarter, then the cut; the variants after it run to the limit.
+    // graph (16.76 MiB, 42%) does not fit either, but with its cheap extras (the transposes
+    // and masks live at its peak, rebuilt too: 14.86 MiB) it does, and its cut keeps what the
+    // ceiling allows. Validated on ORT: predicted equal to measured, bitwise equal
+    // gradients. A 40 s limit: the candidate search's quarter, then the cut; the variants
+    // after it run to the limit.
     let dir = tempfile::tempdir().unwrap();
     let r = validated_run_within(
         std::path::Path::new(&example()),
-        "45%",
+        "38%",
         &dir.path().join("out.onnx"),
         "40",
         &[],
@@ -340,7 +343,7 @@ fn below_the_candidate_searchs_floor_block_checkpointing_is_cut_to_fit() {
     assert_eq!(r["solver"]["method"], "BlockCut", "{}", r["solver"]);
     let before = r["predicted_peak_bytes"]["before"].as_u64().unwrap();
     let after = r["predicted_peak_bytes"]["after"].as_u64().unwrap();
-    assert!(after * 100 <= before * 45, "{before} -> {after}");
+    assert!(after * 100 <= before * 38, "{before} -> {after}");
     assert_eq!(
         r["memory"]["rewritten"]["measured_total_bytes"].as_u64(),
         Some(after),

@@ -33,8 +33,9 @@ struct Start {
     base: usize,
     cands: Candidates,
     prob: Problem,
-    /// Each granularity's plan and its simulated device total.
-    seeds: Vec<(Granularity, Plan, u64)>,
+    /// Each granularity's plan and its simulated device total, and whether it has cheap
+    /// extras (cut only where no plain block plan fits).
+    seeds: Vec<(Granularity, Plan, u64, bool)>,
 }
 
 impl Start {
@@ -82,6 +83,41 @@ impl BlockStart {
                 let mut plan = Plan::for_set(&start.prob, pb.recompute, Method::PerBlock);
                 plan.remat_at = pb.remat_at;
                 let total = start.oracle(base, o).plan_total(&plan)?;
+                // The blocks' plan with the cheap candidates outside them rebuilt too (a
+                // weight's transpose, a mask every layer's backward reads) where they are live
+                // at the run's peak, while that lowers the total: two simulations a round. A
+                // seed of its own, cut only where no plain block plan fits (the cut of a
+                // lower start is not always cheaper).
+                let (mut deep, mut deep_total) = (plan.clone(), total);
+                for _ in 0..EXTRA_ROUNDS {
+                    let live: std::collections::BTreeSet<String> = start
+                        .oracle(base, o)
+                        .live_at_peak(&deep)?
+                        .into_iter()
+                        .collect();
+                    let add: Vec<usize> = cheap_extras(&start.prob, &deep)
+                        .into_iter()
+                        .filter(|&i| live.contains(&start.prob.candidates[i].label))
+                        .collect();
+                    if add.is_empty() {
+                        break;
+                    }
+                    let mut deeper = deep.clone();
+                    for &i in &add {
+                        deeper.recompute[i] = true;
+                    }
+                    let t = start.oracle(base, o).plan_total(&deeper)?;
+                    if o.debug {
+                        eprintln!(
+                            "blocks: base {k}, {granularity:?}, {} cheap extras: {deep_total} -> {t}",
+                            add.len()
+                        );
+                    }
+                    if t >= deep_total {
+                        break;
+                    }
+                    (deep, deep_total) = (deeper, t);
+                }
                 if o.debug {
                     eprintln!(
                         "blocks: base {k}, {granularity:?}, {} blocks: simulated total {total}",
@@ -89,7 +125,10 @@ impl BlockStart {
                     );
                     start.oracle(base, o).describe_plan(&plan)?;
                 }
-                start.seeds.push((granularity, plan, total));
+                start.seeds.push((granularity, plan, total, false));
+                if deep_total < total {
+                    start.seeds.push((granularity, deep, deep_total, true));
+                }
             }
             starts.push(start);
         }
@@ -120,12 +159,22 @@ impl BlockStart {
     ) -> Result<Option<(usize, Box<Rewritten>)>, PlanError> {
         let started = std::time::Instant::now();
         let effective = o.effective_ceiling();
-        let mut fitting: Vec<(&Start, &Granularity, &Plan, u64)> = self
-            .starts
-            .iter()
-            .flat_map(|s| s.seeds.iter().map(move |(g, p, t)| (s, g, p, *t)))
-            .filter(|x| x.3 <= effective)
-            .collect();
+        let seeds = |extras: bool| -> Vec<(&Start, &Granularity, &Plan, u64)> {
+            self.starts
+                .iter()
+                .flat_map(|s| {
+                    s.seeds
+                        .iter()
+                        .filter(move |x| x.3 == extras)
+                        .map(move |(g, p, t, _)| (s, g, p, *t))
+                })
+                .filter(|x| x.3 <= effective)
+                .collect()
+        };
+        let mut fitting = seeds(false);
+        if fitting.is_empty() {
+            fitting = seeds(true);
+        }
         fitting.sort_by_key(|x| x.3);
         fitting.truncate(CUTS);
         let mut best: Option<(u64, &Start, Plan)> = None; // (added FLOPs, start, plan)
@@ -187,6 +236,27 @@ impl BlockStart {
         )))
     }
 }
+
+/// The candidates `plan` keeps whose rebuild costs at most one operation per element
+/// ([`CHEAP_FLOPS_PER_BYTE`]): a transpose, a cast, a mask.
+fn cheap_extras(prob: &Problem, plan: &Plan) -> Vec<usize> {
+    prob.candidates
+        .iter()
+        .enumerate()
+        .filter(|&(i, c)| {
+            !plan.recompute[i]
+                && c.cost * CHEAP_FLOPS_PER_BYTE.1 <= c.bytes * CHEAP_FLOPS_PER_BYTE.0
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// What a cheap extra may cost, as FLOPs per byte of what it frees (numerator, denominator):
+/// one per 4-byte element.
+const CHEAP_FLOPS_PER_BYTE: (u64, u64) = (1, 4);
+
+/// How many rounds of cheap extras a block plan gets.
+const EXTRA_ROUNDS: usize = 4;
 
 /// How many block plans are cut. Each cut judges at most `variant_trials / CUTS` drops (a
 /// count, so the plan does not depend on the clock): together one variant's worth.

@@ -188,6 +188,19 @@ impl Simulator<'_> {
         fits(sim, &o.analysis.profile, budget)
     }
 
+    /// The values in the arena's buffers at the in-use peak of `plan`'s run, by name.
+    pub fn live_at_peak(&self, plan: &Plan) -> Result<Vec<String>, PlanError> {
+        let (g, sim) = self.rewritten_run(plan)?;
+        let step = sim.peak_step;
+        Ok(sim
+            .buffers
+            .iter()
+            .filter(|b| b.allocated_at(step))
+            .filter_map(|b| sim.occupant(&g, b, step))
+            .map(|t| g.tensor(t).name.clone())
+            .collect())
+    }
+
     /// `plan`'s rewrite of the graph (unverified: a trial) and its simulated run.
     fn rewritten_run(&self, plan: &Plan) -> Result<(Graph, Simulation), PlanError> {
         let patch = rewrite(&self.before.graph, self.cands, plan, "trial");
