@@ -273,6 +273,16 @@ impl Simulation {
         v
     }
 
+    /// The values in use at `step`, each with its buffer: the buffers allocated then that
+    /// hold one (the others are [`Simulation::idle_at`]'s).
+    pub fn in_use_at(&self, graph: &Graph, step: usize) -> Vec<(&Buffer, TensorId)> {
+        self.buffers
+            .iter()
+            .filter(|b| b.allocated_at(step))
+            .filter_map(|b| self.occupant(graph, b, step).map(|t| (b, t)))
+            .collect()
+    }
+
     /// The value of `buf` in use at `step` (produced at or before it, read at or after it);
     /// `None`: the buffer holds no value in use then.
     pub fn occupant(&self, graph: &Graph, buf: &Buffer, step: usize) -> Option<TensorId> {

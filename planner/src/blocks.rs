@@ -82,19 +82,14 @@ impl BlockStart {
                 }
                 let mut plan = Plan::for_set(&start.prob, pb.recompute, Method::PerBlock);
                 plan.remat_at = pb.remat_at;
-                let total = start.oracle(base, o).plan_total(&plan)?;
+                let (total, mut live) = start.oracle(base, o).total_and_live(&plan)?;
                 // The blocks' plan with the cheap candidates outside them rebuilt too (a
                 // weight's transpose, a mask every layer's backward reads) where they are live
-                // at the run's peak, while that lowers the total: two simulations a round. A
+                // at the run's peak, while that lowers the total: one simulation a round. A
                 // seed of its own, cut only where no plain block plan fits (the cut of a
                 // lower start is not always cheaper).
                 let (mut deep, mut deep_total) = (plan.clone(), total);
                 for _ in 0..EXTRA_ROUNDS {
-                    let live: std::collections::BTreeSet<String> = start
-                        .oracle(base, o)
-                        .live_at_peak(&deep)?
-                        .into_iter()
-                        .collect();
                     let add: Vec<usize> = cheap_extras(&start.prob, &deep)
                         .into_iter()
                         .filter(|&i| live.contains(&start.prob.candidates[i].label))
@@ -106,7 +101,7 @@ impl BlockStart {
                     for &i in &add {
                         deeper.recompute[i] = true;
                     }
-                    let t = start.oracle(base, o).plan_total(&deeper)?;
+                    let (t, deeper_live) = start.oracle(base, o).total_and_live(&deeper)?;
                     if o.debug {
                         eprintln!(
                             "blocks: base {k}, {granularity:?}, {} cheap extras: {deep_total} -> {t}",
@@ -116,7 +111,7 @@ impl BlockStart {
                     if t >= deep_total {
                         break;
                     }
-                    (deep, deep_total) = (deeper, t);
+                    (deep, deep_total, live) = (deeper, t, deeper_live);
                 }
                 if o.debug {
                     eprintln!(

@@ -7,7 +7,9 @@
 //! Steps are always the original schedule's steps (those of the linear model the rounds
 //! solve): a rewritten run's recompute steps count as the original step they precede.
 
-use ckpt_ir::Graph;
+use std::collections::BTreeSet;
+
+use ckpt_ir::{Graph, TensorId};
 use ckpt_passes::device::{device_need, device_need_below, device_need_within, fits};
 use ckpt_passes::memory::{schedule, simulate_resolved, Simulation};
 use ckpt_passes::ort_view::resolved_shapes_after;
@@ -126,9 +128,13 @@ impl Simulator<'_> {
 
     fn run(&self, plan: &Plan) -> Result<(u64, Simulation), PlanError> {
         let (_, sim) = self.rewritten_run(plan)?;
-        let need = device_need(&sim, &self.options.analysis.profile).arena_bytes;
-        let total = self.held_total(&sim, self.before.ledger.fixed_bytes + need);
-        Ok((total, sim))
+        Ok((self.total_of(&sim), sim))
+    }
+
+    /// The device total of the run `sim` of a rewrite.
+    fn total_of(&self, sim: &Simulation) -> u64 {
+        let need = device_need(sim, &self.options.analysis.profile).arena_bytes;
+        self.held_total(sim, self.before.ledger.fixed_bytes + need)
     }
 
     /// [`Simulator::run`] when the total is below `bound` (`None`: no bound), else `None`.
@@ -188,17 +194,16 @@ impl Simulator<'_> {
         fits(sim, &o.analysis.profile, budget)
     }
 
-    /// The values in the arena's buffers at the in-use peak of `plan`'s run, by name.
-    pub fn live_at_peak(&self, plan: &Plan) -> Result<Vec<String>, PlanError> {
+    /// [`Simulator::plan_total`], with the values in use at the run's in-use peak, by name:
+    /// one simulation.
+    pub fn total_and_live(&self, plan: &Plan) -> Result<(u64, BTreeSet<String>), PlanError> {
         let (g, sim) = self.rewritten_run(plan)?;
-        let step = sim.peak_step;
-        Ok(sim
-            .buffers
-            .iter()
-            .filter(|b| b.allocated_at(step))
-            .filter_map(|b| sim.occupant(&g, b, step))
-            .map(|t| g.tensor(t).name.clone())
-            .collect())
+        let live = sim
+            .in_use_at(&g, sim.peak_step)
+            .into_iter()
+            .map(|(_, t)| g.tensor(t).name.clone())
+            .collect();
+        Ok((self.total_of(&sim), live))
     }
 
     /// `plan`'s rewrite of the graph (unverified: a trial) and its simulated run.
@@ -363,36 +368,25 @@ impl Simulator<'_> {
                 vals.join(", ")
             );
         }
-        let step = sim.peak_step;
-        let mut live: Vec<(u64, String)> = sim
-            .buffers
-            .iter()
-            .filter(|b| b.allocated_at(step))
-            .filter_map(|b| sim.occupant(&g, b, step).map(|t| (b.bytes, t)))
-            .map(|(bytes, t)| {
-                let tensor = g.tensor(t);
-                let (made, last) = sim.span(&g, t);
-                let end = if last == usize::MAX {
-                    "out".to_string()
-                } else {
-                    last.to_string()
-                };
-                (bytes, format!("{}[{made}..{end}]", tensor.name))
-            })
+        let mut live: Vec<(u64, TensorId)> = sim
+            .in_use_at(&g, sim.peak_step)
+            .into_iter()
+            .map(|(b, t)| (b.bytes, t))
             .collect();
-        live.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        let outputs: u64 = live
-            .iter()
-            .filter(|x| x.1.ends_with("..out]"))
-            .map(|x| x.0)
-            .sum();
+        live.sort_by(|a, b| {
+            b.0.cmp(&a.0)
+                .then_with(|| g.tensor(a.1).name.cmp(&g.tensor(b.1).name))
+        });
+        let is_output = |t: TensorId| g.tensor(t).is_output;
+        let outputs: u64 = live.iter().filter(|x| is_output(x.1)).map(|x| x.0).sum();
         let all: u64 = live.iter().map(|x| x.0).sum();
         eprintln!(
             "  live at the peak: {all} B in {} values, {outputs} B of them graph outputs; largest:",
             live.len()
         );
-        for (bytes, name) in live.iter().filter(|x| !x.1.ends_with("..out]")).take(16) {
-            eprintln!("    {bytes} B {name}");
+        for &(bytes, t) in live.iter().filter(|x| !is_output(x.1)).take(16) {
+            let (made, last) = sim.span(&g, t);
+            eprintln!("    {bytes} B {}[{made}..{last}]", g.tensor(t).name);
         }
         Ok(())
     }

@@ -382,12 +382,12 @@ fn plan_once(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome,
         }
     }
     let base = ordered.as_ref().map_or(before, |v| &v.analysis);
-    // The base with its constant reshape targets guarded: ORT's planner then reuses none of
+    // The base with its constant shapes guarded: ORT's planner then reuses none of
     // the buffers computed from them, so a rebuilt block's buffers go back to the arena
     // instead of being held for a later value of the same size.
     let mut guards = guarded(base, ordered.as_ref(), o)?.into_iter();
     let guarded = guards.next();
-    let fewer_guards = guards.next();
+    let other_guards = guards.next();
     // So is a guarded graph that fits as it is: no plan that recomputes anything beats it.
     if let Some(v) = guarded.as_ref() {
         if v.analysis.ledger.total_bytes <= o.effective_ceiling() {
@@ -397,7 +397,7 @@ fn plan_once(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome,
     // Block checkpointing on the base and on its guarded variants, run (two simulations each).
     let bases: Vec<&Analysis> = std::iter::once(base)
         .chain(guarded.as_ref().map(|g| &g.analysis))
-        .chain(fewer_guards.as_ref().map(|g| &g.analysis))
+        .chain(other_guards.as_ref().map(|g| &g.analysis))
         .collect();
     let blocks = BlockStart::new(&bases, o)?;
     let negligible = step_flops(before, &o.analysis.bindings) / NEGLIGIBLE_SHARE;
@@ -441,7 +441,7 @@ fn plan_once(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome,
             let variant = match k {
                 0 => ordered.as_ref(),
                 1 => guarded.as_ref(),
-                _ => fewer_guards.as_ref(),
+                _ => other_guards.as_ref(),
             };
             if let Some(v) = variant {
                 r.patch_text = format!("{}\n{}", v.patch_text, r.patch_text);
@@ -460,7 +460,7 @@ fn plan_once(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome,
             before,
             ordered.as_ref(),
             guarded.as_ref(),
-            fewer_guards.as_ref(),
+            other_guards.as_ref(),
             o,
             &mut tried,
             pool,
@@ -545,8 +545,9 @@ impl Tried {
 }
 
 /// The candidate search on the other zero-FLOP variants, after the first: lowered terms and
-/// guards on the reordered base, then its reshape targets alone guarded (where the full set
-/// guards more), then the given graph (when the first was the reordered one);
+/// guards on the reordered base, then the other guard set (the full one or the reshape
+/// targets alone, where they differ), then the given graph (when the first was the reordered
+/// one);
 /// a plan that adds nothing ends it. `true`: the given graph already fits.
 fn other_variants(
     before: &Analysis,
@@ -600,11 +601,11 @@ fn other_variants(
             }
         }
     }
-    // The reshape targets alone guarded, where the full set's search did not improve the
-    // plan in hand (a guard on a zeros table also takes it out of in-place reuse).
+    // The other guard set, where the first's search did not improve the plan in hand (a
+    // guard on a zeros table also takes it out of in-place reuse).
     if !done && !guards_won {
         if let Some(g) = other_guards {
-            say("reshape targets guarded");
+            say("the other guard set");
             done = tried.consider(plan_variant(g, &budget(tried), beat(tried), pool)?);
         }
     }
@@ -757,30 +758,25 @@ fn guarded(
 ) -> Result<Vec<Variant>, PlanError> {
     let all = ckpt_passes::guards::reuse_guards(&before.graph, "reuse guards");
     let fewer = ckpt_passes::guards::reshape_guards(&before.graph, "reuse guards");
+    let patches = if fewer.guards.len() < all.guards.len() {
+        vec![all, fewer]
+    } else {
+        vec![all] // only reshape targets to guard: one variant
+    };
     let mut out = Vec::new();
-    for patch in [all, fewer] {
-        if out.len() == 1 && patch.guards.len() == out_guards(&out) {
-            break; // the graph has only reshape targets to guard: one variant
-        }
+    for patch in patches {
         if let Some(analysis) = applied(before, &patch, o)? {
-            out.push((
-                patch.guards.len(),
-                Variant {
-                    analysis,
-                    patch_text: chained(on, &patch),
-                    lowered: on.is_some_and(|v| v.lowered),
-                    guarded: true,
-                },
-            ));
+            out.push(Variant {
+                analysis,
+                patch_text: chained(on, &patch),
+                lowered: on.is_some_and(|v| v.lowered),
+                guarded: true,
+            });
         }
     }
-    // The lower total first (the full set on a tie).
-    out.sort_by_key(|(_, v)| v.analysis.ledger.total_bytes);
-    Ok(out.into_iter().map(|(_, v)| v).collect())
-}
-
-fn out_guards(out: &[(usize, Variant)]) -> usize {
-    out.first().map_or(0, |x| x.0)
+    // The lower total first (a stable sort: the full set on a tie).
+    out.sort_by_key(|v| v.analysis.ledger.total_bytes);
+    Ok(out)
 }
 
 /// The given graph with its leaves written in the order their inputs become ready
