@@ -92,9 +92,20 @@ pub fn schedule(graph: &Graph) -> Result<Schedule, MemoryError> {
 /// walk, with `Shape`/`Size` nodes moved right after their input's producer where
 /// [`ckpt_ir::ort::shape_ops_follow_their_input`].
 pub fn schedule_for(graph: &Graph, ort_version: &str) -> Result<Schedule, MemoryError> {
+    schedule_of_sequence(graph, graph.nodes(), ort_version)
+}
+
+/// [`schedule_for`] as if the file listed `graph`'s nodes in the order of `nodes` (a
+/// permutation of [`Graph::nodes`], topological or not: ORT's walk does not care), without
+/// rewriting the graph: what a search over file orders compares before it writes one.
+pub fn schedule_of_sequence(
+    graph: &Graph,
+    nodes: &[NodeId],
+    ort_version: &str,
+) -> Result<Schedule, MemoryError> {
     let mut ort_index = vec![usize::MAX; graph.node_bound()];
     let mut by_index: Vec<NodeId> = Vec::new();
-    for &n in graph.nodes() {
+    for &n in nodes {
         if !is_constant_node(graph, n) {
             ort_index[n.index()] = by_index.len();
             by_index.push(n);

@@ -64,7 +64,7 @@ pub fn leaf_readiness(graph: &Graph, schedule: &Schedule) -> Vec<(NodeId, usize)
 /// Only leaves move, and nothing reads a leaf, so the file stays topological and no other
 /// node's index changes relative to another's. Empty when the leaves are in that order already.
 pub fn order_leaves(graph: &Graph, schedule: &Schedule, label: &str) -> Patch {
-    let mut patch = Patch::new(label);
+    let patch = Patch::new(label);
     let Some(&last) = graph.nodes().last() else {
         return patch;
     };
@@ -80,8 +80,60 @@ pub fn order_leaves(graph: &Graph, schedule: &Schedule, label: &str) -> Patch {
     if wanted == current && at_end == current {
         return patch;
     }
-    for n in wanted {
+    leaf_order(graph, &wanted, label)
+}
+
+/// The leaves of `graph` (as [`leaf_readiness`] finds them) in file order: where a search over
+/// leaf orders starts.
+pub fn leaves_in_file_order(graph: &Graph, schedule: &Schedule) -> Vec<NodeId> {
+    let pos = graph.file_positions();
+    let mut leaves: Vec<NodeId> = leaf_readiness(graph, schedule)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    leaves.sort_by_key(|n| pos[n.index()]);
+    leaves
+}
+
+/// The leaves [`order_leaves`] writes, in the order it writes them.
+pub fn ready_leaf_order(graph: &Graph, schedule: &Schedule) -> Vec<NodeId> {
+    let pos = graph.file_positions();
+    let mut leaves = leaf_readiness(graph, schedule);
+    leaves.sort_by_key(|&(n, ready)| (std::cmp::Reverse(ready), pos[n.index()]));
+    leaves.into_iter().map(|(n, _)| n).collect()
+}
+
+/// Moves that write `leaves` (nodes nothing reads, the file's last node among them) at the
+/// end of the file in the order given, every other node keeping its place: the file
+/// [`sequence_with_leaves`] lists. Only leaves move, so the file stays topological. Empty
+/// when `leaves` does not hold the file's last node (a leaf in a topological file).
+pub fn leaf_order(graph: &Graph, leaves: &[NodeId], label: &str) -> Patch {
+    let mut patch = Patch::new(label);
+    let Some(&last) = graph.nodes().last() else {
+        return patch;
+    };
+    if !leaves.contains(&last) {
+        return patch;
+    }
+    for &n in leaves {
         patch.moves.push(Move::reorder(graph, n, last));
     }
     patch
+}
+
+/// The file order [`leaf_order`]`(graph, leaves)` writes: every other node in file order, then
+/// `leaves`.
+pub fn sequence_with_leaves(graph: &Graph, leaves: &[NodeId]) -> Vec<NodeId> {
+    let mut moved = vec![false; graph.node_bound()];
+    for &n in leaves {
+        moved[n.index()] = true;
+    }
+    let mut seq: Vec<NodeId> = graph
+        .nodes()
+        .iter()
+        .copied()
+        .filter(|n| !moved[n.index()])
+        .collect();
+    seq.extend_from_slice(leaves);
+    seq
 }

@@ -14,8 +14,13 @@
 //!    recompute, then from the ILP's optima at tighter budgets. Labelled
 //!    [`ckpt_solver::Method::Search`]: no optimality bound.
 //! 3. **Cut**: drop the recomputes the fit does not need, swap expensive ones for cheaper.
-//! 4. **Zero-FLOP variants**: the graph with its backward-only terms moved to run just before
-//!    their readers, with its constant reshape targets guarded (`ckpt_passes::guards`: ORT's
+//! 4. **Zero-FLOP variants**: the graph with its leaves (the loss, each gradient) written in
+//!    the order their inputs become ready, and where that does not fit, in an order searched
+//!    for the profile's arena (`leaves.rs`: a hill-climb over the leaves' places, each trial
+//!    a schedule, a simulation and the arena's bisection, counted against a step budget;
+//!    where the gradients are computed decides where the BFC arena places them, and a late
+//!    large request can find no room though far less is in use); the graph with its
+//!    backward-only terms moved to run just before their readers, with its constant reshape targets guarded (`ckpt_passes::guards`: ORT's
 //!    planner then keeps the buffers computed from them out of reuse), and with both, are
 //!    planned too where the graph as given has no plan or one that adds FLOPs; the plan that
 //!    adds the fewest FLOPs wins; a reordered or guarded graph that fits as it is, is the plan
@@ -55,6 +60,7 @@
 mod analysis;
 mod blocks;
 mod error;
+mod leaves;
 mod oracle;
 mod plan;
 
