@@ -83,16 +83,22 @@ pub fn order_leaves(graph: &Graph, schedule: &Schedule, label: &str) -> Patch {
     leaf_order(graph, &wanted, label)
 }
 
-/// The leaves of `graph` (as [`leaf_readiness`] finds them) in file order: where a search over
+/// The leaves of `graph` (nodes none of whose outputs another node reads, as
+/// [`leaf_readiness`] finds them, without their tails) in file order: where a search over
 /// leaf orders starts.
 pub fn leaves_in_file_order(graph: &Graph, schedule: &Schedule) -> Vec<NodeId> {
-    let pos = graph.file_positions();
-    let mut leaves: Vec<NodeId> = leaf_readiness(graph, schedule)
-        .into_iter()
-        .map(|(n, _)| n)
-        .collect();
-    leaves.sort_by_key(|n| pos[n.index()]);
-    leaves
+    graph
+        .nodes()
+        .iter()
+        .copied()
+        .filter(|&n| schedule.step_of(n).is_some())
+        .filter(|&n| {
+            graph
+                .node(n)
+                .output_tensors()
+                .all(|t| graph.tensor(t).consumers().is_empty())
+        })
+        .collect()
 }
 
 /// The leaves [`order_leaves`] writes, in the order it writes them.

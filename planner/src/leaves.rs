@@ -77,8 +77,7 @@ impl Climbs {
     pub fn new(a: &Analysis, starts: &[Vec<NodeId>]) -> Climbs {
         let mut climbs = Vec::new();
         let n = starts.first().map_or(0, Vec::len);
-        let sweep: usize = (0..n).map(|i| near_and_far(i, n).len()).sum();
-        if n < 2 || sweep.saturating_mul(a.sim.schedule.len().max(1)) > CLIMB_STEPS {
+        if !Climbs::worth(a, n) {
             return Climbs { climbs };
         }
         for (k, start) in starts.iter().enumerate() {
@@ -105,6 +104,13 @@ impl Climbs {
             }
         }
         Climbs { climbs }
+    }
+
+    /// Whether climbs over `n` leaves of `a`'s graph run ([`Climbs::new`]): at least two, and
+    /// one sweep of near places within [`CLIMB_STEPS`].
+    pub fn worth(a: &Analysis, n: usize) -> bool {
+        let sweep: usize = (0..n).map(|i| near_and_far(i, n).len()).sum();
+        n >= 2 && sweep.saturating_mul(a.sim.schedule.len().max(1)) <= CLIMB_STEPS
     }
 
     /// The order climbs stopped at `stop_at` keep: the first climb's first order needing at

@@ -862,11 +862,14 @@ fn climbed_leaves(
         .saturating_sub(base.ledger.fixed_bytes);
     let mut climbs = pool.climbs.borrow_mut();
     let climbs = climbs.get_or_insert_with(|| {
-        let starts = [
-            ckpt_passes::order::leaves_in_file_order(&base.graph, &base.sim.schedule),
-            ckpt_passes::order::ready_leaf_order(&base.graph, &base.sim.schedule),
-        ];
-        crate::leaves::Climbs::new(base, &starts)
+        let (g, s) = (&base.graph, &base.sim.schedule);
+        let written = ckpt_passes::order::leaves_in_file_order(g, s);
+        // (Readiness needs each leaf's tail: not computed where no climb runs.)
+        if !crate::leaves::Climbs::worth(base, written.len()) {
+            return crate::leaves::Climbs::default();
+        }
+        let ready = ckpt_passes::order::ready_leaf_order(g, s);
+        crate::leaves::Climbs::new(base, &[written, ready])
     });
     // Their own budget, not the searches' (`pass_steps`): four climbs of a small graph may
     // take 6M steps.
