@@ -8,8 +8,25 @@ mod common;
 
 use common::{assert_validated_rewrite, root, validated_run};
 
-fn resnet18() -> std::path::PathBuf {
-    root().join("tests/fixtures/full/resnet18_8x3x128x128_aot.onnx")
+/// ResNet-18 at full size planned at `pct`% of its footprint and validated: the receipt and
+/// its predicted totals before and after, the after total within the ceiling.
+fn resnet18_at(pct: u64) -> (serde_json::Value, u64, u64) {
+    let model = root().join("tests/fixtures/full/resnet18_8x3x128x128_aot.onnx");
+    let dir = tempfile::tempdir().unwrap();
+    let r = validated_run(
+        &model,
+        &format!("{pct}%"),
+        &dir.path().join("out.onnx"),
+        &[],
+    );
+    let before = r["predicted_peak_bytes"]["before"].as_u64().unwrap();
+    let after = r["predicted_peak_bytes"]["after"].as_u64().unwrap();
+    let ceiling = r["ceiling_bytes"].as_u64().unwrap();
+    assert!(
+        after <= ceiling && ceiling * 100 <= before * pct,
+        "{before} -> {after}, ceiling {ceiling}"
+    );
+    (r, before, after)
 }
 
 /// Issue 10: ResNet-18 (8×3×128×128) fits at 80% of its footprint with nothing recomputed:
@@ -17,15 +34,7 @@ fn resnet18() -> std::path::PathBuf {
 /// on ORT under the default profile, to the byte, bitwise equal.
 #[test]
 fn resnet18_at_full_size_fits_at_80_percent_by_the_leaf_order_alone() {
-    let dir = tempfile::tempdir().unwrap();
-    let r = validated_run(&resnet18(), "80%", &dir.path().join("out.onnx"), &[]);
-    let before = r["predicted_peak_bytes"]["before"].as_u64().unwrap();
-    let after = r["predicted_peak_bytes"]["after"].as_u64().unwrap();
-    let ceiling = r["ceiling_bytes"].as_u64().unwrap();
-    assert!(
-        after <= ceiling && ceiling * 100 <= before * 80,
-        "{before} -> {after}, ceiling {ceiling}"
-    );
+    let (r, before, after) = resnet18_at(80);
     // README ("How a plan is made", step 4): 197.10 MiB -> 151.29 MiB, nothing recomputed
     // (+2.16% of a step before the leaf order was searched).
     assert_eq!(ckpt_opt::size::human(before), "197.10 MiB");
@@ -42,15 +51,7 @@ fn resnet18_at_full_size_fits_at_80_percent_by_the_leaf_order_alone() {
 /// under the default profile.
 #[test]
 fn resnet18_at_full_size_fits_at_70_percent_at_single_digit_added_flops() {
-    let dir = tempfile::tempdir().unwrap();
-    let r = validated_run(&resnet18(), "70%", &dir.path().join("out.onnx"), &[]);
-    let before = r["predicted_peak_bytes"]["before"].as_u64().unwrap();
-    let after = r["predicted_peak_bytes"]["after"].as_u64().unwrap();
-    let ceiling = r["ceiling_bytes"].as_u64().unwrap();
-    assert!(
-        after <= ceiling && ceiling * 100 <= before * 70,
-        "{before} -> {after}, ceiling {ceiling}"
-    );
+    let (r, before, after) = resnet18_at(70);
     // README ("How a plan is made", step 4): 137.24 MiB at +2.09% of a step.
     assert_eq!(ckpt_opt::size::human(after), "137.24 MiB");
     let share = r["added_flops_percent"].as_f64().unwrap();
