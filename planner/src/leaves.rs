@@ -114,24 +114,36 @@ impl Climbs {
     }
 
     /// The order climbs stopped at `stop_at` keep: the first climb's first order needing at
-    /// most `stop_at`, else the next one's, and so on, else the lowest of their ends; with the
-    /// arena it needs. `None`: none moved anything. Each climb is advanced until it reaches
-    /// `stop_at` or ends, only where the ones before it did not reach it.
+    /// most `stop_at` whose steps run in an arena of one region of `budget` (what the written
+    /// model records; the BFC arena is not monotone in its cap, so the need alone does not
+    /// say), else the next one's, and so on, else the lowest of their ends; with the arena it
+    /// needs. `None`: none moved anything. Each climb is advanced until it reaches such an
+    /// order or ends, only where the ones before it did not reach one.
     pub fn pick(
         &mut self,
         a: &Analysis,
         o: &PlanOptions,
         stop_at: u64,
+        budget: u64,
     ) -> Result<Option<(Vec<NodeId>, u64)>, PlanError> {
+        let runs = |order: &[NodeId]| -> Result<bool, PlanError> {
+            let sim = simulation(a, o, order)?;
+            Ok(ckpt_passes::device::fits(&sim, &o.analysis.profile, budget))
+        };
         for c in &mut self.climbs {
-            if let Some(p) = c.points.iter().find(|p| p.1 <= stop_at) {
-                return Ok(Some(p.clone()));
-            }
-            while c.at.is_some() && c.points.last().is_none_or(|p| p.1 > stop_at) {
+            let mut seen = 0;
+            loop {
+                while seen < c.points.len() {
+                    let p = &c.points[seen];
+                    seen += 1;
+                    if p.1 <= stop_at && runs(&p.0)? {
+                        return Ok(Some(p.clone()));
+                    }
+                }
+                if c.at.is_none() {
+                    break;
+                }
                 advance(c, a, o)?;
-            }
-            if let Some(p) = c.points.last().filter(|p| p.1 <= stop_at) {
-                return Ok(Some(p.clone()));
             }
         }
         Ok(self
@@ -158,20 +170,11 @@ fn advance(c: &mut Climb, a: &Analysis, o: &PlanOptions) -> Result<(), PlanError
     };
     let g = &a.graph;
     let profile = &o.analysis.profile;
-    let version = ckpt_ir::ort::runtime_version(g);
     let max_trials = CLIMB_STEPS / a.sim.schedule.len().max(1);
     // The arena the graph with its leaves in `order` needs: exactly, or where it is under
     // `limit` (`None` where it is not).
     let need = |order: &[NodeId], limit: Option<u64>| -> Result<Option<u64>, PlanError> {
-        let seq = sequence_with_leaves(g, order);
-        let sched = schedule_of_sequence(g, &seq, version)?;
-        let sim = simulate_resolved(
-            g,
-            &sched,
-            &o.analysis.bindings,
-            profile.intra_op_num_threads,
-            &a.ort,
-        )?;
+        let sim = simulation(a, o, order)?;
         Ok(match limit {
             Some(l) => device_need_below(&sim, profile, l).map(|d| d.arena_bytes),
             None => Some(device_need(&sim, profile).arena_bytes),
@@ -243,6 +246,25 @@ fn advance(c: &mut Climb, a: &Analysis, o: &PlanOptions) -> Result<(), PlanError
     Ok(())
 }
 
+/// The run of `a`'s graph with its leaves in `order` (ORT's schedule of the file
+/// [`ckpt_passes::order::leaf_order`] would write, computed without writing it).
+fn simulation(
+    a: &Analysis,
+    o: &PlanOptions,
+    order: &[NodeId],
+) -> Result<ckpt_passes::memory::Simulation, PlanError> {
+    let g = &a.graph;
+    let seq = sequence_with_leaves(g, order);
+    let sched = schedule_of_sequence(g, &seq, ckpt_ir::ort::runtime_version(g))?;
+    Ok(simulate_resolved(
+        g,
+        &sched,
+        &o.analysis.bindings,
+        o.analysis.profile.intra_op_num_threads,
+        &a.ort,
+    )?)
+}
+
 /// The places the leaf at `i` of `n` is tried at: every place a power of two away, nearest
 /// first on each side (i ± 1, 2, 4, …), and the ends: about 2·log2(n) trials a leaf where
 /// every place is n − 1.
@@ -298,12 +320,12 @@ mod tests {
         let o = PlanOptions::new(0, AnalyseOptions::default());
         let start = a.device.arena_bytes;
         let mut deep = Climbs::new(&a, &starts(&a));
-        let lowest = deep.pick(&a, &o, 0).unwrap().expect("a lower order");
+        let lowest = deep.pick(&a, &o, 0, start).unwrap().expect("a lower order");
         assert!(lowest.1 < start, "{} -> {}", start, lowest.1);
         let high = start - (start - lowest.1) / 4;
         let mut fresh = Climbs::new(&a, &starts(&a));
         let picked = fresh
-            .pick(&a, &o, high)
+            .pick(&a, &o, high, start)
             .unwrap()
             .expect("an order under the ceiling");
         assert!(picked.1 <= high && picked.1 >= lowest.1);
@@ -311,13 +333,19 @@ mod tests {
             fresh.trials() < deep.trials(),
             "the fresh climbs stopped early"
         );
-        assert_eq!(deep.pick(&a, &o, high).unwrap(), Some(picked.clone()));
+        assert_eq!(
+            deep.pick(&a, &o, high, start).unwrap(),
+            Some(picked.clone())
+        );
         let one = PlanOptions {
             threads: 1,
             ..o.clone()
         };
         let mut single = Climbs::new(&a, &starts(&a));
-        assert_eq!(single.pick(&a, &one, high).unwrap(), Some(picked.clone()));
+        assert_eq!(
+            single.pick(&a, &one, high, start).unwrap(),
+            Some(picked.clone())
+        );
         for (order, need) in [picked, lowest] {
             let patch = ckpt_passes::order::leaf_order(&a.graph, &order, "leaf order");
             let mut g = a.graph.clone();

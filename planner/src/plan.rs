@@ -380,7 +380,7 @@ fn plan_once(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome,
     // A reordered graph that fits as it is is the plan (the first variant's, as below), before
     // the guarded variant and the block plans are built.
     if let Some(v) = ordered.as_ref() {
-        if v.analysis.ledger.total_bytes <= o.effective_ceiling() {
+        if fits_as_recorded(&v.analysis, o) {
             return Ok(Outcome::Rewritten(as_is(v, o)?));
         }
     }
@@ -388,7 +388,7 @@ fn plan_once(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome,
     // a variant searched after the first.
     let climbed = climbed_leaves(before, ordered.as_ref(), o, pool)?;
     if let Some(v) = climbed.as_ref() {
-        if v.analysis.ledger.total_bytes <= o.effective_ceiling() {
+        if fits_as_recorded(&v.analysis, o) {
             return Ok(Outcome::Rewritten(as_is(v, o)?));
         }
     }
@@ -401,7 +401,7 @@ fn plan_once(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome,
     let other_guards = guards.next();
     // So is a guarded graph that fits as it is: no plan that recomputes anything beats it.
     if let Some(v) = guarded.as_ref() {
-        if v.analysis.ledger.total_bytes <= o.effective_ceiling() {
+        if fits_as_recorded(&v.analysis, o) {
             return Ok(Outcome::Rewritten(as_is(v, o)?));
         }
     }
@@ -709,6 +709,19 @@ fn plan_variant(
     Ok(Ok(r))
 }
 
+/// Whether the graph `a` analyses fits the ceiling as it is and runs in the arena the written
+/// model records (a first region of the budget, capped at it): the BFC arena is not monotone
+/// in its cap (a chunk is split only at twice the request), so a need found by bisection
+/// under the budget does not say the budget itself runs.
+fn fits_as_recorded(a: &Analysis, o: &PlanOptions) -> bool {
+    a.ledger.total_bytes <= o.effective_ceiling()
+        && ckpt_passes::device::fits(
+            &a.sim,
+            &o.analysis.profile,
+            o.ceiling.saturating_sub(a.ledger.fixed_bytes),
+        )
+}
+
 /// A variant that fits as it is, as a plan that recomputes nothing.
 fn as_is(v: &Variant, o: &PlanOptions) -> Result<Box<Rewritten>, PlanError> {
     let a = &v.analysis;
@@ -873,7 +886,8 @@ fn climbed_leaves(
     });
     // Their own budget, not the searches' (`pass_steps`): four climbs of a small graph may
     // take 6M steps.
-    let picked = climbs.pick(base, o, stop_at)?;
+    let budget = o.ceiling.saturating_sub(base.ledger.fixed_bytes);
+    let picked = climbs.pick(base, o, stop_at, budget)?;
     if o.debug {
         eprintln!("leaf order: {} trials so far", climbs.trials());
     }

@@ -212,3 +212,33 @@ fn the_search_budget_ends_a_refusal_by_a_count_and_says_so() {
     // More steps reach no higher total than fewer on the same climbs.
     assert!(full.lowest_reachable_total_bytes <= one.lowest_reachable_total_bytes);
 }
+
+/// Every plan, including one that recomputes nothing (a variant that fits as it is: the
+/// leaves' order searched, guards), runs in the arena the written model records: a first
+/// region of the budget, capped at it. The need the bisection finds is not enough (the BFC
+/// arena splits a chunk only at twice the request, so it is not monotone in its cap); on the
+/// graphs where the leaves' order is searched, at two ceilings.
+#[test]
+fn every_plan_runs_in_the_recorded_arena() {
+    for f in [
+        "gpt2_d0_onnxad.onnx",
+        "mlp_d0_onnxad.onnx",
+        "resnet18_d0_aot.onnx",
+        "vit_d0_aot.onnx",
+    ] {
+        let g = ckpt_ir::import_file(&fixture(f)).unwrap();
+        let before = analyse(g, &AnalyseOptions::default()).unwrap();
+        for pct in [90, 75] {
+            let ceiling = before.ledger.total_bytes * pct / 100;
+            let o = options(ceiling);
+            if let Outcome::Rewritten(r) = plan(&before, &o).unwrap() {
+                let budget = ceiling - before.ledger.fixed_bytes;
+                assert!(r.after.ledger.total_bytes <= ceiling, "{f} at {pct}%");
+                assert!(
+                    ckpt_passes::device::fits(&r.after.sim, &o.analysis.profile, budget),
+                    "{f} at {pct}%: the plan does not run in an arena of {budget} B"
+                );
+            }
+        }
+    }
+}
