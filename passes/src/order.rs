@@ -64,21 +64,17 @@ pub fn leaf_readiness(graph: &Graph, schedule: &Schedule) -> Vec<(NodeId, usize)
 /// Only leaves move, and nothing reads a leaf, so the file stays topological and no other
 /// node's index changes relative to another's. Empty when the leaves are in that order already.
 pub fn order_leaves(graph: &Graph, schedule: &Schedule, label: &str) -> Patch {
-    let patch = Patch::new(label);
+    let current = leaves_in_file_order(graph, schedule);
     let Some(&last) = graph.nodes().last() else {
-        return patch;
+        return Patch::new(label);
     };
-    let pos = graph.file_positions();
-    let mut leaves = leaf_readiness(graph, schedule);
-    if leaves.len() < 2 || !leaves.iter().any(|&(n, _)| n == last) {
-        return patch; // the file's last node is a leaf in a topological file
+    if current.len() < 2 || !current.contains(&last) {
+        return Patch::new(label); // the file's last node is a leaf in a topological file
     }
-    let current: Vec<NodeId> = leaves.iter().map(|&(n, _)| n).collect();
-    leaves.sort_by_key(|&(n, ready)| (std::cmp::Reverse(ready), pos[n.index()]));
-    let wanted: Vec<NodeId> = leaves.iter().map(|&(n, _)| n).collect();
-    let at_end = graph.nodes()[graph.nodes().len() - leaves.len()..].to_vec();
-    if wanted == current && at_end == current {
-        return patch;
+    let wanted = ready_leaf_order(graph, schedule);
+    let at_end = &graph.nodes()[graph.nodes().len() - current.len()..];
+    if wanted == current && at_end == current.as_slice() {
+        return Patch::new(label);
     }
     leaf_order(graph, &wanted, label)
 }

@@ -9,13 +9,14 @@
 //! floor is made of"). [`ckpt_passes::order::order_leaves`] writes them in the order their
 //! inputs become ready, which frees what each reads soonest; it knows nothing of the arena.
 //!
-//! [`Climbs`] starts there and moves one leaf at a time to another place in the order, keeping
-//! a move where the profile's arena need, replayed, drops: a first-improvement hill-climb,
-//! the moves of one leaf judged together (in parallel) and the first that lowers the need in
-//! scan order kept, so the result is the same on any number of threads. Each trial is a
-//! schedule of the graph as the moved file would list it (no rewrite), its simulation and one
-//! replay capped just under the best need so far; the trials are counted against a budget of
-//! schedule steps, never timed.
+//! [`Climbs`] starts there (and from the leaves as written) and moves one leaf at a time to
+//! another place in the order, keeping a move where the profile's arena need, replayed, drops:
+//! a hill-climb, the moves of one leaf judged together (in parallel) and the one that lowers
+//! the need most kept (the first in scan order on a tie), so the result is the same on any
+//! number of threads. Each trial is a schedule of the graph as the moved file would list it
+//! (no rewrite), its simulation and the need's bisection, stopped as soon as it shows the need
+//! is not below the best so far; the trials are counted against a budget of schedule steps,
+//! never timed.
 
 use ckpt_ir::NodeId;
 use ckpt_passes::device::{device_need, device_need_below};
@@ -114,21 +115,18 @@ impl Climbs {
     }
 
     /// The order climbs stopped at `stop_at` keep: the first climb's first order needing at
-    /// most `stop_at` whose steps run in an arena of one region of `budget` (what the written
-    /// model records; the BFC arena is not monotone in its cap, so the need alone does not
-    /// say), else the next one's, and so on, else the lowest of their ends; with the arena it
-    /// needs. `None`: none moved anything. Each climb is advanced until it reaches such an
+    /// most `stop_at` whose steps run in the arena the written model records
+    /// ([`PlanOptions::runs_as_recorded`]), else the next one's, and so on, else the lowest
+    /// of their ends; with the arena it needs. `None`: none moved anything. Each climb is advanced until it reaches such an
     /// order or ends, only where the ones before it did not reach one.
     pub fn pick(
         &mut self,
         a: &Analysis,
         o: &PlanOptions,
         stop_at: u64,
-        budget: u64,
     ) -> Result<Option<(Vec<NodeId>, u64)>, PlanError> {
         let runs = |order: &[NodeId]| -> Result<bool, PlanError> {
-            let sim = simulation(a, o, order)?;
-            Ok(ckpt_passes::device::fits(&sim, &o.analysis.profile, budget))
+            Ok(o.runs_as_recorded(&simulation(a, o, order)?, a.ledger.fixed_bytes))
         };
         for c in &mut self.climbs {
             let mut seen = 0;
@@ -317,15 +315,16 @@ mod tests {
     #[test]
     fn a_ceiling_is_answered_the_same_whatever_was_asked_before() {
         let a = fixture("gpt2_d0_onnxad.onnx");
-        let o = PlanOptions::new(0, AnalyseOptions::default());
+        // The ceiling of the start's total: the recorded arena is the start's need.
+        let o = PlanOptions::new(a.ledger.total_bytes, AnalyseOptions::default());
         let start = a.device.arena_bytes;
         let mut deep = Climbs::new(&a, &starts(&a));
-        let lowest = deep.pick(&a, &o, 0, start).unwrap().expect("a lower order");
+        let lowest = deep.pick(&a, &o, 0).unwrap().expect("a lower order");
         assert!(lowest.1 < start, "{} -> {}", start, lowest.1);
         let high = start - (start - lowest.1) / 4;
         let mut fresh = Climbs::new(&a, &starts(&a));
         let picked = fresh
-            .pick(&a, &o, high, start)
+            .pick(&a, &o, high)
             .unwrap()
             .expect("an order under the ceiling");
         assert!(picked.1 <= high && picked.1 >= lowest.1);
@@ -333,19 +332,13 @@ mod tests {
             fresh.trials() < deep.trials(),
             "the fresh climbs stopped early"
         );
-        assert_eq!(
-            deep.pick(&a, &o, high, start).unwrap(),
-            Some(picked.clone())
-        );
+        assert_eq!(deep.pick(&a, &o, high).unwrap(), Some(picked.clone()));
         let one = PlanOptions {
             threads: 1,
             ..o.clone()
         };
         let mut single = Climbs::new(&a, &starts(&a));
-        assert_eq!(
-            single.pick(&a, &one, high, start).unwrap(),
-            Some(picked.clone())
-        );
+        assert_eq!(single.pick(&a, &one, high).unwrap(), Some(picked.clone()));
         for (order, need) in [picked, lowest] {
             let patch = ckpt_passes::order::leaf_order(&a.graph, &order, "leaf order");
             let mut g = a.graph.clone();

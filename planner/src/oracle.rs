@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 
 use ckpt_ir::{Graph, TensorId};
-use ckpt_passes::device::{device_need, device_need_below, device_need_within, fits};
+use ckpt_passes::device::{device_need, device_need_below, device_need_within};
 use ckpt_passes::memory::{schedule, simulate_resolved, Simulation};
 use ckpt_passes::ort_view::resolved_shapes_after;
 use ckpt_passes::recompute::{rewrite, Candidates};
@@ -189,9 +189,8 @@ impl Simulator<'_> {
     /// Whether the steps of `sim` run in the arena the written model records: a first region
     /// of the budget (the ceiling less what the caller feeds), capped at it.
     fn runs_as_recorded(&self, sim: &Simulation) -> bool {
-        let o = self.options;
-        let budget = o.ceiling.saturating_sub(self.before.ledger.fixed_bytes);
-        fits(sim, &o.analysis.profile, budget)
+        self.options
+            .runs_as_recorded(sim, self.before.ledger.fixed_bytes)
     }
 
     /// [`Simulator::plan_total`], with the values in use at the run's in-use peak, by name:

@@ -122,6 +122,20 @@ impl PlanOptions {
             .resolved(self.ceiling.saturating_sub(fixed_bytes))
     }
 
+    /// Whether the steps of `sim` run in the arena the written model records: a first region
+    /// of the budget (the ceiling less `fixed_bytes`, what the caller feeds), capped at it.
+    /// The need a bisection finds under the budget does not say so: the BFC arena splits a
+    /// chunk only at twice the request, so it is not monotone in its cap, and a larger first
+    /// region can place chunks worse.
+    pub(crate) fn runs_as_recorded(
+        &self,
+        sim: &ckpt_passes::memory::Simulation,
+        fixed_bytes: u64,
+    ) -> bool {
+        let budget = self.ceiling.saturating_sub(fixed_bytes);
+        ckpt_passes::device::fits(sim, &self.analysis.profile, budget)
+    }
+
     pub(crate) fn report(&self, p: Progress) {
         if let Some(f) = self.progress {
             f(p);
@@ -345,7 +359,7 @@ fn probed(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome, Pl
 /// trials, so what is left before each is the same on any machine.
 struct Pool {
     left: Cell<usize>,
-    /// The leaves' order searched ([`crate::leaves::climbs`]), once for every probe.
+    /// The leaves' order searched ([`crate::leaves::Climbs`]), kept for every probe.
     climbs: std::cell::RefCell<Option<crate::leaves::Climbs>>,
 }
 
@@ -710,16 +724,10 @@ fn plan_variant(
 }
 
 /// Whether the graph `a` analyses fits the ceiling as it is and runs in the arena the written
-/// model records (a first region of the budget, capped at it): the BFC arena is not monotone
-/// in its cap (a chunk is split only at twice the request), so a need found by bisection
-/// under the budget does not say the budget itself runs.
+/// model records ([`PlanOptions::runs_as_recorded`]).
 fn fits_as_recorded(a: &Analysis, o: &PlanOptions) -> bool {
     a.ledger.total_bytes <= o.effective_ceiling()
-        && ckpt_passes::device::fits(
-            &a.sim,
-            &o.analysis.profile,
-            o.ceiling.saturating_sub(a.ledger.fixed_bytes),
-        )
+        && o.runs_as_recorded(&a.sim, a.ledger.fixed_bytes)
 }
 
 /// A variant that fits as it is, as a plan that recomputes nothing.
@@ -852,14 +860,13 @@ fn ordered_leaves(before: &Analysis, o: &PlanOptions) -> Result<Option<Variant>,
 }
 
 /// The given graph with its leaves in an order searched for the profile's arena
-/// ([`crate::leaves::climbs`]: where each gradient is computed decides where the arena
+/// ([`crate::leaves::Climbs`]: where each gradient is computed decides where the arena
 /// places it), from the leaves as `ordered` (else the given graph) writes them and from the
 /// order their inputs become ready, when that lowers the device total below `ordered`'s (the
 /// given graph's); else `None`. The climbs are kept for the whole [`plan`] call (its probes),
 /// and the order kept at a ceiling is the one climbs run to that ceiling from the start keep
 /// ([`crate::leaves::Climbs::pick`]), so the plan at a ceiling does not depend on the probes
-/// before it. Measured costs belong to
-/// the given graph's nodes: then `None`.
+/// before it. Measured costs belong to the given graph's nodes: then `None`.
 fn climbed_leaves(
     before: &Analysis,
     ordered: Option<&Variant>,
@@ -873,6 +880,8 @@ fn climbed_leaves(
     let stop_at = o
         .effective_ceiling()
         .saturating_sub(base.ledger.fixed_bytes);
+    // Their own budget, not the searches' (`pass_steps`): four climbs of a small graph may
+    // take 6M steps.
     let mut climbs = pool.climbs.borrow_mut();
     let climbs = climbs.get_or_insert_with(|| {
         let (g, s) = (&base.graph, &base.sim.schedule);
@@ -884,10 +893,7 @@ fn climbed_leaves(
         let ready = ckpt_passes::order::ready_leaf_order(g, s);
         crate::leaves::Climbs::new(base, &[written, ready])
     });
-    // Their own budget, not the searches' (`pass_steps`): four climbs of a small graph may
-    // take 6M steps.
-    let budget = o.ceiling.saturating_sub(base.ledger.fixed_bytes);
-    let picked = climbs.pick(base, o, stop_at, budget)?;
+    let picked = climbs.pick(base, o, stop_at)?;
     if o.debug {
         eprintln!("leaf order: {} trials so far", climbs.trials());
     }
