@@ -128,6 +128,19 @@ impl Node {
             && self.outputs == other.outputs
     }
 
+    /// Whether this node applies `other`'s op with `other`'s attributes (its inputs and
+    /// outputs, and its name, may differ): the same stored proto, or a copy of it such as a
+    /// recompute clone's. A shape rule infers for it what it infers for `other` from the
+    /// same input types.
+    pub fn same_rule_as(&self, other: &Node) -> bool {
+        self.domain == other.domain
+            && self.op_type == other.op_type
+            && (std::sync::Arc::ptr_eq(&self.proto, &other.proto)
+                || (self.proto.domain == other.proto.domain
+                    && self.proto.overload == other.proto.overload
+                    && self.proto.attribute == other.proto.attribute))
+    }
+
     /// The attribute named `name`.
     pub fn attr(&self, name: &str) -> Option<&onnx::AttributeProto> {
         self.proto
@@ -197,6 +210,10 @@ impl Node {
 pub struct Graph {
     /// Shared: patches clone graphs often and change the model only in its metadata.
     pub(crate) model: std::sync::Arc<onnx::ModelProto>,
+    /// Where each name the model declares is first declared: (list, index), the lists
+    /// value_info (0), outputs (1) and inputs (2). Built on first use and shared with the
+    /// graph's clones; replaced with the model's declarations (not its metadata).
+    pub(crate) model_decls: Arc<std::sync::OnceLock<HashMap<String, (u8, usize)>>>,
     /// Nodes and tensors are shared between a graph and its clones (patches clone graphs
     /// often, and change few of them): a change copies the one it changes.
     pub(crate) g: StableDiGraph<Arc<Node>, TensorId>,
@@ -223,6 +240,27 @@ impl Graph {
     /// The model this graph was imported from (as imported, before any patch).
     pub fn model(&self) -> &onnx::ModelProto {
         &self.model
+    }
+
+    /// Where each name the model declares is first declared ([`Graph::model_decls`]'s doc).
+    pub(crate) fn model_declarations(&self) -> &HashMap<String, (u8, usize)> {
+        self.model_decls.get_or_init(|| {
+            let g = self.model.graph.as_ref();
+            let lists = [
+                g.map(|g| &g.value_info[..]).unwrap_or_default(),
+                g.map(|g| &g.output[..]).unwrap_or_default(),
+                g.map(|g| &g.input[..]).unwrap_or_default(),
+            ];
+            let mut first = HashMap::with_capacity(lists.iter().map(|l| l.len()).sum());
+            for (l, list) in lists.iter().enumerate() {
+                for (i, vi) in list.iter().enumerate() {
+                    if let Some(n) = vi.name.as_deref() {
+                        first.entry(n.to_string()).or_insert((l as u8, i));
+                    }
+                }
+            }
+            first
+        })
     }
 
     pub fn ir_version(&self) -> i64 {
@@ -268,6 +306,25 @@ impl Graph {
     pub fn shares_tensor(&self, other: &Graph, t: TensorId) -> bool {
         match (self.tensors.get(t.index()), other.tensors.get(t.index())) {
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// Whether tensor `t` is the same value in this graph and in `other`, where both share
+    /// the model its data is stored in: the same name, declared type and source (its
+    /// consumers may differ). A graph input or initializer that is keeps its type and data.
+    pub fn same_value(&self, other: &Graph, t: TensorId) -> bool {
+        if !self.shares_model(other) {
+            return false;
+        }
+        match (self.tensors.get(t.index()), other.tensors.get(t.index())) {
+            (Some(a), Some(b)) => {
+                Arc::ptr_eq(a, b)
+                    || (a.name == b.name
+                        && a.dtype == b.dtype
+                        && a.shape == b.shape
+                        && a.source == b.source)
+            }
             _ => false,
         }
     }

@@ -78,6 +78,7 @@ pub fn import_model(
 
     let mut graph = Graph {
         model: std::sync::Arc::new(model),
+        model_decls: Default::default(),
         g: StableDiGraph::new(),
         tensors: Vec::new(),
         by_name: Default::default(),

@@ -912,6 +912,7 @@ impl Parser {
         };
         let mut graph = Graph {
             model: std::sync::Arc::new(model),
+            model_decls: Default::default(),
             g: Default::default(),
             tensors: Vec::new(),
             by_name: Default::default(),

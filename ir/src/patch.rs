@@ -338,6 +338,7 @@ impl Patch {
                     .retain(|vi| !vi.name.as_deref().is_some_and(|n| names.contains(n)));
             }
             graph.model = std::sync::Arc::new(model);
+            graph.model_decls = Default::default();
         }
         for (k, v) in &self.metadata {
             let props = &mut std::sync::Arc::make_mut(&mut graph.model).metadata_props;
@@ -451,43 +452,39 @@ fn add_tensor_like(
     })
 }
 
-/// Where each name's first declaration is, for the new tensors of one patch: the file's
-/// value_info, outputs and inputs (in that order), then the entries added to the graph. Built
-/// on the first lookup; the added entries are indexed as they are pushed.
+/// Where each name's first declaration is, for the new tensors of one patch: the model's
+/// value_info, outputs and inputs (in that order: [`Graph::model_declarations`], built once
+/// per model), then the entries added to the graph, indexed on the first lookup and as they
+/// are pushed.
 #[derive(Default)]
 struct Declared {
-    /// Name -> (list, index): 0 value_info, 1 outputs, 2 inputs, 3 the graph's added entries.
-    first: Option<std::collections::HashMap<String, (u8, usize)>>,
+    /// Name -> index in the graph's added entries, for names the model does not declare.
+    added: Option<std::collections::HashMap<String, usize>>,
 }
 
 impl Declared {
-    fn index(&mut self, graph: &Graph) -> &mut std::collections::HashMap<String, (u8, usize)> {
-        self.first.get_or_insert_with(|| {
-            let g = graph.model.graph.as_ref();
-            let lists = [
-                g.map(|g| &g.value_info[..]).unwrap_or_default(),
-                g.map(|g| &g.output[..]).unwrap_or_default(),
-                g.map(|g| &g.input[..]).unwrap_or_default(),
-                &graph.added_value_info[..],
-            ];
-            let mut first =
-                std::collections::HashMap::with_capacity(lists.iter().map(|l| l.len()).sum());
-            for (l, list) in lists.iter().enumerate() {
-                for (i, vi) in list.iter().enumerate() {
-                    if let Some(n) = vi.name.as_deref() {
-                        first.entry(n.to_string()).or_insert((l as u8, i));
-                    }
+    /// The first declaration of `name`: (list, index), list 3 the graph's added entries.
+    fn first(&mut self, graph: &Graph, name: &str) -> Option<(u8, usize)> {
+        if let Some(&found) = graph.model_declarations().get(name) {
+            return Some(found);
+        }
+        let added = self.added.get_or_insert_with(|| {
+            let mut first = std::collections::HashMap::new();
+            for (i, vi) in graph.added_value_info.iter().enumerate() {
+                if let Some(n) = vi.name.as_deref() {
+                    first.entry(n.to_string()).or_insert(i);
                 }
             }
             first
-        })
+        });
+        added.get(name).map(|&i| (3, i))
     }
 
     /// A value_info for `name` typed like `like`: a copy of the first entry declaring `like`,
     /// when there is one (a graph without a `graph` field has none).
     fn like(&mut self, graph: &Graph, like: TensorId, name: &str) -> Option<onnx::ValueInfoProto> {
         let g = graph.model.graph.as_ref()?;
-        let &(l, i) = self.index(graph).get(graph.tensor(like).name.as_str())?;
+        let (l, i) = self.first(graph, graph.tensor(like).name.as_str())?;
         let found = match l {
             0 => &g.value_info[i],
             1 => &g.output[i],
@@ -504,11 +501,14 @@ impl Declared {
     /// declared before: the first declaration stays the one copied).
     fn added(&mut self, graph: &Graph) {
         let i = graph.added_value_info.len() - 1;
-        if let (Some(first), Some(n)) = (
-            self.first.as_mut(),
-            graph.added_value_info[i].name.as_deref(),
-        ) {
-            first.entry(n.to_string()).or_insert((3, i));
+        let Some(n) = graph.added_value_info[i].name.as_deref() else {
+            return;
+        };
+        if graph.model_declarations().contains_key(n) {
+            return;
+        }
+        if let Some(added) = self.added.as_mut() {
+            added.entry(n.to_string()).or_insert(i);
         }
     }
 }

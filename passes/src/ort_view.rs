@@ -19,15 +19,16 @@
 //!
 //! Unknown dims are symbols starting with `?` (as the importer writes them): they never equal
 //! anything in [`OrtShapes::same_size`], which is ORT's `SameSize`. The shape rules are the
-//! registry's, run through [`ckpt_ir::ops::infer_view`]; concrete shapes for byte counts
+//! registry's, run node by node ([`ckpt_ir::ops::infer_node`]); concrete shapes for byte counts
 //! are the graph's own, not these.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use ckpt_ir::ops::{infer_view, InferView, TensorType};
-use ckpt_ir::{onnx, DType, Dim, Graph, NodeId, Shape, TensorId};
+use ckpt_ir::ops::{infer_node, sanitized, source_type, TensorType};
+use ckpt_ir::{onnx, DType, Dim, Graph, NodeId, Shape, TensorId, TensorSource};
+use rustc_hash::FxHashMap;
 
 /// Whether ORT 1.31's data propagation gives node `op`'s output values (with `rank0`: the
 /// output is a scalar). Measured (`tests/ort_view.rs`): Shape, Concat and a scalar Gather →
@@ -43,21 +44,62 @@ fn propagates_values(op: &str, rank0: bool) -> bool {
 
 /// ORT's resolved type of every tensor, indexed by tensor, with what resolving them saw (so
 /// that a patched graph can be resolved again from it: [`resolved_shapes_after`]).
+///
+/// A graph resolved from scratch holds every type; a patched graph resolved from one holds
+/// only where its types differ (new tensors, and old ones whose type changed) and shares the
+/// rest: a trial of the planner's search copies no type it did not change.
 #[derive(Clone, Debug, Default)]
 pub struct OrtShapes {
-    types: Vec<Option<TensorType>>,
+    /// The types of the graph resolved from scratch that this one is (or is patched from).
+    full: Arc<Vec<Option<TensorType>>>,
+    /// Types of tensors past `full`'s end (a patch's new tensors), from `full.len()` on.
+    added: Vec<Option<TensorType>>,
+    /// Tensors within `full`'s range whose type is not `full`'s.
+    changed: FxHashMap<usize, Option<TensorType>>,
+    /// Resolved from scratch: what each node's shape rule inferred, by node (before ORT's
+    /// merge with declarations), from the input types in `full`. A patched graph's node that
+    /// applies the same rule to the same input types (a recompute clone, a rewired reader)
+    /// takes it from here instead of running the rule again. Empty in a patched graph's view.
+    rules: Arc<Vec<Inferred>>,
     declared: Declared,
     /// Unknown dims made so far (`?ort1`, `?ort2`, ...).
     fresh: usize,
 }
 
 impl OrtShapes {
+    /// The resolved type of `t` (`None`: no type at all).
+    fn ty(&self, t: TensorId) -> Option<&TensorType> {
+        let i = t.index();
+        if i >= self.full.len() {
+            return self.added.get(i - self.full.len()).and_then(|x| x.as_ref());
+        }
+        if !self.changed.is_empty() {
+            if let Some(x) = self.changed.get(&i) {
+                return x.as_ref();
+            }
+        }
+        self.full[i].as_ref()
+    }
+
+    /// Set `t`'s type (in a patched graph's view: kept apart from the shared types).
+    fn set(&mut self, t: TensorId, tt: Option<TensorType>) {
+        let i = t.index();
+        if i >= self.full.len() {
+            let k = i - self.full.len();
+            if self.added.len() <= k {
+                self.added.resize(k + 1, None);
+            }
+            self.added[k] = tt;
+        } else if self.full[i] == tt {
+            self.changed.remove(&i);
+        } else {
+            self.changed.insert(i, tt);
+        }
+    }
+
     /// The dtype and shape ORT resolved for `t` (`None`: no shape at all).
     pub fn get(&self, t: TensorId) -> Option<(DType, &Shape)> {
-        self.types
-            .get(t.index())
-            .and_then(|x| x.as_ref())
-            .map(|tt| (tt.dtype, &tt.shape))
+        self.ty(t).map(|tt| (tt.dtype, &tt.shape))
     }
 
     /// ORT's `SameSize`: same element size (strings never), same rank, and each pair of dims
@@ -125,16 +167,174 @@ fn resolve(graph: &Graph, base: Option<(&Graph, &OrtShapes)>) -> OrtShapes {
     let view = OrtView {
         declared,
         fresh: Cell::new(base.map_or(0, |(_, b)| b.fresh)),
-        same: RefCell::new(vec![Same::Unknown; graph.tensor_count()]),
-        base,
     };
-    let types = infer_view(graph, &view).into_vec();
-    debug_assert_eq!(types.len(), graph.tensor_count());
-    OrtShapes {
-        types,
-        fresh: view.fresh.get(),
-        declared: view.declared,
+    let mut out = match base {
+        None => {
+            let (types, rules) = from_scratch(graph, &view);
+            OrtShapes {
+                full: Arc::new(types),
+                rules: Arc::new(rules),
+                ..OrtShapes::default()
+            }
+        }
+        Some((base_graph, b)) => patched(graph, base_graph, b, &view),
+    };
+    out.fresh = view.fresh.get();
+    out.declared = view.declared;
+    out
+}
+
+/// What a node's shape rule inferred: each output's type (`None` for the whole: an input
+/// untyped, the op not in the registry, or the rule failed).
+type Inferred = Option<Vec<Option<TensorType>>>;
+
+/// Every tensor's type, each source's and each node's in file order, and what each node's
+/// rule inferred.
+fn from_scratch(graph: &Graph, view: &OrtView) -> (Vec<Option<TensorType>>, Vec<Inferred>) {
+    let mut types = vec![None; graph.tensor_count()];
+    let mut rules = vec![None; graph.node_bound()];
+    for t in graph.tensor_ids() {
+        if !matches!(graph.tensor(t).source, TensorSource::Node(_)) {
+            types[t.index()] = view.source(graph, t, source_type(graph, t)).map(sanitized);
+        }
     }
+    for &n in graph.nodes() {
+        let node = graph.node(n);
+        let inputs = node
+            .inputs
+            .iter()
+            .map(|slot| match slot {
+                None => Some(None),
+                Some(t) => types[t.index()].clone().map(Some),
+            })
+            .collect();
+        let result = infer_node(graph, n, inputs);
+        for (k, slot) in node.outputs.iter().enumerate() {
+            let Some(t) = slot else { continue };
+            let inferred = result.as_ref().and_then(|r| r.get(k).cloned().flatten());
+            types[t.index()] = view.output(graph, n, *t, inferred).map(sanitized);
+        }
+        rules[n.index()] = result;
+    }
+    (types, rules)
+}
+
+/// `graph`'s types, given `b`, those of `base_graph`, which it is patched from: they start as
+/// the base's, and only what the patch touched is resolved again — a source not stored as in
+/// the base, and a node that is new, rewired, reads a type that changed, or has an output
+/// declared otherwise — in file order, as from scratch.
+fn patched(graph: &Graph, base_graph: &Graph, b: &OrtShapes, view: &OrtView) -> OrtShapes {
+    let mut out = OrtShapes {
+        full: b.full.clone(),
+        added: b.added.clone(),
+        changed: b.changed.clone(),
+        ..OrtShapes::default()
+    };
+    // Per tensor: its type here is known to be its type in the base.
+    let mut same = vec![false; graph.tensor_count()];
+    for t in graph.tensor_ids() {
+        if matches!(graph.tensor(t).source, TensorSource::Node(_)) {
+            continue;
+        }
+        // The same value in the same model: its type and data, all a source's type is made
+        // of, are the base's.
+        if graph.same_value(base_graph, t) {
+            same[t.index()] = true;
+            continue;
+        }
+        let tt = view.source(graph, t, source_type(graph, t)).map(sanitized);
+        same[t.index()] = tt.is_some() && tt.as_ref() == b.ty(t);
+        out.set(t, tt);
+    }
+    for &n in graph.nodes() {
+        let node = graph.node(n);
+        let kept = n.index() < base_graph.node_bound()
+            && node.same_stored(base_graph.node(n))
+            && node.inputs.iter().flatten().all(|t| same[t.index()])
+            && node
+                .outputs
+                .iter()
+                .flatten()
+                .all(|t| view.declared.same_as(&b.declared, &graph.tensor(*t).name));
+        if kept {
+            node.outputs
+                .iter()
+                .flatten()
+                .for_each(|t| same[t.index()] = true);
+            continue;
+        }
+        let result = match same_rule(graph, n, base_graph, b, &out) {
+            Some(known) => known.clone(),
+            None => {
+                let inputs = node
+                    .inputs
+                    .iter()
+                    .map(|slot| match slot {
+                        None => Some(None),
+                        Some(t) => out.ty(*t).cloned().map(Some),
+                    })
+                    .collect();
+                infer_node(graph, n, inputs)
+            }
+        };
+        for (k, slot) in node.outputs.iter().enumerate() {
+            let Some(t) = slot else { continue };
+            let inferred = result.as_ref().and_then(|r| r.get(k).cloned().flatten());
+            let tt = view.output(graph, n, *t, inferred).map(sanitized);
+            same[t.index()] = tt.is_some() && tt.as_ref() == b.ty(*t);
+            out.set(*t, tt);
+        }
+    }
+    out
+}
+
+/// What node `n`'s rule infers, known without running it: `b` (resolved from scratch) holds
+/// what the rule inferred for the base node `n` applies the same rule as — itself, or the
+/// node a recompute clone copies — and that node read the types `n` reads now.
+fn same_rule<'b>(
+    graph: &Graph,
+    n: NodeId,
+    base_graph: &Graph,
+    b: &'b OrtShapes,
+    now: &OrtShapes,
+) -> Option<&'b Inferred> {
+    let node = graph.node(n);
+    let m = match node.origin {
+        ckpt_ir::NodeOrigin::Recompute { of } => of,
+        _ => n,
+    };
+    if m.index() >= base_graph.node_bound() || m.index() >= b.rules.len() {
+        return None;
+    }
+    let template = base_graph.node(m);
+    let same_inputs = node.inputs.len() == template.inputs.len()
+        && node
+            .inputs
+            .iter()
+            .zip(&template.inputs)
+            .all(|(x, y)| match (x, y) {
+                (None, None) => true,
+                (Some(x), Some(y)) => now.ty(*x) == b.full.get(y.index()).and_then(|t| t.as_ref()),
+                _ => false,
+            });
+    if !(same_inputs && node.same_rule_as(template)) {
+        return None;
+    }
+    let known = &b.rules[m.index()];
+    // A rule names a dim it cannot determine after its node (`?n7.0`): a copy's is named
+    // after the copy, so a result holding one is not the copy's.
+    if m != n {
+        let mine = format!("?{m}.");
+        let named = |d: &Dim| d.symbols().iter().any(|x| x.starts_with(&mine));
+        let names_node =
+            known.iter().flatten().flatten().any(|tt| {
+                tt.shape.dims().iter().any(named) || tt.value.iter().flatten().any(named)
+            });
+        if names_node {
+            return None;
+        }
+    }
+    Some(known)
 }
 
 /// A declared dtype (when given) and shape (unknown dims as `?` symbols).
@@ -231,49 +431,12 @@ fn declared_entry(vi: &onnx::ValueInfoProto) -> Option<(String, DeclaredType)> {
     Some((name, (dtype, shape)))
 }
 
-/// Whether a tensor's type is known to be its type in the base graph.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Same {
-    Unknown,
-    Yes,
-    No,
-}
-
-struct OrtView<'a> {
+struct OrtView {
     declared: Declared,
     fresh: Cell<usize>,
-    /// Per tensor: whether its type so far is the base's (a type copied from the base is;
-    /// others are compared once, when a reader asks).
-    same: RefCell<Vec<Same>>,
-    /// The graph this one was patched from, resolved.
-    base: Option<(&'a Graph, &'a OrtShapes)>,
 }
 
-impl OrtView<'_> {
-    /// Whether `t`'s type in `types` is its type in the base.
-    fn same_as_base(&self, t: TensorId, types: &[Option<TensorType>], base: &OrtShapes) -> bool {
-        let mut same = self.same.borrow_mut();
-        let Some(mark) = same.get_mut(t.index()) else {
-            return false;
-        };
-        if *mark == Same::Unknown {
-            let now = types.get(t.index()).and_then(|x| x.as_ref());
-            let was = base.types.get(t.index()).and_then(|x| x.as_ref());
-            *mark = if now.is_some() && now == was {
-                Same::Yes
-            } else {
-                Same::No
-            };
-        }
-        *mark == Same::Yes
-    }
-
-    fn mark_same(&self, t: TensorId) {
-        if let Some(mark) = self.same.borrow_mut().get_mut(t.index()) {
-            *mark = Same::Yes;
-        }
-    }
-
+impl OrtView {
     fn unknown(&self) -> Dim {
         let k = self.fresh.get() + 1;
         self.fresh.set(k);
@@ -302,57 +465,8 @@ fn merge_dim(inferred: &Dim, declared: &Dim) -> Dim {
     }
 }
 
-impl InferView for OrtView<'_> {
-    fn known_source(&self, graph: &Graph, t: TensorId) -> Option<Option<TensorType>> {
-        // The same stored tensor in the same model: its type and data, all a source's type is
-        // made of ([`InferView::source`] here), are the base's.
-        let (base_graph, base) = self.base?;
-        if !(graph.shares_model(base_graph) && graph.shares_tensor(base_graph, t)) {
-            return None;
-        }
-        self.mark_same(t);
-        Some(base.types.get(t.index()).cloned().flatten())
-    }
-
-    fn known_outputs(
-        &self,
-        graph: &Graph,
-        node: NodeId,
-        types: &[Option<TensorType>],
-    ) -> Option<Vec<Option<TensorType>>> {
-        let (base_graph, base) = self.base?;
-        if node.index() >= base_graph.node_bound() {
-            return None;
-        }
-        let (n, was) = (graph.node(node), base_graph.node(node));
-        if !n.same_stored(was) {
-            return None;
-        }
-        if !n
-            .inputs
-            .iter()
-            .flatten()
-            .all(|&t| self.same_as_base(t, types, base))
-        {
-            return None;
-        }
-        let known: Option<Vec<Option<TensorType>>> = n
-            .outputs
-            .iter()
-            .map(|slot| match slot {
-                None => Some(None),
-                Some(t) => self
-                    .declared
-                    .same_as(&base.declared, &graph.tensor(*t).name)
-                    .then(|| base.types.get(t.index()).cloned().flatten()),
-            })
-            .collect();
-        if known.is_some() {
-            n.outputs.iter().flatten().for_each(|&t| self.mark_same(t));
-        }
-        known
-    }
-
+impl OrtView {
+    /// The type of graph input or initializer `t`, given its declared type.
     fn source(
         &self,
         graph: &Graph,

@@ -57,10 +57,14 @@ fn is_int_like(d: DType) -> bool {
 /// Keep a value only where it is meaningful: an integer/bool tensor of known, small size
 /// whose element count matches.
 fn sanitize(mut t: TensorType) -> TensorType {
-    let keep = match (&t.value, t.shape.numel().known()) {
-        (Some(v), Some(n)) => is_int_like(t.dtype) && n <= MAX_VALUE_ELEMS && v.len() as u64 == n,
-        _ => false,
-    };
+    // (The element count, a product of dims, is computed only for a value worth keeping.)
+    let keep = t.value.as_ref().is_some_and(|v| {
+        is_int_like(t.dtype)
+            && t.shape
+                .numel()
+                .known()
+                .is_some_and(|n| n <= MAX_VALUE_ELEMS && v.len() as u64 == n)
+    });
     if !keep {
         t.value = None;
     }
@@ -192,99 +196,36 @@ pub fn infer_into(graph: &mut Graph) -> Result<Types, InferError> {
     Ok(types)
 }
 
-/// Another reader's view of inference: what it knows of graph inputs and initializers, and
-/// what it keeps of each output a rule infers. `passes::ort_view` uses it to replay what
-/// ONNX Runtime resolves when it loads a model.
-pub trait InferView {
-    /// The type of a graph input or initializer, given the registry's (`declared`: its
-    /// declared type, with its elements when it is a small integer constant).
-    fn source(
-        &self,
-        graph: &Graph,
-        t: TensorId,
-        declared: Option<TensorType>,
-    ) -> Option<TensorType>;
-    /// The type of node output `t`, given what the node's rule inferred from the view's
-    /// input types (`None`: the op is not in the registry, an input is untyped, or the rule
-    /// failed).
-    fn output(
-        &self,
-        graph: &Graph,
-        node: crate::ids::NodeId,
-        t: TensorId,
-        inferred: Option<TensorType>,
-    ) -> Option<TensorType>;
-    /// The view's type of graph input or initializer `t` without deriving it, when the view
-    /// knows it already (`Some(type)`); `None`, the default: derive it ([`InferView::source`]).
-    fn known_source(&self, _graph: &Graph, _t: TensorId) -> Option<Option<TensorType>> {
-        None
-    }
-    /// The view's types of `node`'s outputs without running its rule, when the view knows
-    /// them already (an earlier inference of the same node from the same input types and
-    /// declarations); `None`, the default: infer. `types`: the view's types so far, indexed
-    /// by tensor (every input of `node` is typed by then).
-    fn known_outputs(
-        &self,
-        _graph: &Graph,
-        _node: crate::ids::NodeId,
-        _types: &[Option<TensorType>],
-    ) -> Option<Vec<Option<TensorType>>> {
-        None
-    }
+/// The type of graph input or initializer `t` as the file declares it (with its elements
+/// when it is a small integer constant), sanitized as [`infer`]'s are.
+pub fn source_type(graph: &Graph, t: TensorId) -> Option<TensorType> {
+    declared(graph, t)
 }
 
-/// Inference as `view` sees it, in file order: never fails (what cannot be inferred is
-/// what the view makes of `None`). Values the view keeps are sanitized as [`infer`]'s are.
-pub fn infer_view(graph: &Graph, view: &dyn InferView) -> Types {
-    let mut out = Types {
-        types: vec![None; graph.tensor_count()],
-        ..Types::default()
+/// A type another reader of inference keeps, sanitized as [`infer`]'s are: its elements
+/// only where they are meaningful.
+pub fn sanitized(t: TensorType) -> TensorType {
+    sanitize(t)
+}
+
+/// What the registry's rule for node `n` infers from `inputs` (its inputs' types, in slot
+/// order; `None` for an absent optional input): `None` where an input is untyped, the op is
+/// not in the registry, or the rule fails. For readers that keep types their own way
+/// (`passes::ort_view` replays what ONNX Runtime resolves when it loads a model).
+pub fn infer_node(
+    graph: &Graph,
+    n: crate::ids::NodeId,
+    inputs: Option<Vec<Option<TensorType>>>,
+) -> Option<Vec<Option<TensorType>>> {
+    let def = op_def(graph, n)?;
+    let node = graph.node(n);
+    let ctx = InferCtx {
+        graph,
+        id: n,
+        node,
+        opset: graph.opset(&node.domain).unwrap_or(def.since),
+        inputs: inputs?,
+        warnings: Default::default(),
     };
-    for t in graph.tensor_ids() {
-        if !matches!(graph.tensor(t).source, TensorSource::Node(_)) {
-            out.types[t.index()] = match view.known_source(graph, t) {
-                Some(known) => known,
-                None => view.source(graph, t, declared(graph, t)).map(sanitize),
-            };
-        }
-    }
-    for &n in graph.nodes() {
-        let node = graph.node(n);
-        if let Some(known) = view.known_outputs(graph, n, &out.types) {
-            for (slot, tt) in node.outputs.iter().zip(known) {
-                if let Some(t) = slot {
-                    out.types[t.index()] = tt;
-                }
-            }
-            continue;
-        }
-        let inputs: Option<Vec<Option<TensorType>>> = node
-            .inputs
-            .iter()
-            .map(|slot| match slot {
-                None => Some(None),
-                Some(t) => out.types[t.index()].clone().map(Some),
-            })
-            .collect();
-        let result = match (op_def(graph, n), inputs) {
-            (Some(def), Some(inputs)) => {
-                let ctx = InferCtx {
-                    graph,
-                    id: n,
-                    node,
-                    opset: graph.opset(&node.domain).unwrap_or(def.since),
-                    inputs,
-                    warnings: Default::default(),
-                };
-                (def.infer)(&ctx).ok()
-            }
-            _ => None,
-        };
-        for (k, slot) in node.outputs.iter().enumerate() {
-            let Some(t) = slot else { continue };
-            let inferred = result.as_ref().and_then(|r| r.get(k).cloned().flatten());
-            out.types[t.index()] = view.output(graph, n, *t, inferred).map(sanitize);
-        }
-    }
-    out
+    (def.infer)(&ctx).ok()
 }

@@ -40,7 +40,7 @@ mod value;
 
 pub use cost::flops;
 pub use ctx::{FlopCtx, FlopError, InferCtx};
-pub use infer::{infer, infer_into, infer_view, InferError, InferView};
+pub use infer::{infer, infer_into, infer_node, sanitized, source_type, InferError};
 pub use scratch::{kernel_scratch, Scratch, ScratchCtx, ScratchFn};
 pub use types::{TensorType, Types};
 pub use value::{constant_f64, constant_i64};
