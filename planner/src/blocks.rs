@@ -17,7 +17,7 @@ use ckpt_solver::{Method, Plan, Problem};
 
 use crate::analysis::Analysis;
 use crate::oracle::{patch_flops, Oracle, Simulator};
-use crate::plan::{Budget, Deadline, IlpReport, Rewritten};
+use crate::plan::{par_map, Budget, Deadline, IlpReport, Rewritten};
 use crate::{PlanError, PlanOptions};
 
 /// Block checkpointing's plans of some zero-FLOP variants of a graph, each granularity's run
@@ -47,85 +47,109 @@ impl Start {
             options: o,
         }
     }
+
+    /// Block checkpointing on `base` (the `k`th) at `granularity`, simulated: its plan and,
+    /// where rebuilding the cheap candidates outside the blocks lowers the total, that plan
+    /// too (none where the graph has no blocks of that granularity).
+    fn seeds_at(
+        &self,
+        k: usize,
+        base: &Analysis,
+        granularity: Granularity,
+        o: &PlanOptions,
+    ) -> Result<Vec<(Granularity, Plan, u64, bool)>, PlanError> {
+        let Some(pb) = per_block(
+            &base.graph,
+            &base.class,
+            &base.sim,
+            &self.cands,
+            granularity,
+        ) else {
+            return Ok(Vec::new());
+        };
+        if !pb.recompute.iter().any(|&r| r) {
+            return Ok(Vec::new());
+        }
+        let mut plan = Plan::for_set(&self.prob, pb.recompute, Method::PerBlock);
+        plan.remat_at = pb.remat_at;
+        let (total, mut live) = self.oracle(base, o).total_and_live(&plan)?;
+        // The blocks' plan with the cheap candidates outside them rebuilt too (a weight's
+        // transpose, a mask every layer's backward reads) where they are live at the run's
+        // peak, while that lowers the total: one simulation a round. A seed of its own, cut
+        // only where no plain block plan fits (the cut of a lower start is not always
+        // cheaper).
+        let (mut deep, mut deep_total) = (plan.clone(), total);
+        for _ in 0..EXTRA_ROUNDS {
+            let add: Vec<usize> = cheap_extras(&self.prob, &deep)
+                .into_iter()
+                .filter(|&i| live.contains(&self.prob.candidates[i].label))
+                .collect();
+            if add.is_empty() {
+                break;
+            }
+            let mut deeper = deep.clone();
+            for &i in &add {
+                deeper.recompute[i] = true;
+            }
+            let (t, deeper_live) = self.oracle(base, o).total_and_live(&deeper)?;
+            if o.debug {
+                eprintln!(
+                    "blocks: base {k}, {granularity:?}, {} cheap extras: {deep_total} -> {t}",
+                    add.len()
+                );
+            }
+            if t >= deep_total {
+                break;
+            }
+            (deep, deep_total, live) = (deeper, t, deeper_live);
+        }
+        if o.debug {
+            eprintln!(
+                "blocks: base {k}, {granularity:?}, {} blocks: simulated total {total}",
+                pb.blocks
+            );
+            self.oracle(base, o).describe_plan(&plan)?;
+        }
+        let mut seeds = vec![(granularity, plan, total, false)];
+        if deep_total < total {
+            seeds.push((granularity, deep, deep_total, true));
+        }
+        Ok(seeds)
+    }
 }
 
 impl BlockStart {
     /// Block checkpointing on each of `bases` at each granularity, simulated (two runs a
-    /// base; none where the graph has no residual stream).
+    /// base; none where the graph has no residual stream). The bases' candidates, then each
+    /// base and granularity's plans, are found in parallel (each on its own: the result does
+    /// not depend on the number of threads).
     pub(crate) fn new(bases: &[&Analysis], o: &PlanOptions) -> Result<BlockStart, PlanError> {
-        let mut starts = Vec::new();
-        for (k, base) in bases.iter().enumerate() {
+        let mut starts: Vec<Start> = par_map(o.threads, bases, |base| {
             let cands = candidates(&base.graph, &base.sim, &base.types, &o.analysis.bindings);
             let arena_ceiling = o
                 .effective_ceiling()
                 .saturating_sub(base.ledger.fixed_bytes)
                 .max(1);
             let prob = problem(&base.sim, &cands, arena_ceiling);
-            let mut start = Start {
-                base: k,
-                cands,
-                prob,
-                seeds: Vec::new(),
-            };
-            for granularity in [Granularity::Sublayer, Granularity::Layer] {
-                let Some(pb) = per_block(
-                    &base.graph,
-                    &base.class,
-                    &base.sim,
-                    &start.cands,
-                    granularity,
-                ) else {
-                    continue;
-                };
-                if !pb.recompute.iter().any(|&r| r) {
-                    continue;
-                }
-                let mut plan = Plan::for_set(&start.prob, pb.recompute, Method::PerBlock);
-                plan.remat_at = pb.remat_at;
-                let (total, mut live) = start.oracle(base, o).total_and_live(&plan)?;
-                // The blocks' plan with the cheap candidates outside them rebuilt too (a
-                // weight's transpose, a mask every layer's backward reads) where they are live
-                // at the run's peak, while that lowers the total: one simulation a round. A
-                // seed of its own, cut only where no plain block plan fits (the cut of a
-                // lower start is not always cheaper).
-                let (mut deep, mut deep_total) = (plan.clone(), total);
-                for _ in 0..EXTRA_ROUNDS {
-                    let add: Vec<usize> = cheap_extras(&start.prob, &deep)
-                        .into_iter()
-                        .filter(|&i| live.contains(&start.prob.candidates[i].label))
-                        .collect();
-                    if add.is_empty() {
-                        break;
-                    }
-                    let mut deeper = deep.clone();
-                    for &i in &add {
-                        deeper.recompute[i] = true;
-                    }
-                    let (t, deeper_live) = start.oracle(base, o).total_and_live(&deeper)?;
-                    if o.debug {
-                        eprintln!(
-                            "blocks: base {k}, {granularity:?}, {} cheap extras: {deep_total} -> {t}",
-                            add.len()
-                        );
-                    }
-                    if t >= deep_total {
-                        break;
-                    }
-                    (deep, deep_total, live) = (deeper, t, deeper_live);
-                }
-                if o.debug {
-                    eprintln!(
-                        "blocks: base {k}, {granularity:?}, {} blocks: simulated total {total}",
-                        pb.blocks
-                    );
-                    start.oracle(base, o).describe_plan(&plan)?;
-                }
-                start.seeds.push((granularity, plan, total, false));
-                if deep_total < total {
-                    start.seeds.push((granularity, deep, deep_total, true));
-                }
-            }
-            starts.push(start);
+            (cands, prob)
+        })
+        .into_iter()
+        .enumerate()
+        .map(|(k, (cands, prob))| Start {
+            base: k,
+            cands,
+            prob,
+            seeds: Vec::new(),
+        })
+        .collect();
+        let jobs: Vec<(usize, Granularity)> = (0..bases.len())
+            .flat_map(|k| [(k, Granularity::Sublayer), (k, Granularity::Layer)])
+            .collect();
+        let seeds = par_map(o.threads, &jobs, |&(k, granularity)| {
+            starts[k].seeds_at(k, bases[k], granularity, o)
+        });
+        for ((k, _), found) in jobs.iter().zip(seeds) {
+            starts[*k].seeds.extend(found?);
         }
         Ok(BlockStart { starts })
     }
