@@ -1973,7 +1973,9 @@ pub(crate) fn first_in_order<T: Sync, R: Send>(
     Ok((items.len(), None))
 }
 
-/// `f` over `items` on up to `threads` threads, results in order.
+/// `f` over `items` on up to `threads` threads, results in order. Each thread takes the next
+/// item not yet taken (trials differ in cost: a run over the bound stops early), so no thread
+/// idles while another has a queue; which thread judged an item does not show in the result.
 pub(crate) fn par_map<T: Sync, R: Send>(
     threads: usize,
     items: &[T],
@@ -1983,17 +1985,28 @@ pub(crate) fn par_map<T: Sync, R: Send>(
     if threads == 1 {
         return items.iter().map(&f).collect();
     }
-    let chunk = items.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = items
-            .chunks(chunk)
-            .map(|part| scope.spawn(|| part.iter().map(&f).collect::<Vec<R>>()))
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut judged: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(k) else { break };
+                        mine.push((k, f(item)));
+                    }
+                    mine
+                })
+            })
             .collect();
         handles
             .into_iter()
             .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
             .collect()
-    })
+    });
+    judged.sort_unstable_by_key(|(k, _)| *k);
+    judged.into_iter().map(|(_, r)| r).collect()
 }
 
 /// The candidates `i` (recomputed in `set`) may be swapped for, best first (by [`ratio`]), at
@@ -2070,6 +2083,39 @@ mod tests {
         set[0] = true;
         let partners = swap_candidates(&many, &set, 0);
         assert_eq!(partners, (1..=SWAP_WIDTH).collect::<Vec<_>>());
+    }
+}
+
+#[cfg(test)]
+mod par_map_tests {
+    use super::par_map;
+
+    /// Results come back in the items' order on any thread count, each item judged once, when
+    /// the items' costs differ widely (the threads take items as they free up).
+    #[test]
+    fn results_in_order_on_any_thread_count() {
+        let items: Vec<u64> = (0..97).map(|i| (i * 7919) % 23).collect();
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let f = |&x: &u64| {
+            calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // Uneven work: some items spin far longer than others.
+            let mut acc = x;
+            for k in 0..(x * x * 200) {
+                acc = acc.wrapping_mul(6364136223846793005).wrapping_add(k);
+            }
+            std::hint::black_box(acc);
+            x * 3 + 1
+        };
+        let expected: Vec<u64> = items.iter().map(|x| x * 3 + 1).collect();
+        for threads in [1, 2, 3, 8, 200] {
+            calls.store(0, std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(par_map(threads, &items, f), expected, "{threads} threads");
+            assert_eq!(
+                calls.load(std::sync::atomic::Ordering::Relaxed),
+                items.len()
+            );
+        }
+        assert!(par_map(4, &[] as &[u64], f).is_empty());
     }
 }
 
