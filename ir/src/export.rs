@@ -30,6 +30,10 @@ pub fn export(graph: &Graph) -> onnx::ModelProto {
         .map(|&id| {
             let node = graph.node(id);
             let mut p = (*node.proto).clone();
+            // A copy (a recompute clone) shares its template's proto: its name is its own.
+            if p.name.as_deref().unwrap_or("") != node.name {
+                p.name = Some(node.name.clone());
+            }
             p.input = node
                 .inputs
                 .iter()

@@ -110,7 +110,8 @@ pub struct Node {
     pub outputs: Vec<Option<TensorId>>,
     pub origin: NodeOrigin,
     /// The node as stored in the file: attributes, doc string, metadata, overload.
-    /// Its input/output name lists are rewritten from `inputs`/`outputs` on export.
+    /// Its input/output name lists are rewritten from `inputs`/`outputs` on export, and its
+    /// name from `name` where they differ (a recompute clone shares its original's proto).
     pub(crate) proto: std::sync::Arc<onnx::NodeProto>,
     /// The op registry's entry, as found for the opset it was looked up under (the op of a
     /// node never changes; clones share the answer).
@@ -118,8 +119,8 @@ pub struct Node {
 }
 
 impl Node {
-    /// Whether `other` is this node as stored (the same stored proto, not a copy): a node of a
-    /// cloned graph that nothing replaced.
+    /// Whether `other` is this node as stored (the same stored proto, inputs and outputs): a
+    /// node of a cloned graph that nothing replaced.
     pub fn same_stored(&self, other: &Node) -> bool {
         std::sync::Arc::ptr_eq(&self.proto, &other.proto)
             && self.domain == other.domain

@@ -231,9 +231,9 @@ impl Patch {
                     });
                 }
             }
-            let mut proto: onnx::NodeProto = (*template.proto).clone();
-            proto.name = Some(nn.name.clone());
-            let proto = std::sync::Arc::new(proto);
+            // The copy shares its template's stored proto (attributes and all); its own name
+            // is the node's, written over the proto's on export.
+            let proto = template.proto.clone();
             let id = graph.add_node(Node {
                 name: nn.name.clone(),
                 domain: template.domain.clone(),

@@ -66,6 +66,25 @@ fn clone_and_rewire() {
     let m = export(&g);
     let vi = &m.graph.as_ref().unwrap().value_info;
     assert!(vi.iter().any(|v| v.name.as_deref() == Some("a.recompute")));
+    // The clone shares its original's stored proto, and is exported under its own name; the
+    // original keeps its own.
+    let names: Vec<Option<&str>> = m
+        .graph
+        .as_ref()
+        .unwrap()
+        .node
+        .iter()
+        .map(|n| n.name.as_deref())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            Some("Relu_a"),
+            Some("Neg_b"),
+            Some("Relu_a.recompute"),
+            Some("Mul_c")
+        ]
+    );
     assert_eq!(m.metadata_props[0].value.as_deref(), Some("v"));
 }
 
