@@ -212,7 +212,11 @@ impl Patch {
         let mut produced = std::collections::HashSet::new();
         let mut new_inserts: Vec<(NodeId, NodeId)> = Vec::new();
         for nn in &self.nodes {
-            let template = graph.node(nn.copy_of).clone();
+            let template = graph.node(nn.copy_of);
+            let (domain, op_type) = (template.domain.clone(), template.op_type.clone());
+            // The copy shares its template's stored proto (attributes and all; its own name is
+            // the node's, written over the proto's on export) and its registry entry.
+            let (proto, def) = (template.proto.clone(), template.def.clone());
             let inputs = nn
                 .inputs
                 .iter()
@@ -231,18 +235,15 @@ impl Patch {
                     });
                 }
             }
-            // The copy shares its template's stored proto (attributes and all); its own name
-            // is the node's, written over the proto's on export.
-            let proto = template.proto.clone();
             let id = graph.add_node(Node {
                 name: nn.name.clone(),
-                domain: template.domain.clone(),
-                op_type: template.op_type.clone(),
+                domain,
+                op_type,
                 inputs,
                 outputs,
                 origin: NodeOrigin::Recompute { of: nn.copy_of },
                 proto,
-                def: Default::default(),
+                def,
             });
             new_inserts.push((id, nn.before));
             applied.nodes.push(id);
