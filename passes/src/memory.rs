@@ -28,7 +28,7 @@
 //!
 //! Graph inputs fed by the caller and initializers are ledger lines, not arena bytes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use ckpt_ir::{Bindings, Graph, NodeId, Shape, ShapeError, TensorId};
 
@@ -37,6 +37,7 @@ use crate::ort_view::{resolved_shapes, OrtShapes};
 use crate::phases::{Classification, Phase};
 use crate::schedule::{try_ort_default_order, OrderNode};
 use ckpt_ir::ops::kernel_scratch;
+use rustc_hash::FxHashMap;
 
 pub use crate::arena::{rounded, ALIGN};
 
@@ -433,7 +434,8 @@ pub fn simulate_resolved<'g>(
     // The planner's free list, most recently freed first, kept as one stack per size
     // (`OrtShapes::size_key`): the first free buffer of a request's size is the top of its
     // stack. A buffer of no size key matches nothing and is never listed.
-    let mut free_list: HashMap<(u64, &Shape), Vec<TensorId>> = HashMap::new();
+    // (Looked up, never iterated: the hasher does not show in the result.)
+    let mut free_list: FxHashMap<(u64, &Shape), Vec<TensorId>> = FxHashMap::default();
     let mut owns = vec![false; nt]; // origin values that are arena buffers
     let mut is_output_buf = vec![false; nt];
     for &n in &schedule.order {
@@ -478,7 +480,7 @@ pub fn simulate_resolved<'g>(
         let release =
             |t: TensorId,
              buf_count: &mut Vec<i64>,
-             free_list: &mut HashMap<(u64, &'g Shape), Vec<TensorId>>| {
+             free_list: &mut FxHashMap<(u64, &'g Shape), Vec<TensorId>>| {
                 let o = origin[t.index()];
                 buf_count[o.index()] -= 1;
                 if buf_count[o.index()] == 0 && computed[o.index()] {
