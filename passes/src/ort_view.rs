@@ -146,8 +146,11 @@ pub fn resolved_shapes(graph: &Graph) -> OrtShapes {
 /// [`resolved_shapes`] of `graph`, which is `base_graph` patched (its tensors and nodes keep
 /// their ids, new ones come after), given `base`, `base_graph`'s: a node of `base_graph`
 /// whose proto, inputs and outputs are unchanged, whose inputs resolved as before and whose
-/// outputs are declared as before resolves as before, and is not inferred again. The result
-/// is [`resolved_shapes`]'s (unknown dims made afresh are named apart from `base`'s).
+/// outputs are declared as before resolves as before, and is not inferred again; a node that
+/// applies a base node's rule to the types that node read (a rewired reader, a recompute
+/// clone) takes what the rule inferred there, when `base` was resolved from scratch. The
+/// result is [`resolved_shapes`]'s (unknown dims made afresh are named apart from `base`'s)
+/// and shares `base`'s types, holding only those that differ.
 pub fn resolved_shapes_after(graph: &Graph, base_graph: &Graph, base: &OrtShapes) -> OrtShapes {
     resolve(graph, Some((base_graph, base)))
 }

@@ -332,7 +332,9 @@ fn refine(
     deadline: Instant,
 ) -> Refinement {
     let skeleton = Skeleton::build(problem, options.relative_gap);
-    let warm = warm.map(|w| (w.to_vec(), evaluate(problem, w).remat_at));
+    let warm = warm.map(|w| (w.to_vec(), evaluate(problem, w)));
+    let warm_cost = warm.as_ref().map(|(_, e)| e.cost);
+    let warm = warm.map(|(w, e)| (w, e.remat_at));
     let mut depth = vec![options.initial_depth; skeleton.seg_start.len()];
     let mut best_bound = 0.0f64;
     for round in 1.. {
@@ -398,7 +400,6 @@ fn refine(
             best_bound = best_bound.max(bound);
         }
         let e = evaluate(problem, &x);
-        let warm_cost = warm.as_ref().map(|(w, _)| evaluate(problem, w).cost);
         let beats_warm = warm_cost.is_none_or(|wc| e.cost <= wc);
         if !stale && integral && e.fits(problem.ceiling) && beats_warm {
             return Refinement {
