@@ -202,20 +202,13 @@ fn from_scratch(graph: &Graph, view: &OrtView) -> (Vec<Option<TensorType>>, Vec<
         }
     }
     for &n in graph.nodes() {
-        let node = graph.node(n);
-        let inputs = node
-            .inputs
-            .iter()
-            .map(|slot| match slot {
-                None => Some(None),
-                Some(t) => types[t.index()].clone().map(Some),
-            })
-            .collect();
-        let result = infer_node(graph, n, inputs);
-        for (k, slot) in node.outputs.iter().enumerate() {
-            let Some(t) = slot else { continue };
-            let inferred = result.as_ref().and_then(|r| r.get(k).cloned().flatten());
-            types[t.index()] = view.output(graph, n, *t, inferred).map(sanitized);
+        let result = infer_node(
+            graph,
+            n,
+            input_types(graph, n, |t| types[t.index()].as_ref()),
+        );
+        for (t, tt) in view.outputs(graph, n, &result) {
+            types[t.index()] = tt;
         }
         rules[n.index()] = result;
     }
@@ -268,27 +261,32 @@ fn patched(graph: &Graph, base_graph: &Graph, b: &OrtShapes, view: &OrtView) -> 
         }
         let result = match same_rule(graph, n, base_graph, b, &out) {
             Some(known) => known.clone(),
-            None => {
-                let inputs = node
-                    .inputs
-                    .iter()
-                    .map(|slot| match slot {
-                        None => Some(None),
-                        Some(t) => out.ty(*t).cloned().map(Some),
-                    })
-                    .collect();
-                infer_node(graph, n, inputs)
-            }
+            None => infer_node(graph, n, input_types(graph, n, |t| out.ty(t))),
         };
-        for (k, slot) in node.outputs.iter().enumerate() {
-            let Some(t) = slot else { continue };
-            let inferred = result.as_ref().and_then(|r| r.get(k).cloned().flatten());
-            let tt = view.output(graph, n, *t, inferred).map(sanitized);
-            same[t.index()] = tt.is_some() && tt.as_ref() == b.ty(*t);
-            out.set(*t, tt);
+        for (t, tt) in view.outputs(graph, n, &result) {
+            same[t.index()] = tt.is_some() && tt.as_ref() == b.ty(t);
+            out.set(t, tt);
         }
     }
     out
+}
+
+/// Node `n`'s input types as its rule reads them (`ty`: the types so far), `None` where an
+/// input is untyped.
+fn input_types<'a>(
+    graph: &Graph,
+    n: NodeId,
+    ty: impl Fn(TensorId) -> Option<&'a TensorType>,
+) -> Option<Vec<Option<TensorType>>> {
+    graph
+        .node(n)
+        .inputs
+        .iter()
+        .map(|slot| match slot {
+            None => Some(None),
+            Some(t) => ty(*t).cloned().map(Some),
+        })
+        .collect()
 }
 
 /// What node `n`'s rule infers, known without running it: `b` (resolved from scratch) holds
@@ -469,6 +467,26 @@ fn merge_dim(inferred: &Dim, declared: &Dim) -> Dim {
 }
 
 impl OrtView {
+    /// Each output of node `n` and the type ORT keeps for it, given what the node's rule
+    /// inferred (`result`), sanitized.
+    fn outputs<'r>(
+        &'r self,
+        graph: &'r Graph,
+        n: NodeId,
+        result: &'r Inferred,
+    ) -> impl Iterator<Item = (TensorId, Option<TensorType>)> + 'r {
+        graph
+            .node(n)
+            .outputs
+            .iter()
+            .enumerate()
+            .filter_map(move |(k, slot)| {
+                let t = (*slot)?;
+                let inferred = result.as_ref().and_then(|r| r.get(k).cloned().flatten());
+                Some((t, self.output(graph, n, t, inferred).map(sanitized)))
+            })
+    }
+
     /// The type of graph input or initializer `t`, given its declared type.
     fn source(
         &self,
