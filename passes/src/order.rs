@@ -30,7 +30,7 @@ pub fn leaf_readiness(graph: &Graph, schedule: &Schedule) -> Vec<(NodeId, usize)
     };
     let mut out = Vec::new();
     for &leaf in graph.nodes() {
-        if schedule.step_of(leaf).is_none() || !readers_in(leaf, &BTreeSet::new()) {
+        if !is_leaf(graph, schedule, leaf) {
             continue;
         }
         let mut tail: BTreeSet<NodeId> = BTreeSet::from([leaf]);
@@ -87,14 +87,17 @@ pub fn leaves_in_file_order(graph: &Graph, schedule: &Schedule) -> Vec<NodeId> {
         .nodes()
         .iter()
         .copied()
-        .filter(|&n| schedule.step_of(n).is_some())
-        .filter(|&n| {
-            graph
-                .node(n)
-                .output_tensors()
-                .all(|t| graph.tensor(t).consumers().is_empty())
-        })
+        .filter(|&n| is_leaf(graph, schedule, n))
         .collect()
+}
+
+/// Whether `n` is a leaf: scheduled (not a `Constant` node), and no node reads its outputs.
+fn is_leaf(graph: &Graph, schedule: &Schedule, n: NodeId) -> bool {
+    schedule.step_of(n).is_some()
+        && graph
+            .node(n)
+            .output_tensors()
+            .all(|t| graph.tensor(t).consumers().is_empty())
 }
 
 /// The leaves [`order_leaves`] writes, in the order it writes them.

@@ -315,7 +315,7 @@ fn same_rule<'b>(
             .zip(&template.inputs)
             .all(|(x, y)| match (x, y) {
                 (None, None) => true,
-                (Some(x), Some(y)) => now.ty(*x) == b.full.get(y.index()).and_then(|t| t.as_ref()),
+                (Some(x), Some(y)) => now.ty(*x) == b.ty(*y),
                 _ => false,
             });
     if !(same_inputs && node.same_rule_as(template)) {
@@ -432,6 +432,20 @@ fn declared_entry(vi: &onnx::ValueInfoProto) -> Option<(String, DeclaredType)> {
     Some((name, (dtype, shape)))
 }
 
+/// `mergeInDimensionInfo(source = inferred, target = declared)`.
+fn merge_dim(inferred: &Dim, declared: &Dim) -> Dim {
+    let named = |d: &Dim| matches!(d, Dim::Sym(n) if !is_unknown(n));
+    match (inferred, declared) {
+        (Dim::Known(_), _) => inferred.clone(),
+        (_, Dim::Known(_)) => declared.clone(),
+        (_, d) if named(d) => declared.clone(),
+        (i, _) if named(i) => inferred.clone(),
+        _ => declared.clone(),
+    }
+}
+
+/// What one resolve keeps of each type: the declarations it merges inferred types into, and
+/// the unknown dims it has made so far.
 struct OrtView {
     declared: Declared,
     fresh: Cell<usize>,
@@ -452,21 +466,7 @@ impl OrtView {
             Dim::Expr(_) => self.unknown(),
         }
     }
-}
 
-/// `mergeInDimensionInfo(source = inferred, target = declared)`.
-fn merge_dim(inferred: &Dim, declared: &Dim) -> Dim {
-    let named = |d: &Dim| matches!(d, Dim::Sym(n) if !is_unknown(n));
-    match (inferred, declared) {
-        (Dim::Known(_), _) => inferred.clone(),
-        (_, Dim::Known(_)) => declared.clone(),
-        (_, d) if named(d) => declared.clone(),
-        (i, _) if named(i) => inferred.clone(),
-        _ => declared.clone(),
-    }
-}
-
-impl OrtView {
     /// Each output of node `n` and the type ORT keeps for it, given what the node's rule
     /// inferred (`result`), sanitized.
     fn outputs<'r>(
