@@ -425,6 +425,12 @@ fn plan_once(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome,
         .chain(other_guards.as_ref().map(|g| &g.analysis))
         .collect();
     let blocks = BlockStart::new(&bases, o)?;
+    if o.debug {
+        eprintln!(
+            "blocks: starts simulated (at {:.3} s)",
+            o.started.elapsed().as_secs_f64()
+        );
+    }
     let negligible = step_flops(before, &o.analysis.bindings) / NEGLIGIBLE_SHARE;
     // When a block plan fits, the first candidate search gets a variant's simulations
     // ([`variant_trials`]): a deep ceiling it cannot meet must not take the time the block
@@ -453,35 +459,27 @@ fn plan_once(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome,
         Ok(r) if r.counts.added_flops <= negligible => return Ok(Outcome::Rewritten(r)),
         planned => tried.consider(planned),
     };
-    // The block plan's cut, where the search found nothing adding under a hundredth of a step.
+    // The block plan's cut, where the search found nothing adding under a twentieth of a step.
+    // It runs on a thread of its own beside the next variant's search, whose ILP rounds leave
+    // a core idle (GPT-2 at 48 layers, 60%: 2.5 s of cut beside 2.7 s of CBC), and is taken
+    // into account before that variant's plan, as if it had run first. That variant's search
+    // is planned as one with a plan in hand ([`variant_trials`] simulations); only its first
+    // ILP round's cutoff ([`OUTCLASSED_FACTOR`] times the plan in hand) cannot know the cut's
+    // plan. Both are bounded by counts, so the plan does not depend on which ends first.
     let cheap = negligible.saturating_mul(BLOCK_CUT_SHARE);
-    if blocks.fits(o)
+    let run_cut = blocks.fits(o)
         && tried
             .found
             .as_ref()
-            .is_none_or(|f| f.counts.added_flops > cheap)
-    {
-        let clock = Deadline::new(o.started + o.time_limit);
-        if let Some((k, mut r)) = blocks.cut_best(&bases, o, &clock)? {
-            let variant = match k {
-                0 => ordered.as_ref(),
-                1 => guarded.as_ref(),
-                _ => other_guards.as_ref(),
-            };
-            if let Some(v) = variant {
-                r.patch_text = format!("{}\n{}", v.patch_text, r.patch_text);
-                r.lowered = v.lowered;
-                r.guarded = v.guarded;
-                r.planned_graph = Some(v.analysis.graph.clone());
-            }
-            tried.consider(Ok(r));
-        }
-    }
-    if tried
-        .found
-        .as_ref()
-        .is_none_or(|f| f.counts.added_flops > negligible)
-        && other_variants(
+            .is_none_or(|f| f.counts.added_flops > cheap);
+    let clock = Deadline::new(o.started + o.time_limit);
+    let fits_as_given = std::thread::scope(|s| -> Result<bool, PlanError> {
+        let mut cut = PendingCut {
+            handle: run_cut.then(|| s.spawn(|| blocks.cut_best(&bases, o, &clock))),
+            variants: [ordered.as_ref(), guarded.as_ref(), other_guards.as_ref()],
+            o,
+        };
+        let fits = other_variants(
             before,
             Variants {
                 ordered: ordered.as_ref(),
@@ -491,9 +489,13 @@ fn plan_once(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome,
             },
             o,
             &mut tried,
+            &mut cut,
             pool,
-        )?
-    {
+        )?;
+        cut.settle(&mut tried)?;
+        Ok(fits)
+    })?;
+    if fits_as_given {
         return Ok(Outcome::AlreadyFits);
     }
     let (found, refused) = tried.finish();
@@ -572,6 +574,77 @@ impl Tried {
     }
 }
 
+/// Block checkpointing's cut, running on its own thread ([`BlockStart::cut_best`]) until
+/// [`PendingCut::settle`] takes its plan into a [`Tried`].
+struct PendingCut<'s, 'a> {
+    handle: Option<std::thread::ScopedJoinHandle<'s, CutResult>>,
+    /// The variants a cut's base index names (0: the base, 1 and 2: its guard sets).
+    variants: [Option<&'a Variant>; 3],
+    o: &'a PlanOptions,
+}
+
+/// What [`BlockStart::cut_best`] returns: the base's index and the cut plan, if one fits.
+type CutResult = Result<Option<(usize, Box<Rewritten>)>, PlanError>;
+
+impl PendingCut<'_, '_> {
+    /// Whether the cut is still to be taken into account (it will bring a plan in hand).
+    fn pending(&self) -> bool {
+        self.handle.is_some()
+    }
+
+    /// Wait for the cut, if it is still running, and consider its plan (reported against the
+    /// given graph).
+    fn settle(&mut self, tried: &mut Tried) -> Result<(), PlanError> {
+        let Some(handle) = self.handle.take() else {
+            return Ok(());
+        };
+        let cut = handle
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+        if self.o.debug {
+            eprintln!(
+                "blocks: cut taken into account (at {:.3} s)",
+                self.o.started.elapsed().as_secs_f64()
+            );
+        }
+        if let Some((k, mut r)) = cut {
+            if let Some(v) = self.variants.get(k).copied().flatten() {
+                r.patch_text = format!("{}\n{}", v.patch_text, r.patch_text);
+                r.lowered = v.lowered;
+                r.guarded = v.guarded;
+                r.planned_graph = Some(v.analysis.graph.clone());
+            }
+            tried.consider(Ok(r));
+        }
+        Ok(())
+    }
+
+    /// Plan the next variant with `plan`, given the budget of a search with (or without) a
+    /// plan in hand, and the added FLOPs of the plan in hand; the cut is settled first in
+    /// `tried`, so that its plan comes before the variant's.
+    fn then<T>(
+        &mut self,
+        tried: &mut Tried,
+        steps: usize,
+        plan: impl FnOnce(&PlanOptions, Option<u64>) -> Result<T, PlanError>,
+    ) -> Result<T, PlanError> {
+        let o = self.o;
+        let in_hand = tried.found.is_some() || self.pending();
+        let budget = PlanOptions {
+            max_trials: if in_hand {
+                o.max_trials.min(variant_trials(steps))
+            } else {
+                o.max_trials
+            },
+            ..o.clone()
+        };
+        let beat = tried.found.as_ref().map(|f| f.counts.added_flops);
+        let planned = plan(&budget, beat);
+        self.settle(tried)?;
+        planned
+    }
+}
+
 /// The candidate search on the other zero-FLOP variants, after the first: the leaves' order
 /// searched for the arena, lowered terms and guards on the reordered base, then the other
 /// guard set (the full one or the reshape
@@ -583,6 +656,7 @@ fn other_variants(
     v: Variants,
     o: &PlanOptions,
     tried: &mut Tried,
+    cut: &mut PendingCut,
     pool: &Pool,
 ) -> Result<bool, PlanError> {
     let Variants {
@@ -591,17 +665,10 @@ fn other_variants(
         guarded,
         other_guards,
     } = v;
-    // Once a plan is in hand, a variant's search gets [`variant_trials`] simulations.
-    let budget = |tried: &Tried| PlanOptions {
-        max_trials: if tried.found.is_some() {
-            o.max_trials.min(variant_trials(before.sim.schedule.len()))
-        } else {
-            o.max_trials
-        },
-        ..o.clone()
-    };
-    // A variant whose linear model's optimum is far above the plan in hand is not searched.
-    let beat = |tried: &Tried| tried.found.as_ref().map(|f| f.counts.added_flops);
+    // Once a plan is in hand (or the block cut is bringing one), a variant's search gets
+    // [`variant_trials`] simulations, and a variant whose linear model's optimum is far above
+    // the plan in hand is not searched ([`PendingCut::then`]).
+    let steps = before.sim.schedule.len();
     let base = ordered.map_or(before, |v| &v.analysis);
     let say = |what: &str| {
         if o.debug {
@@ -617,13 +684,15 @@ fn other_variants(
     let mut done = false;
     if let Some(v) = climbed {
         say("leaves' order searched");
-        done = tried.consider(plan_variant(v, &budget(tried), beat(tried), pool)?);
+        let planned = cut.then(tried, steps, |b, beat| plan_variant(v, b, beat, pool))?;
+        done = tried.consider(planned);
     }
     if !done {
         done = match lowered_terms(base, ordered, o)? {
             Some(v) => {
                 say("lowered terms");
-                tried.consider(plan_variant(&v, &budget(tried), beat(tried), pool)?)
+                let planned = cut.then(tried, steps, |b, beat| plan_variant(&v, b, beat, pool))?;
+                tried.consider(planned)
             }
             None => false,
         };
@@ -631,7 +700,7 @@ fn other_variants(
     if !done {
         if let Some(g) = guarded {
             say("guarded");
-            let planned = plan_variant(g, &budget(tried), beat(tried), pool)?;
+            let planned = cut.then(tried, steps, |b, beat| plan_variant(g, b, beat, pool))?;
             // Its terms lowered only where it found no plan: where it did, the lowered graph
             // searched alike finds the same plan again (GPT-2 small at 60%: 1.2 s each).
             let refused = planned.is_err();
@@ -641,7 +710,9 @@ fn other_variants(
             if !done && refused {
                 if let Some(v) = lowered_terms(&g.analysis, Some(g), o)? {
                     say("guarded, lowered terms");
-                    done = tried.consider(plan_variant(&v, &budget(tried), beat(tried), pool)?);
+                    let planned =
+                        cut.then(tried, steps, |b, beat| plan_variant(&v, b, beat, pool))?;
+                    done = tried.consider(planned);
                 }
             }
         }
@@ -651,17 +722,17 @@ fn other_variants(
     if !done && !guards_won {
         if let Some(g) = other_guards {
             say("the other guard set");
-            done = tried.consider(plan_variant(g, &budget(tried), beat(tried), pool)?);
+            let planned = cut.then(tried, steps, |b, beat| plan_variant(g, b, beat, pool))?;
+            done = tried.consider(planned);
         }
     }
     if !done && ordered.is_some() {
-        tried.consider(
-            match plan_graph(before, &budget(tried), beat(tried), pool)? {
-                Outcome::AlreadyFits => return Ok(true),
-                Outcome::Rewritten(r) => Ok(r),
-                Outcome::CannotFit(d) => Err(d),
-            },
-        );
+        let planned = cut.then(tried, steps, |b, beat| plan_graph(before, b, beat, pool))?;
+        tried.consider(match planned {
+            Outcome::AlreadyFits => return Ok(true),
+            Outcome::Rewritten(r) => Ok(r),
+            Outcome::CannotFit(d) => Err(d),
+        });
     }
     Ok(false)
 }
@@ -711,7 +782,19 @@ fn plan_variant(
     beat: Option<u64>,
     pool: &Pool,
 ) -> Result<Result<Box<Rewritten>, Diagnosis>, PlanError> {
-    let mut r = match plan_graph(&v.analysis, o, beat, pool)? {
+    let planned = plan_graph(&v.analysis, o, beat, pool)?;
+    if o.debug {
+        let what = match &planned {
+            Outcome::CannotFit(_) => "no plan".to_string(),
+            Outcome::AlreadyFits => "fits as it is".to_string(),
+            Outcome::Rewritten(r) => format!("+{} FLOPs", r.counts.added_flops),
+        };
+        eprintln!(
+            "variant planned: {what} (at {:.3} s)",
+            o.started.elapsed().as_secs_f64()
+        );
+    }
+    let mut r = match planned {
         Outcome::CannotFit(d) => return Ok(Err(d)),
         Outcome::AlreadyFits => return Ok(Ok(as_is(v, o)?)),
         Outcome::Rewritten(r) => r,
