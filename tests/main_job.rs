@@ -350,9 +350,11 @@ fn below_the_candidate_searchs_floor_block_checkpointing_is_cut_to_fit() {
         "{}",
         r["memory"]
     );
-    // Below per-block checkpointing's own +22.47% (its plan uncut on the guarded graph).
+    // Below per-block checkpointing's own +22.47% (its plan uncut on the guarded graph), and
+    // below the +17.03% its drops alone reach: the cut's swaps (a recompute for a cheaper
+    // one with which the run still fits) take it to +15.39%.
     let share = r["added_flops_percent"].as_f64().unwrap();
-    assert!(share < 22.0, "{share}");
+    assert!(share < 16.0, "{share}");
     let v = &r["validation"];
     assert_eq!(v["passed"], true);
     assert_eq!(v["control_rejected"], true);

@@ -17,7 +17,7 @@ use ckpt_solver::{Method, Plan, Problem};
 
 use crate::analysis::Analysis;
 use crate::oracle::{patch_flops, Oracle, Simulator};
-use crate::plan::{par_map, Budget, Deadline, IlpReport, Rewritten};
+use crate::plan::{par_map, swap_candidates, Budget, Deadline, IlpReport, Rewritten};
 use crate::{PlanError, PlanOptions};
 
 /// Block checkpointing's plans of some zero-FLOP variants of a graph, each granularity's run
@@ -341,16 +341,79 @@ fn cut(
         .map(|i| vec![i])
         .collect();
     let left = budget.saturating_sub(judged);
-    let (plan, judged) = drops(oracle, plan, &singles, effective, o, clock, left)?;
+    let (plan, single_judged) = drops(oracle, plan, &singles, effective, o, clock, left)?;
     if o.debug {
         eprintln!(
-            "blocks: {judged} of {} single recomputes judged, {} left, at {:.3} s",
+            "blocks: {single_judged} of {} single recomputes judged, {} left, at {:.3} s",
             singles.len(),
             plan.recompute.iter().filter(|&&r| r).count(),
             o.started.elapsed().as_secs_f64()
         );
     }
+    let left = left.saturating_sub(single_judged);
+    let (plan, swapped) = swaps(oracle, start, plan, effective, o, clock, left)?;
+    if o.debug {
+        eprintln!(
+            "blocks: {swapped} swaps kept, at {:.3} s",
+            o.started.elapsed().as_secs_f64()
+        );
+    }
     Ok(plan)
+}
+
+/// Swap each recompute of `plan` that costs at least 1% of the plan (the most expensive
+/// first) for the first cheaper unchosen candidate (best first, [`swap_candidates`]) with
+/// which the plan still fits, judging at most `budget` swaps in all. Returns the plan and how
+/// many swaps were kept.
+fn swaps(
+    oracle: &Simulator,
+    start: &Start,
+    mut plan: Plan,
+    effective: u64,
+    o: &PlanOptions,
+    clock: &Deadline,
+    budget: usize,
+) -> Result<(Plan, usize), PlanError> {
+    let budget = Budget {
+        threads: o.threads.max(1),
+        clock,
+        max_trials: budget,
+    };
+    let cost = |p: &Plan| -> u64 {
+        p.recompute
+            .iter()
+            .zip(&start.prob.candidates)
+            .filter(|(r, _)| **r)
+            .map(|(_, c)| c.cost)
+            .sum()
+    };
+    let mut chosen: Vec<usize> = (0..plan.recompute.len())
+        .filter(|&i| plan.recompute[i] && start.cands.list[i].model.cost > 0)
+        .collect();
+    chosen.sort_by_key(|&i| (std::cmp::Reverse(start.prob.candidates[i].cost), i));
+    let (mut trials, mut kept) = (0, 0);
+    for i in chosen {
+        if !plan.recompute[i] || start.prob.candidates[i].cost.saturating_mul(100) < cost(&plan) {
+            continue;
+        }
+        let base = without(&plan, &[i]);
+        let partners = swap_candidates(&start.prob, &plan.recompute, i);
+        let (_, swapped) = budget.first_kept(&partners, &mut trials, |j| {
+            let mut trial = base.clone();
+            trial.recompute[j] = true;
+            oracle
+                .plan_fits(&trial, effective)
+                .map(|fits| fits.then_some(trial))
+        })?;
+        if let Some(p) = swapped {
+            plan = p;
+            kept += 1;
+        }
+        if trials >= budget.max_trials {
+            break;
+        }
+    }
+    Ok((plan, kept))
 }
 
 /// Try each of the first `budget` of `units` (sets of candidates) in order: drop it when the

@@ -1446,7 +1446,10 @@ pub fn search<O: Oracle>(
                 | SolveError::DoesNotFit { .. }),
             ) => {
                 if debug {
-                    eprintln!("ilp round {round}: {e}");
+                    eprintln!(
+                        "ilp round {round}: {e} (at {:.3} s)",
+                        t0.elapsed().as_secs_f64()
+                    );
                 }
                 rounds.push(IlpRound::NoPlan {
                     round,
@@ -2098,7 +2101,7 @@ pub(crate) fn par_map<T: Sync, R: Send>(
 /// without `i` is over the ceiling lost the best swap of the 2-layer GPT-2 at 95% — a
 /// dropped buffer can also end a reuse chain — and that its window holds that run's peak
 /// lost the 2-layer Llama's at 70%.)
-fn swap_candidates(prob: &Problem, set: &[bool], i: usize) -> Vec<usize> {
+pub(crate) fn swap_candidates(prob: &Problem, set: &[bool], i: usize) -> Vec<usize> {
     let mut cheaper: Vec<usize> = (0..set.len())
         .filter(|&j| !set[j] && prob.candidates[j].cost < prob.candidates[i].cost)
         .collect();
