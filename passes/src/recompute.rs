@@ -16,6 +16,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use rustc_hash::{FxHashMap, FxHashSet};
+
 use ckpt_ir::ops::{flops, policy, Types};
 use ckpt_ir::{
     Bindings, Graph, Move, NewNode, NewTensor, NodeId, Patch, Rewire, TensorId, TensorRef,
@@ -422,15 +424,37 @@ pub fn problem(sim: &Simulation, cands: &Candidates, arena_ceiling: u64) -> Prob
     }
 }
 
-/// Free tensor/node names: `base.recompute`, then `base.recompute2`, …
-fn fresh_name(graph: &Graph, taken: &BTreeSet<String>, base: &str) -> String {
-    let mut name = format!("{base}.recompute");
-    let mut k = 2;
-    while graph.tensor_id(&name).is_some() || taken.contains(&name) {
-        name = format!("{base}.recompute{k}");
-        k += 1;
+/// The names a rewrite has given its clones, and for each base name where its search for a
+/// free one goes on.
+#[derive(Default)]
+struct Names {
+    taken: FxHashSet<String>,
+    /// The first suffix not yet tried for a base (1 is `.recompute`, `k > 1` is
+    /// `.recompute{k}`): every earlier one is taken, and stays taken.
+    next: FxHashMap<String, usize>,
+}
+
+impl Names {
+    /// A free tensor/node name: `base.recompute`, then `base.recompute2`, …, the first that is
+    /// neither one of `graph`'s tensors nor given already. A base cloned once per candidate
+    /// (recomputing every candidate of a deep graph clones one node hundreds of times) resumes
+    /// where its last search stopped, not at `.recompute` again.
+    fn fresh(&mut self, graph: &Graph, base: &str) -> String {
+        let mut k = self.next.get(base).copied().unwrap_or(1);
+        loop {
+            let name = if k == 1 {
+                format!("{base}.recompute")
+            } else {
+                format!("{base}.recompute{k}")
+            };
+            k += 1;
+            if graph.tensor_id(&name).is_none() && !self.taken.contains(&name) {
+                self.next.insert(base.to_string(), k);
+                self.taken.insert(name.clone());
+                return name;
+            }
+        }
     }
-    name
 }
 
 /// The plan as one patch: clones of every recomputed chain, backward readers rewired.
@@ -509,7 +533,7 @@ pub fn rewrite(graph: &Graph, cands: &Candidates, plan: &Plan, label: &str) -> P
         chain_nodes: &chain_nodes,
         rebuilt: BTreeMap::new(),
         local: BTreeMap::new(),
-        taken: BTreeSet::new(),
+        names: Names::default(),
         done: BTreeSet::new(),
         local_done: BTreeSet::new(),
         patch,
@@ -640,7 +664,7 @@ struct Builder<'a> {
     rebuilt: BTreeMap<TensorId, (TensorRef, usize)>,
     /// The same for the clones of the rebuild step in progress (cleared between steps).
     local: BTreeMap<TensorId, (TensorRef, usize)>,
-    taken: BTreeSet<String>,
+    names: Names,
     /// Nodes moved.
     done: BTreeSet<NodeId>,
     /// Nodes cloned for the rebuild step in progress.
@@ -727,8 +751,7 @@ impl Builder<'_> {
         for (slot, o) in node.outputs.iter().enumerate() {
             let kept = o.filter(|t| slot == 0 || !optional_tail || self.needed.contains(t));
             outputs.push(kept.map(|t| {
-                let name = fresh_name(graph, &self.taken, &graph.tensor(t).name);
-                self.taken.insert(name.clone());
+                let name = self.names.fresh(graph, &graph.tensor(t).name);
                 self.patch.tensors.push(NewTensor { name, like: t });
                 let r = TensorRef::New(self.patch.tensors.len() - 1);
                 self.local.insert(t, (r, after));
@@ -740,8 +763,7 @@ impl Builder<'_> {
         } else {
             node.name.clone()
         };
-        let name = fresh_name(graph, &self.taken, &base);
-        self.taken.insert(name.clone());
+        let name = self.names.fresh(graph, &base);
         self.patch.nodes.push(NewNode {
             name,
             copy_of: m,
@@ -989,4 +1011,41 @@ pub fn lower_terms(graph: &Graph, terms: &[NodeId], label: &str) -> Patch {
         patch.moves.push(Move::reorder(graph, n, anchor));
     }
     patch
+}
+
+#[cfg(test)]
+mod names_tests {
+    use super::Names;
+
+    /// A base cloned again and again gets `.recompute`, `.recompute2`, …, skipping the names the
+    /// graph already has and those given to another base, exactly as a search from
+    /// `.recompute` each time would.
+    #[test]
+    fn each_clone_of_a_base_gets_the_next_free_name() {
+        let g = ckpt_ir::parse_graph(
+            r#"
+input %0 "x": f32[4]
+%1 "a": f32[4] = Exp(%0)  # "n_a"
+%2 "a.recompute2": f32[4] = Exp(%1)  # "n_b"
+output %2 "a.recompute2"
+"#,
+        )
+        .unwrap();
+        let mut names = Names::default();
+        let given: Vec<String> = (0..4).map(|_| names.fresh(&g, "a")).collect();
+        assert_eq!(
+            given,
+            [
+                "a.recompute",
+                "a.recompute3",
+                "a.recompute4",
+                "a.recompute5"
+            ]
+        );
+        // Another base whose names collide with the first's: "a.recompute" + "3" is
+        // "a.recompute3", already given.
+        assert_eq!(names.fresh(&g, "a.recompute"), "a.recompute.recompute");
+        assert_eq!(names.fresh(&g, "n_a"), "n_a.recompute");
+        assert_eq!(names.fresh(&g, "a"), "a.recompute6");
+    }
 }
