@@ -267,6 +267,7 @@ pub fn diagnosis(d: &ckpt_planner::Diagnosis, ledger: &Ledger, job: &Job) -> Dia
         dominant_ledger_line: d.dominant_ledger_line.clone(),
         timed_out: d.timed_out,
         steps_spent: d.steps_spent,
+        ceilings_probed: d.ceilings_probed,
         message,
     }
 }

@@ -45,6 +45,10 @@ pub struct Diagnosis {
     pub timed_out: bool,
     /// The searches spent `--search-steps` (a larger budget may find a plan).
     pub steps_spent: bool,
+    /// Ceilings between this one and the lowest total found that were planned again to lower
+    /// that total (the main job's refusal probes, at most 3; none is started once
+    /// `--time-limit` has passed).
+    pub ceilings_probed: usize,
     /// The same in one sentence.
     pub message: String,
 }

@@ -109,7 +109,14 @@ fn probed_refusals_report_no_more_than_a_plan_found_above() {
             ..options(total * pct / 100)
         };
         match plan(&before, &o).unwrap() {
-            Outcome::CannotFit(d) => Err(d.lowest_reachable_total_bytes),
+            Outcome::CannotFit(d) => {
+                assert!(d.ceilings_probed <= probes, "{} probes", d.ceilings_probed);
+                assert!(
+                    probes == 0 || d.ceilings_probed > 0,
+                    "none of {probes} probes ran"
+                );
+                Err(d.lowest_reachable_total_bytes)
+            }
             Outcome::Rewritten(r) => Ok(r.after.ledger.total_bytes),
             Outcome::AlreadyFits => panic!("fits at {pct}%"),
         }
@@ -125,6 +132,28 @@ fn probed_refusals_report_no_more_than_a_plan_found_above() {
     assert!(
         probed <= above && probed < without,
         "probed {probed} B, unprobed {without} B, plan at 75% {above} B"
+    );
+}
+
+/// Once the time limit has passed, a refusal starts no probe: its searches would stop before
+/// their first trial (on GPT-2 at 132 layers each probe still took 12 s after the limit).
+/// The refusal says the limit stopped it.
+#[test]
+fn no_refusal_probe_starts_after_the_time_limit() {
+    let g = ckpt_ir::import_file(&fixture("gpt2_d0_aot.onnx")).unwrap();
+    let before = analyse(g, &AnalyseOptions::default()).unwrap();
+    let o = PlanOptions {
+        refusal_probes: 3,
+        time_limit: Duration::ZERO,
+        ..options(before.ledger.total_bytes * 40 / 100)
+    };
+    let Outcome::CannotFit(d) = plan(&before, &o).unwrap() else {
+        panic!("a plan at 40% with no time");
+    };
+    assert_eq!(d.ceilings_probed, 0, "probes ran after the time limit");
+    assert!(
+        d.timed_out,
+        "the refusal does not say the time limit stopped it"
     );
 }
 
