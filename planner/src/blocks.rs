@@ -204,7 +204,14 @@ impl BlockStart {
             let base = bases[start.base];
             let oracle = start.oracle(base, o);
             let budget = crate::plan::variant_trials(base.sim.schedule.len()) / CUTS;
-            let cut = cut(&oracle, start, plan.clone(), effective, o, clock, budget)?;
+            let cutter = Cutter {
+                oracle: &oracle,
+                start,
+                effective,
+                o,
+                clock,
+            };
+            let cut = cutter.cut(plan.clone(), budget)?;
             let flops = added_flops(base, &start.cands, &cut, o);
             if o.debug {
                 eprintln!(
@@ -222,13 +229,7 @@ impl BlockStart {
         let base = bases[start.base];
         plan.info.method = Method::BlockCut;
         plan.info.wall = started.elapsed();
-        plan.cost = plan
-            .recompute
-            .iter()
-            .zip(&start.prob.candidates)
-            .filter(|(r, _)| **r)
-            .map(|(_, c)| c.cost)
-            .sum();
+        plan.cost = set_cost(&start.prob, &plan);
         let (total, (after, patch_text, counts)) = start.oracle(base, o).realise(&plan)?;
         if total > effective {
             return Ok(None);
@@ -281,6 +282,16 @@ const EXTRA_ROUNDS: usize = 4;
 /// count, so the plan does not depend on the clock): together one variant's worth.
 const CUTS: usize = 2;
 
+/// What `plan` recomputes costs under `prob`'s linear model.
+fn set_cost(prob: &Problem, plan: &Plan) -> u64 {
+    plan.recompute
+        .iter()
+        .zip(&prob.candidates)
+        .filter(|(r, _)| **r)
+        .map(|(_, c)| c.cost)
+        .sum()
+}
+
 /// `plan` with `drop` (candidate indices) kept instead of recomputed.
 fn without(plan: &Plan, drop: &[usize]) -> Plan {
     let mut p = plan.clone();
@@ -291,166 +302,156 @@ fn without(plan: &Plan, drop: &[usize]) -> Plan {
     p
 }
 
-/// Cut a block plan that fits: whole blocks (candidates sharing a rebuild step), the first
-/// rebuilt first, then single candidates, the most expensive first; each drop is kept when
-/// the plan still fits. At most `budget` drops are judged in all (those not judged are kept).
-fn cut(
-    oracle: &Simulator,
-    start: &Start,
-    mut plan: Plan,
+/// What cutting one block plan works with: the simulator of its base, the base's start, the
+/// effective ceiling, the options and the clock.
+struct Cutter<'a> {
+    oracle: &'a Simulator<'a>,
+    start: &'a Start,
     effective: u64,
-    o: &PlanOptions,
-    clock: &Deadline,
-    budget: usize,
-) -> Result<Plan, PlanError> {
-    let mut steps: Vec<usize> = plan.remat_at.iter().flatten().copied().collect();
-    steps.sort_unstable();
-    steps.dedup();
-    let groups: Vec<Vec<usize>> = steps
-        .iter()
-        .map(|&s| {
-            (0..plan.recompute.len())
-                .filter(|&i| plan.remat_at[i] == Some(s))
-                .collect()
-        })
-        .collect();
-    let judged;
-    (plan, judged) = drops(oracle, plan, &groups, effective, o, clock, budget)?;
-    if o.debug {
-        let kept = plan
-            .remat_at
-            .iter()
-            .flatten()
-            .collect::<std::collections::BTreeSet<_>>();
-        eprintln!(
-            "blocks: {judged} of {} blocks judged, {} still rebuilt, at {:.3} s",
-            groups.len(),
-            kept.len(),
-            o.started.elapsed().as_secs_f64()
-        );
-    }
-    let mut singles: Vec<usize> = (0..plan.recompute.len())
-        .filter(|&i| plan.recompute[i])
-        .collect();
-    singles.sort_by_key(|&i| (std::cmp::Reverse(start.prob.candidates[i].cost), i));
-    // A candidate another recomputed one reads is dropped with it only if both go; a single
-    // drop keeps its value, and its dependents' copies read the kept value.
-    let singles: Vec<Vec<usize>> = singles
-        .into_iter()
-        .filter(|&i| start.cands.list[i].model.cost > 0)
-        .map(|i| vec![i])
-        .collect();
-    let left = budget.saturating_sub(judged);
-    let (plan, single_judged) = drops(oracle, plan, &singles, effective, o, clock, left)?;
-    if o.debug {
-        eprintln!(
-            "blocks: {single_judged} of {} single recomputes judged, {} left, at {:.3} s",
-            singles.len(),
-            plan.recompute.iter().filter(|&&r| r).count(),
-            o.started.elapsed().as_secs_f64()
-        );
-    }
-    let left = left.saturating_sub(single_judged);
-    let (plan, swapped) = swaps(oracle, start, plan, effective, o, clock, left)?;
-    if o.debug {
-        eprintln!(
-            "blocks: {swapped} swaps kept, at {:.3} s",
-            o.started.elapsed().as_secs_f64()
-        );
-    }
-    Ok(plan)
+    o: &'a PlanOptions,
+    clock: &'a Deadline,
 }
 
-/// Swap each recompute of `plan` that costs at least 1% of the plan (the most expensive
-/// first) for the first cheaper unchosen candidate (best first, [`swap_candidates`]) with
-/// which the plan still fits, judging at most `budget` swaps in all. Returns the plan and how
-/// many swaps were kept.
-fn swaps(
-    oracle: &Simulator,
-    start: &Start,
-    mut plan: Plan,
-    effective: u64,
-    o: &PlanOptions,
-    clock: &Deadline,
-    budget: usize,
-) -> Result<(Plan, usize), PlanError> {
-    let budget = Budget {
-        threads: o.threads.max(1),
-        clock,
-        max_trials: budget,
-    };
-    let cost = |p: &Plan| -> u64 {
-        p.recompute
-            .iter()
-            .zip(&start.prob.candidates)
-            .filter(|(r, _)| **r)
-            .map(|(_, c)| c.cost)
-            .sum()
-    };
-    let mut chosen: Vec<usize> = (0..plan.recompute.len())
-        .filter(|&i| plan.recompute[i] && start.cands.list[i].model.cost > 0)
-        .collect();
-    chosen.sort_by_key(|&i| (std::cmp::Reverse(start.prob.candidates[i].cost), i));
-    let (mut trials, mut kept) = (0, 0);
-    for i in chosen {
-        if !plan.recompute[i] || start.prob.candidates[i].cost.saturating_mul(100) < cost(&plan) {
-            continue;
-        }
-        let base = without(&plan, &[i]);
-        let partners = swap_candidates(&start.prob, &plan.recompute, i);
-        let (_, swapped) = budget.first_kept(&partners, &mut trials, |j| {
-            let mut trial = base.clone();
-            trial.recompute[j] = true;
-            oracle
-                .plan_fits(&trial, effective)
-                .map(|fits| fits.then_some(trial))
-        })?;
-        if let Some(p) = swapped {
-            plan = p;
-            kept += 1;
-        }
-        if trials >= budget.max_trials {
-            break;
+impl Cutter<'_> {
+    /// A step's trials: the options' threads, the clock, at most `max_trials`.
+    fn budget(&self, max_trials: usize) -> Budget<'_> {
+        Budget {
+            threads: self.o.threads.max(1),
+            clock: self.clock,
+            max_trials,
         }
     }
-    Ok((plan, kept))
-}
 
-/// Try each of the first `budget` of `units` (sets of candidates) in order: drop it when the
-/// plan still fits. A core's worth are simulated at once and judged in order; after a kept
-/// drop the rest are judged again against it, as one thread would. Returns the plan and how
-/// many units were judged (fewer than the budget when the clock stopped it).
-fn drops(
-    oracle: &Simulator,
-    mut plan: Plan,
-    units: &[Vec<usize>],
-    effective: u64,
-    o: &PlanOptions,
-    clock: &Deadline,
-    budget: usize,
-) -> Result<(Plan, usize), PlanError> {
-    let budget = Budget {
-        threads: o.threads.max(1),
-        clock,
-        max_trials: budget,
-    };
-    let all: Vec<usize> = (0..units.len()).collect();
-    let (mut next, mut trials) = (0, 0);
-    while next < all.len() {
-        // A unit not judged (the clock, the budget) stays: the plan still fits.
-        let (judged, kept) = budget.first_kept(&all[next..], &mut trials, |u| {
-            let trial = without(&plan, &units[u]);
-            oracle
-                .plan_fits(&trial, effective)
-                .map(|fits| fits.then_some(trial))
-        })?;
-        next += judged;
-        match kept {
-            Some(p) => plan = p,
-            None => break,
+    /// Cut a block plan that fits: whole blocks (candidates sharing a rebuild step), the first
+    /// rebuilt first, then single candidates, the most expensive first; each drop is kept when
+    /// the plan still fits. At most `budget` drops are judged in all (those not judged are kept).
+    fn cut(&self, mut plan: Plan, budget: usize) -> Result<Plan, PlanError> {
+        let (start, o) = (self.start, self.o);
+        let mut steps: Vec<usize> = plan.remat_at.iter().flatten().copied().collect();
+        steps.sort_unstable();
+        steps.dedup();
+        let groups: Vec<Vec<usize>> = steps
+            .iter()
+            .map(|&s| {
+                (0..plan.recompute.len())
+                    .filter(|&i| plan.remat_at[i] == Some(s))
+                    .collect()
+            })
+            .collect();
+        let judged;
+        (plan, judged) = self.drops(plan, &groups, budget)?;
+        if o.debug {
+            let kept = plan
+                .remat_at
+                .iter()
+                .flatten()
+                .collect::<std::collections::BTreeSet<_>>();
+            eprintln!(
+                "blocks: {judged} of {} blocks judged, {} still rebuilt, at {:.3} s",
+                groups.len(),
+                kept.len(),
+                o.started.elapsed().as_secs_f64()
+            );
         }
+        let mut singles: Vec<usize> = (0..plan.recompute.len())
+            .filter(|&i| plan.recompute[i])
+            .collect();
+        singles.sort_by_key(|&i| (std::cmp::Reverse(start.prob.candidates[i].cost), i));
+        // A candidate another recomputed one reads is dropped with it only if both go; a single
+        // drop keeps its value, and its dependents' copies read the kept value.
+        let singles: Vec<Vec<usize>> = singles
+            .into_iter()
+            .filter(|&i| start.cands.list[i].model.cost > 0)
+            .map(|i| vec![i])
+            .collect();
+        let left = budget.saturating_sub(judged);
+        let (plan, single_judged) = self.drops(plan, &singles, left)?;
+        if o.debug {
+            eprintln!(
+                "blocks: {single_judged} of {} single recomputes judged, {} left, at {:.3} s",
+                singles.len(),
+                plan.recompute.iter().filter(|&&r| r).count(),
+                o.started.elapsed().as_secs_f64()
+            );
+        }
+        let left = left.saturating_sub(single_judged);
+        let (plan, swapped) = self.swaps(plan, left)?;
+        if o.debug {
+            eprintln!(
+                "blocks: {swapped} swaps kept, at {:.3} s",
+                o.started.elapsed().as_secs_f64()
+            );
+        }
+        Ok(plan)
     }
-    Ok((plan, next))
+
+    /// Swap each recompute of `plan` that costs at least 1% of the plan (the most expensive
+    /// first) for the first cheaper unchosen candidate (best first, [`swap_candidates`]) with
+    /// which the plan still fits, judging at most `budget` swaps in all. Returns the plan and how
+    /// many swaps were kept.
+    fn swaps(&self, mut plan: Plan, budget: usize) -> Result<(Plan, usize), PlanError> {
+        let start = self.start;
+        let budget = self.budget(budget);
+        let mut chosen: Vec<usize> = (0..plan.recompute.len())
+            .filter(|&i| plan.recompute[i] && start.cands.list[i].model.cost > 0)
+            .collect();
+        chosen.sort_by_key(|&i| (std::cmp::Reverse(start.prob.candidates[i].cost), i));
+        let (mut trials, mut kept) = (0, 0);
+        for i in chosen {
+            if !plan.recompute[i]
+                || start.prob.candidates[i].cost.saturating_mul(100) < set_cost(&start.prob, &plan)
+            {
+                continue;
+            }
+            let base = without(&plan, &[i]);
+            let partners = swap_candidates(&start.prob, &plan.recompute, i);
+            let (_, swapped) = budget.first_kept(&partners, &mut trials, |j| {
+                let mut trial = base.clone();
+                trial.recompute[j] = true;
+                self.oracle
+                    .plan_fits(&trial, self.effective)
+                    .map(|fits| fits.then_some(trial))
+            })?;
+            if let Some(p) = swapped {
+                plan = p;
+                kept += 1;
+            }
+            if trials >= budget.max_trials {
+                break;
+            }
+        }
+        Ok((plan, kept))
+    }
+
+    /// Try each of the first `budget` of `units` (sets of candidates) in order: drop it when the
+    /// plan still fits. A core's worth are simulated at once and judged in order; after a kept
+    /// drop the rest are judged again against it, as one thread would. Returns the plan and how
+    /// many units were judged (fewer than the budget when the clock stopped it).
+    fn drops(
+        &self,
+        mut plan: Plan,
+        units: &[Vec<usize>],
+        budget: usize,
+    ) -> Result<(Plan, usize), PlanError> {
+        let budget = self.budget(budget);
+        let all: Vec<usize> = (0..units.len()).collect();
+        let (mut next, mut trials) = (0, 0);
+        while next < all.len() {
+            // A unit not judged (the clock, the budget) stays: the plan still fits.
+            let (judged, kept) = budget.first_kept(&all[next..], &mut trials, |u| {
+                let trial = without(&plan, &units[u]);
+                self.oracle
+                    .plan_fits(&trial, self.effective)
+                    .map(|fits| fits.then_some(trial))
+            })?;
+            next += judged;
+            match kept {
+                Some(p) => plan = p,
+                None => break,
+            }
+        }
+        Ok((plan, next))
+    }
 }
 
 /// The FLOPs `plan`'s rewrite of `base` adds.
