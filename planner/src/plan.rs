@@ -340,7 +340,7 @@ fn probed(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome, Pl
         if hi <= lo + 1 {
             break;
         }
-        if o.started.elapsed() >= o.time_limit {
+        if Deadline::new(o.started + o.time_limit).passed() {
             d.timed_out = true;
             break;
         }
@@ -622,10 +622,7 @@ impl PendingCut<'_, '_> {
         }
         if let Some((k, mut r)) = cut {
             if let Some(v) = self.variants.get(k).copied().flatten() {
-                r.patch_text = format!("{}\n{}", v.patch_text, r.patch_text);
-                r.lowered = v.lowered;
-                r.guarded = v.guarded;
-                r.planned_graph = Some(v.analysis.graph.clone());
+                v.report(&mut r);
             }
             tried.consider(Ok(r));
         }
@@ -788,6 +785,17 @@ struct Variant {
     guarded: bool,
 }
 
+impl Variant {
+    /// `r`, a plan of this variant, reported against the given graph: its patch is the
+    /// variant's followed by the recompute, and it records the moves and the graph planned.
+    fn report(&self, r: &mut Rewritten) {
+        r.patch_text = format!("{}\n{}", self.patch_text, r.patch_text);
+        r.lowered = self.lowered;
+        r.guarded = self.guarded;
+        r.planned_graph = Some(self.analysis.graph.clone());
+    }
+}
+
 /// Plan a variant: a plan of it, reported against the given graph, or the refusal.
 fn plan_variant(
     v: &Variant,
@@ -812,10 +820,7 @@ fn plan_variant(
         Outcome::AlreadyFits => return Ok(Ok(as_is(v, o)?)),
         Outcome::Rewritten(r) => r,
     };
-    r.patch_text = format!("{}\n{}", v.patch_text, r.patch_text);
-    r.lowered = v.lowered;
-    r.guarded = v.guarded;
-    r.planned_graph = Some(v.analysis.graph.clone());
+    v.report(&mut r);
     Ok(Ok(r))
 }
 
@@ -843,11 +848,11 @@ fn as_is(v: &Variant, o: &PlanOptions) -> Result<Box<Rewritten>, PlanError> {
     };
     let plan = plan_from_set(&prob, vec![false; cands.list.len()]);
     let (_, (after, patch_text, counts)) = oracle.realise(&plan)?;
-    Ok(Box::new(Rewritten {
+    let mut r = Box::new(Rewritten {
         after,
         cands,
         plan,
-        patch_text: format!("{}\n{patch_text}", v.patch_text),
+        patch_text,
         counts,
         arena_ceiling,
         solve_attempts: 0,
@@ -856,10 +861,12 @@ fn as_is(v: &Variant, o: &PlanOptions) -> Result<Box<Rewritten>, PlanError> {
             used: false,
         },
         time_limit_hit: false,
-        lowered: v.lowered,
-        guarded: v.guarded,
-        planned_graph: Some(a.graph.clone()),
-    }))
+        lowered: false,
+        guarded: false,
+        planned_graph: None,
+    });
+    v.report(&mut r);
+    Ok(r)
 }
 
 /// The graph with its backward-only terms placed where ORT's order runs them just before their
