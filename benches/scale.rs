@@ -405,7 +405,17 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
                     .filter(|l| l.1 > 0)
                     .map(|(line, bytes)| format!("{line} {}", human(*bytes)))
                     .collect();
-                Some(format!("step {}: {}", h.step, lines.join(", ")))
+                let largest: Vec<String> = h
+                    .largest
+                    .iter()
+                    .map(|(line, name, bytes)| format!("{name} {} ({line})", human(*bytes)))
+                    .collect();
+                Some(format!(
+                    "step {}: {}\n    largest there         {}",
+                    h.step,
+                    lines.join(", "),
+                    largest.join(", ")
+                ))
             }
             _ => None,
         };

@@ -94,16 +94,17 @@ fn main() -> ExitCode {
     }
 }
 
-/// An error and its causes joined by `: `, each cause once: a message that already ends
-/// with its cause's text (`cannot write x: No space left on device`, with the OS error as
-/// its source) does not repeat it.
+/// An error and its causes joined by `: `, each cause once: a message that already holds
+/// its cause's text (`cannot write x: No space left on device`, with the OS error as its
+/// source; `x is not a valid ONNX model (protobuf decoding failed: ...); is the file
+/// truncated ...?`) does not repeat it.
 fn error_text(e: &anyhow::Error) -> String {
     let mut text = String::new();
     for cause in e.chain() {
         let c = cause.to_string();
         if text.is_empty() {
             text = c;
-        } else if !text.ends_with(&c) {
+        } else if !text.contains(&c) {
             text.push_str(": ");
             text.push_str(&c);
         }

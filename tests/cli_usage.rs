@@ -532,3 +532,43 @@ fn several_threads_warn_of_a_racing_scatter() {
         stderr(&o)
     );
 }
+
+/// A file that is not an ONNX model (garbage, a truncated model, an empty file) exits 1 with
+/// one message naming the file and what is wrong, each cause once, and writes nothing.
+#[test]
+fn malformed_model_files_are_refused_once_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = std::fs::read(root().join("tests/fixtures/mlp_d0_aot.onnx")).unwrap();
+    for (name, bytes, why) in [
+        (
+            "garbage.onnx",
+            b"garbage\n".to_vec(),
+            "is not a valid ONNX model",
+        ),
+        (
+            "truncated.onnx",
+            model[..model.len() / 2].to_vec(),
+            "is the file truncated",
+        ),
+        ("empty.onnx", Vec::new(), "is empty"),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let out = dir.path().join(format!("{name}.out.onnx"));
+        let o = run(&[path_str(&path), "--ceiling", "90%", "-o", path_str(&out)]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{name}: {err}");
+        assert!(err.contains(name) && err.contains(why), "{name}: {err}");
+        assert_eq!(err.lines().count(), 1, "{name}: one line: {err}");
+        if let Some(cause) = err.split("protobuf decoding failed: ").nth(1) {
+            let cause = cause.split(')').next().unwrap();
+            assert_eq!(
+                err.matches(cause).count(),
+                1,
+                "{name}: cause repeated: {err}"
+            );
+        }
+        assert!(!out.exists(), "{name}: wrote {}", out.display());
+        assert!(!err.contains("panicked"), "{name}: {err}");
+    }
+}
