@@ -188,8 +188,8 @@ pub struct Diagnosis {
     /// stopped a search (a larger budget may find a plan).
     pub steps_spent: bool,
     /// Ceilings between this one and the lowest total found that were planned again to lower
-    /// that total ([`PlanOptions::refusal_probes`]; none is started once the time limit has
-    /// passed).
+    /// that total ([`PlanOptions::refusal_probes`]; none is started once the time left is
+    /// less than the longest planning pass so far).
     pub ceilings_probed: usize,
 }
 
@@ -322,7 +322,9 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
 
 /// [`plan`] with the steps its searches may simulate.
 fn probed(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome, PlanError> {
+    let pass = Instant::now();
     let outcome = plan_once(before, o, pool)?;
+    let mut longest = pass.elapsed();
     let Outcome::CannotFit(mut d) = outcome else {
         return Ok(outcome);
     };
@@ -335,12 +337,17 @@ fn probed(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome, Pl
     // what it would still compute (its variants, their block plans, recomputing every
     // candidate) says nothing the first pass did not: no probe is started then (GPT-2 at 132
     // layers, 70%: three probes took 12 s each after the limit).
+    // Nor is one started that the time left cannot pay for, judged by the longest pass so
+    // far (a probe plans as much as the first pass): it would end past the limit, with what
+    // it found cut short (GPT-2 at 96 layers, 80%: passes of 12 s, the second probe ran from
+    // 24 s to 33.5 s).
     let (mut lo, mut hi) = (o.effective_ceiling(), d.lowest_reachable_total_bytes);
+    let deadline = Deadline::new(o.started + o.time_limit);
     for _ in 0..o.refusal_probes {
         if hi <= lo + 1 {
             break;
         }
-        if Deadline::new(o.started + o.time_limit).passed() {
+        if !probe_pays(&deadline, longest) {
             d.timed_out = true;
             break;
         }
@@ -352,7 +359,10 @@ fn probed(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome, Pl
             ..o.clone()
         };
         d.ceilings_probed += 1;
-        match plan_once(before, &probe, pool)? {
+        let pass = Instant::now();
+        let planned = plan_once(before, &probe, pool)?;
+        longest = longest.max(pass.elapsed());
+        match planned {
             Outcome::Rewritten(r) => hi = hi.min(r.after.ledger.total_bytes),
             Outcome::CannotFit(p) => {
                 lo = mid;
@@ -365,6 +375,12 @@ fn probed(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome, Pl
     }
     d.lowest_reachable_total_bytes = hi;
     Ok(Outcome::CannotFit(d))
+}
+
+/// Whether a refusal probe may start: the time limit has not passed, and the time left is at
+/// least `longest`, the longest planning pass so far.
+fn probe_pays(deadline: &Deadline, longest: Duration) -> bool {
+    !deadline.passed() && deadline.left() >= longest
 }
 
 /// The schedule steps the searches of one [`plan`] call may still simulate
@@ -1410,6 +1426,7 @@ pub fn search<O: Oracle>(
     let mut learnt_prob = prob.clone(); // windows shrunk to what the allocator really released
     let mut correction = vec![0u64; prob.base_live.len()];
     let mut rounds = Vec::new();
+    let mut infeasible = false;
     for round in 0..CORRECTION_ROUNDS {
         if clock.passed() {
             break;
@@ -1474,6 +1491,9 @@ pub fn search<O: Oracle>(
                         t0.elapsed().as_secs_f64()
                     );
                 }
+                // Round 0 solves the plain model at the budget: proven infeasible there, it
+                // is at every tighter budget too.
+                infeasible |= round == 0 && matches!(e, SolveError::Infeasible { .. });
                 rounds.push(IlpRound::NoPlan {
                     round,
                     error: e.to_string(),
@@ -1668,7 +1688,11 @@ pub fn search<O: Oracle>(
         // model under-counts what ORT's allocator holds, so a tighter target lands nearer the truth).
         // They are the tightened steps' idea without the simulator's corrections: where a
         // tightened step fit, they are not solved.
-        let factors: &[f64] = if tight_fit.is_some() {
+        // Nor where the plain model was proven infeasible at the budget: at a tighter one it
+        // is too, and CBC may take long to say so again (GPT-2 at 96 layers, 80%: the
+        // reshape-guarded variant's round 0 proved it in 1.1 s, then the start at 0.9 of the
+        // budget ran to the time limit, 18.5 s).
+        let factors: &[f64] = if tight_fit.is_some() || infeasible {
             &[]
         } else {
             &[0.9, 0.8]

@@ -223,3 +223,21 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(200), ..ProptestConfig::default() })]
+
+    /// Infeasibility is monotone in the ceiling: where the ILP proves a problem infeasible,
+    /// it proves it at 0.9 and 0.8 of that ceiling too, as brute force finds (the planner's
+    /// search skips its tighter-budget starts after a proven-infeasible first round).
+    #[test]
+    fn infeasible_at_a_ceiling_is_infeasible_below_it(p in arb_problem(12)) {
+        if let Err(SolveError::Infeasible { .. }) = solve_ilp(&p) {
+            for f in [0.9, 0.8] {
+                let tighter = Problem { ceiling: (p.ceiling as f64 * f) as u64, ..p.clone() };
+                prop_assert!(matches!(solve_ilp(&tighter), Err(SolveError::Infeasible { .. })), "at {}", f);
+                prop_assert!(matches!(solve_brute_force(&tighter), Err(SolveError::Infeasible { .. })), "at {}", f);
+            }
+        }
+    }
+}
