@@ -2269,6 +2269,19 @@ mod tried_tests {
         }
     }
 
+    /// A refusal probe starts only before the limit and with at least the longest pass so
+    /// far left; a passed limit is recorded as hit.
+    #[test]
+    fn a_probe_starts_only_when_the_time_left_pays_for_a_pass() {
+        let ahead = Deadline::new(Instant::now() + Duration::from_secs(60));
+        assert!(probe_pays(&ahead, Duration::from_secs(1)));
+        assert!(!probe_pays(&ahead, Duration::from_secs(120)));
+        assert!(!ahead.hit());
+        let passed = Deadline::new(Instant::now());
+        assert!(!probe_pays(&passed, Duration::ZERO));
+        assert!(passed.hit());
+    }
+
     /// The refusal kept is the lowest, and it says the time limit was hit when the clock
     /// stopped any variant, not only the one kept; without a stopped variant it does not.
     #[test]
