@@ -410,8 +410,28 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
                     .iter()
                     .map(|(line, name, bytes)| format!("{name} {} ({line})", human(*bytes)))
                     .collect();
+                let a = &r.after;
+                let binds = ckpt_passes::device::binding(&a.sim, &profile, a.device.arena_bytes)
+                    .map_or_else(
+                        || "nowhere a step's request decides".to_string(),
+                        |b| {
+                            let node = a
+                                .sim
+                                .schedule
+                                .order
+                                .get(b.step)
+                                .map_or("", |&n| a.graph.node(n).name.as_str());
+                            format!(
+                                "step {} ({node}): {} asked, {} free, the largest free chunk {}",
+                                b.step,
+                                human(b.requested),
+                                human(b.free),
+                                human(b.largest_free)
+                            )
+                        },
+                    );
                 Some(format!(
-                    "step {}: {}\n    largest there         {}",
+                    "step {}: {}\n    largest there         {}\n    arena binds at        {binds}",
                     h.step,
                     lines.join(", "),
                     largest.join(", ")

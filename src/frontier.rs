@@ -409,6 +409,12 @@ pub struct FloorHeld {
     pub lines: Vec<HeldLine>,
     /// The largest values in the arena at that step, largest first.
     pub largest: Vec<HeldValue>,
+    /// Where its arena binds: the request its steps fail at in the largest arena below the
+    /// profile's need that they do not run in (`ckpt_passes::device::binding`). Not always
+    /// the in-use peak: a request can fail with bytes to spare, none of its free chunks
+    /// large enough.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub binding: Option<crate::receipt::ArenaBinding>,
 }
 
 /// One value of [`FloorHeld::largest`].
@@ -427,20 +433,25 @@ pub struct HeldLine {
 }
 
 impl FloorHeld {
-    /// The floor of `pool`: its plan of the lowest total (the first on a tie).
-    fn of(pool: &[KnownPlan]) -> Option<FloorHeld> {
+    /// The floor of `pool`: its plan of the lowest total (the first on a tie), whose arena
+    /// need is `profile`'s.
+    fn of(pool: &[KnownPlan], profile: &ckpt_ir::Profile) -> Option<FloorHeld> {
         let p = pool.iter().min_by_key(|p| p.total_bytes)?;
         let a = &p.analysis;
         let held = ckpt_passes::ledger::held(&a.graph, &a.class, &a.sim, &a.ledger);
-        Some(FloorHeld {
-            method: p.method.clone(),
-            peak_step: held.step,
-            peak_node: a
-                .sim
+        let node_at = |step: usize| {
+            a.sim
                 .schedule
                 .order
-                .get(held.step)
-                .map_or_else(String::new, |&n| a.graph.node(n).name.clone()),
+                .get(step)
+                .map_or_else(String::new, |&n| a.graph.node(n).name.clone())
+        };
+        let binding = crate::receipt::ArenaBinding::of(a, profile);
+        Some(FloorHeld {
+            binding,
+            method: p.method.clone(),
+            peak_step: held.step,
+            peak_node: node_at(held.step),
             lines: held
                 .lines
                 .into_iter()
@@ -584,7 +595,8 @@ pub fn sweep(
     }
     let floor = pool.iter().map(|p| p.total_bytes).fold(floor, u64::min);
     // The pool always holds no recompute's plan, so it has a floor plan.
-    let floor_held = FloorHeld::of(&pool).context("no plan in the frontier's pool")?;
+    let floor_held =
+        FloorHeld::of(&pool, &options.profile).context("no plan in the frontier's pool")?;
     if let Ceilings::Points(_) = ceilings {
         end_at_floor(&mut list, floor);
     }
@@ -750,6 +762,23 @@ pub fn markdown(f: &Frontier) -> String {
                 human(v.bytes)
             ));
         }
+    }
+    if let Some(b) = &h.binding {
+        s.push_str(&format!(
+            "\nWhere its arena binds: in an arena of {}, run {} fails at step {} (`{}`), a request of {} with {} free in the arena, the largest free chunk {}{}.\n",
+            human(b.arena_bytes),
+            b.run + 1,
+            b.step,
+            b.node,
+            human(b.requested_bytes),
+            human(b.free_bytes),
+            human(b.largest_free_bytes),
+            if b.layout_bound {
+                ": the arena's layout binds there, not the bytes in use"
+            } else {
+                ""
+            }
+        ));
     }
     s.push_str("\nEach ceiling takes the cheapest plan known to fit it (a plan found for a lower ceiling fits every higher one), so added cost never rises with the ceiling. Not covered: other deployment profiles, other shapes, and ORT optimization levels above `disable`.\n");
     s

@@ -12,7 +12,8 @@ use ckpt_opt::inputs::{make_inputs, InputOverrides};
 use ckpt_opt::optimize::{self, Job, Outcome};
 use ckpt_opt::profile::session_config;
 use ckpt_opt::receipt::{
-    BeforeAfter, DataPlacement, FileHash, OutputData, RandomOpSeeds, Receipt, Status, Tool,
+    ArenaBinding, BeforeAfter, DataPlacement, FileHash, OutputData, RandomOpSeeds, Receipt, Status,
+    Tool,
 };
 use ckpt_opt::size::{human, parse_size};
 use ckpt_opt::validate::{
@@ -689,6 +690,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         predicted_device_arena_bytes: None,
         predicted_in_use_bytes: None,
         predicted_arena_peak_bytes: None,
+        arena_binding: None,
         predicted_default_arena_peak_bytes: None,
         ledger: BeforeAfter {
             before: optimize::ledger_json(&before.ledger),
@@ -730,6 +732,10 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         receipt.predicted_in_use_bytes = pair(a, b, |x| x.device.uncapped.in_use_peak);
         receipt.predicted_arena_peak_bytes = pair(a, b, |x| x.sim.peak_live);
         receipt.predicted_default_arena_peak_bytes = pair(a, b, |x| x.sim.arena_peak());
+        receipt.arena_binding = Some(BeforeAfter {
+            before: ArenaBinding::of(a, &profile),
+            after: ArenaBinding::of(b, &profile),
+        });
     };
     match outcome {
         Outcome::CannotFit { before, diagnosis } => {

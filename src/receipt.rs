@@ -46,8 +46,8 @@ pub struct Diagnosis {
     /// The searches spent `--search-steps` (a larger budget may find a plan).
     pub steps_spent: bool,
     /// Ceilings between this one and the lowest total found that were planned again to lower
-    /// that total (the main job's refusal probes, at most 3; none is started once
-    /// `--time-limit` has passed).
+    /// that total (the main job's refusal probes, at most 3; none is started once the time
+    /// left before `--time-limit` is less than the longest planning pass so far).
     pub ceilings_probed: usize,
     /// The same in one sentence.
     pub message: String,
@@ -195,6 +195,10 @@ pub struct Receipt {
     /// Diagnostic: one step on ORT's default session arena (in use).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub predicted_default_arena_peak_bytes: Option<BeforeAfter<u64>>,
+    /// Where the arena need is decided, before and after ([`ArenaBinding`]; `null` where no
+    /// step's request decides it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arena_binding: Option<BeforeAfter<Option<ArenaBinding>>>,
     /// The memory ledger (`ledger.before` / `ledger.after`).
     pub ledger: BeforeAfter<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -242,4 +246,48 @@ pub fn schema_json() -> String {
     let mut text = serde_json::to_string_pretty(&schema).unwrap_or_default();
     text.push('\n');
     text
+}
+
+/// Where an arena need is decided (`ckpt_passes::device::binding`): in the largest arena below
+/// the need that the profile's steps fail in, the request that fails and the arena then. Not
+/// always the in-use peak: a request can fail with its bytes free, in pieces.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct ArenaBinding {
+    /// That arena, in bytes (256 B below the need, or a few units lower).
+    pub arena_bytes: u64,
+    /// The step of the run whose request fails, and the node run there.
+    pub step: usize,
+    pub node: String,
+    /// Which of the profile's runs (0: the first).
+    pub run: usize,
+    pub requested_bytes: u64,
+    /// Bytes free in the arena then, and its largest free chunk.
+    pub free_bytes: u64,
+    pub largest_free_bytes: u64,
+    /// The request fails on the arena's layout: its bytes are free, not in one piece.
+    pub layout_bound: bool,
+}
+
+impl ArenaBinding {
+    /// Where `a`'s arena need, found under `profile`, is decided; `None` where no step's
+    /// request decides it.
+    pub fn of(a: &crate::optimize::Analysis, profile: &ckpt_ir::Profile) -> Option<ArenaBinding> {
+        let b = ckpt_passes::device::binding(&a.sim, profile, a.device.arena_bytes)?;
+        let node = a
+            .sim
+            .schedule
+            .order
+            .get(b.step)
+            .map_or_else(String::new, |&n| a.graph.node(n).name.clone());
+        Some(ArenaBinding {
+            arena_bytes: b.arena_bytes,
+            step: b.step,
+            node,
+            run: b.run,
+            requested_bytes: b.requested,
+            free_bytes: b.free,
+            largest_free_bytes: b.largest_free,
+            layout_bound: b.free >= b.requested,
+        })
+    }
 }

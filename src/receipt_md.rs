@@ -52,6 +52,26 @@ pub fn render(r: &Receipt) -> String {
             let _ = writeln!(s, "| {name} | {} | {} |", human(v.before), human(v.after));
         }
     }
+    if let Some(b) = &r.arena_binding {
+        let at = |b: &Option<crate::receipt::ArenaBinding>| {
+            b.as_ref().map_or("-".to_string(), |b| {
+                format!(
+                    "`{}`: {} asked, {} free, largest chunk {}{}",
+                    b.node,
+                    human(b.requested_bytes),
+                    human(b.free_bytes),
+                    human(b.largest_free_bytes),
+                    if b.layout_bound { " (layout)" } else { "" }
+                )
+            })
+        };
+        let _ = writeln!(
+            s,
+            "| where the need is decided | {} | {} |",
+            at(&b.before),
+            at(&b.after)
+        );
+    }
     let _ = writeln!(
         s,
         "\n- Nodes cloned: {}, moved: {}; candidates: {}",

@@ -124,6 +124,17 @@ impl FreeSet {
         }
     }
 
+    /// The largest free chunk's size (0 when none is free).
+    fn largest(&self) -> u64 {
+        match self.held {
+            0 => 0,
+            held => {
+                let k = 31 - held.leading_zeros() as usize;
+                self.bins[k].last().map_or(0, |e| e.0)
+            }
+        }
+    }
+
     /// Remove and return the smallest entry of size `r` or more.
     fn take_first_from(&mut self, r: u64) -> Option<(u64, u64, u32)> {
         let k = bin_of(r);
@@ -331,6 +342,16 @@ impl BfcArena {
     }
 
     /// Whether `key` holds memory.
+    /// Bytes of the regions in no chunk in use: free, though not necessarily in one piece.
+    pub fn free_bytes(&self) -> u64 {
+        self.reserved - self.in_use
+    }
+
+    /// The largest free chunk: the largest request the regions serve without growing.
+    pub fn largest_free(&self) -> u64 {
+        self.free_set.largest()
+    }
+
     pub fn holds(&self, key: u64) -> bool {
         self.held.contains_key(&key)
     }
@@ -411,5 +432,28 @@ mod tests {
                 available: 0
             })
         );
+    }
+
+    /// Free bytes need not be in one piece: in one 4 MiB region, with the first and third
+    /// MiB freed, 3 MiB are free but the largest free chunk is 2 MiB (the third MiB merges
+    /// with the fourth, free from the start), so a 3 MiB request fails; freeing the second
+    /// MiB merges them all.
+    #[test]
+    fn free_bytes_and_the_largest_free_chunk() {
+        let mut a = BfcArena::new(ArenaConfig {
+            initial_chunk: 4 << 20,
+            ..cfg(ExtendStrategy::NextPowerOfTwo, Some(4 << 20))
+        });
+        assert_eq!((a.free_bytes(), a.largest_free()), (0, 0));
+        for k in 1..=3 {
+            a.alloc(k, 1 << 20).unwrap();
+        }
+        assert_eq!((a.free_bytes(), a.largest_free()), (1 << 20, 1 << 20));
+        a.free(1);
+        a.free(3);
+        assert_eq!((a.free_bytes(), a.largest_free()), (3 << 20, 2 << 20));
+        assert!(a.alloc(4, 3 << 20).is_err());
+        a.free(2);
+        assert_eq!((a.free_bytes(), a.largest_free()), (4 << 20, 4 << 20));
     }
 }

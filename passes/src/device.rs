@@ -45,7 +45,56 @@ pub struct Replay {
     /// The index in [`Simulation::arena_events`] of that allocation (`None` when loading's
     /// chunks or the pattern block failed, or nothing did).
     pub failed_event: Option<usize>,
+    /// The arena when that allocation failed: (free bytes, the largest free chunk).
+    pub failed_free: Option<(u64, u64)>,
 }
+
+/// Where the arena binds ([`binding`]): the request the profile's steps fail at in the
+/// largest arena below their need that they do not run in, and the arena then.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Binding {
+    /// That arena's cap, in bytes.
+    pub arena_bytes: u64,
+    /// The step of the run whose request fails ([`crate::memory::ArenaEvent::step`]).
+    pub step: usize,
+    /// Which of the profile's runs (0: the first).
+    pub run: usize,
+    /// The request, in bytes.
+    pub requested: u64,
+    /// The bytes free in the arena's regions then.
+    pub free: u64,
+    /// The largest free chunk then: below `requested` the request fails on the arena's
+    /// layout (its free bytes are not in one piece), not on what is in use.
+    pub largest_free: u64,
+}
+
+/// Where the profile's steps of `sim` stop running just below `need`, the arena
+/// [`device_need`] found they run in: the step whose request decides the need, in the largest
+/// arena below `need` (in 256 B units, at most [`BINDING_UNITS`] below it) they fail in. The
+/// bisection takes the uncapped run's in-use peak as failing without trying it, and in-use
+/// bytes count whole chunks, so an arena 256 B under the need may still run. `None` where
+/// none of those fails at a step's request (loading's chunks failing, or all of them running).
+pub fn binding(sim: &Simulation, profile: &Profile, need: u64) -> Option<Binding> {
+    let unit = crate::arena::ALIGN;
+    let (cap, r) = (1..=BINDING_UNITS)
+        .map_while(|k| need.checked_sub(k * unit).filter(|&c| c > 0))
+        .map(|cap| (cap, replay(sim, profile, Some(cap))))
+        .find(|(_, r)| r.failed.is_some())?;
+    let (run, oom) = r.failed?;
+    let event = &sim.arena_events[r.failed_event?];
+    let (free, largest_free) = r.failed_free?;
+    Some(Binding {
+        arena_bytes: cap,
+        step: event.step,
+        run,
+        requested: oom.requested,
+        free,
+        largest_free,
+    })
+}
+
+/// How far below the need, in 256 B units, [`binding`] looks for an arena the steps fail in.
+pub const BINDING_UNITS: u64 = 16;
 
 /// The arena the profile's session allocates from, capped at `cap`.
 pub fn arena_config(profile: &Profile, cap: Option<u64>) -> ArenaConfig {
@@ -151,10 +200,12 @@ fn replay_runs(sim: &Simulation, profile: &Profile, cap: Option<u64>, skip: bool
     let mut held_outputs: Vec<u64> = Vec::new();
     let mut failed = None;
     let mut failed_event = None;
+    let mut failed_free = None;
     let load_key = steps as u64 * span;
     for (i, &bytes) in load.iter().enumerate() {
         if let Err(oom) = arena.alloc(load_key + i as u64, bytes) {
             failed = Some((0, oom));
+            failed_free = Some((arena.free_bytes(), arena.largest_free()));
             break;
         }
     }
@@ -185,6 +236,7 @@ fn replay_runs(sim: &Simulation, profile: &Profile, cap: Option<u64>, skip: bool
                 if let Err(oom) = arena.alloc(key, e.bytes) {
                     failed = Some((run, oom));
                     failed_event = Some(i);
+                    failed_free = Some((arena.free_bytes(), arena.largest_free()));
                     step_in_use.push(arena.max_in_use);
                     arena.max_in_use = arena.max_in_use.max(before);
                     break 'runs;
@@ -233,6 +285,7 @@ fn replay_runs(sim: &Simulation, profile: &Profile, cap: Option<u64>, skip: bool
         pattern_block: block,
         failed,
         failed_event,
+        failed_free,
     }
 }
 

@@ -91,3 +91,59 @@ fn the_bounded_need_is_the_need_below_its_limit() {
         }
     }
 }
+
+/// `binding` names the request the steps fail at in the largest arena below their need that
+/// they fail in: on the fixtures under every profile the flags name, the replay capped there
+/// fails at that
+/// step, with a request no free chunk holds, while the need itself runs.
+#[test]
+fn the_binding_request_is_where_the_largest_arena_below_the_need_fails() {
+    use ckpt_passes::device::binding;
+    let (mut by_layout, mut by_use) = (0, 0);
+    for name in [
+        "t5_d0_makefx",
+        "resnet18_d0_aot",
+        "gpt2_d0_aot",
+        "mlp_d01_aot",
+    ] {
+        let sim = simulated(name);
+        let mut layout_bound = 0;
+        for p in Profile::every_flag_combination() {
+            let label = format!("{name} under {}", p.describe());
+            let n = device_need(&sim, &p).arena_bytes;
+            assert!(replay(&sim, &p, Some(n)).failed.is_none(), "{label}");
+            let Some(b) = binding(&sim, &p, n) else {
+                // Loading's chunks fail first, or every arena it tries runs.
+                for k in 1..=ckpt_passes::device::BINDING_UNITS {
+                    let r = replay(&sim, &p, Some(n - 256 * k));
+                    assert!(r.failed_event.is_none(), "{label}");
+                }
+                continue;
+            };
+            // The largest failing arena below the need: every arena between it and the need runs.
+            assert!(
+                b.arena_bytes < n && (n - b.arena_bytes) % 256 == 0,
+                "{label}: {b:?}"
+            );
+            for cap in (b.arena_bytes + 256..n).step_by(256) {
+                assert!(
+                    replay(&sim, &p, Some(cap)).failed.is_none(),
+                    "{label}: {cap}"
+                );
+            }
+            let r = replay(&sim, &p, Some(b.arena_bytes));
+            let e = &sim.arena_events[r.failed_event.unwrap()];
+            assert_eq!((e.step, r.failed.unwrap().0), (b.step, b.run), "{label}");
+            assert!(e.alloc && b.requested >= e.bytes, "{label}: {b:?}");
+            assert!(b.largest_free < b.requested, "{label}: {b:?}");
+            assert!(b.largest_free <= b.free, "{label}: {b:?}");
+            assert!(b.run < p.steps.max(1) as usize, "{label}: {b:?}");
+            layout_bound += usize::from(b.free >= b.requested);
+            by_use += usize::from(b.free < b.requested);
+        }
+        eprintln!("{name}: {layout_bound} profiles bound by the layout");
+        by_layout += layout_bound;
+    }
+    // Both happen: a request failing with its bytes free in pieces, and one failing short.
+    assert!(by_layout > 0 && by_use > 0, "{by_layout} {by_use}");
+}
