@@ -422,11 +422,13 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
                                 .get(b.step)
                                 .map_or("", |&n| a.graph.node(n).name.as_str());
                             format!(
-                                "step {} ({node}): {} asked, {} free, the largest free chunk {}",
+                                "step {} ({node}): {} asked, {} free, the largest free chunk {}; the steps run in an arena of {} (the need found: {})",
                                 b.step,
                                 human(b.requested),
                                 human(b.free),
-                                human(b.largest_free)
+                                human(b.largest_free),
+                                human(b.runs_in_bytes),
+                                human(a.device.arena_bytes)
                             )
                         },
                     );

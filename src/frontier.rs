@@ -409,10 +409,9 @@ pub struct FloorHeld {
     pub lines: Vec<HeldLine>,
     /// The largest values in the arena at that step, largest first.
     pub largest: Vec<HeldValue>,
-    /// Where its arena binds: the request its steps fail at in the largest arena below the
-    /// profile's need that they do not run in (`ckpt_passes::device::binding`). Not always
-    /// the in-use peak: a request can fail with bytes to spare, none of its free chunks
-    /// large enough.
+    /// Where its arena binds (`ckpt_passes::device::binding`): the request its steps fail at
+    /// in an arena 256 B smaller than one they run in. Not always the in-use peak: a request
+    /// can fail with bytes to spare, none of its free chunks large enough.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub binding: Option<crate::receipt::ArenaBinding>,
 }
@@ -765,8 +764,9 @@ pub fn markdown(f: &Frontier) -> String {
     }
     if let Some(b) = &h.binding {
         s.push_str(&format!(
-            "\nWhere its arena binds: in an arena of {}, run {} fails at step {} (`{}`), a request of {} with {} free in the arena, the largest free chunk {}{}.\n",
+            "\nWhere its arena binds: in an arena of {} (it runs in {}), run {} fails at step {} (`{}`), a request of {} with {} free in the arena, the largest free chunk {}{}.\n",
             human(b.arena_bytes),
+            human(b.runs_in_bytes),
             b.run + 1,
             b.step,
             b.node,

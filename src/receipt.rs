@@ -47,7 +47,7 @@ pub struct Diagnosis {
     pub steps_spent: bool,
     /// Ceilings between this one and the lowest total found that were planned again to lower
     /// that total (the main job's refusal probes, at most 3; none is started once the time
-    /// left before `--time-limit` is less than the longest planning pass so far).
+    /// left before `--time-limit` is less than twice the longest planning pass so far).
     pub ceilings_probed: usize,
     /// The same in one sentence.
     pub message: String,
@@ -248,13 +248,17 @@ pub fn schema_json() -> String {
     text
 }
 
-/// Where an arena need is decided (`ckpt_passes::device::binding`): in the largest arena below
-/// the need that the profile's steps fail in, the request that fails and the arena then. Not
-/// always the in-use peak: a request can fail with its bytes free, in pieces.
+/// Where an arena need is decided (`ckpt_passes::device::binding`): between an arena the
+/// profile's steps fail in and one 256 B larger that they run in, the request that fails and
+/// the arena then. Not always the in-use peak: a request can fail with its bytes free, in
+/// pieces.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct ArenaBinding {
-    /// That arena, in bytes (256 B below the need, or a few units lower).
+    /// The arena the steps fail in, in bytes.
     pub arena_bytes: u64,
+    /// The arena 256 B larger, which they run in: at most the arena need, and below it where
+    /// the need's bisection was conservative (it starts from the uncapped run's in-use peak).
+    pub runs_in_bytes: u64,
     /// The step of the run whose request fails, and the node run there.
     pub step: usize,
     pub node: String,
@@ -281,6 +285,7 @@ impl ArenaBinding {
             .map_or_else(String::new, |&n| a.graph.node(n).name.clone());
         Some(ArenaBinding {
             arena_bytes: b.arena_bytes,
+            runs_in_bytes: b.runs_in_bytes,
             step: b.step,
             node,
             run: b.run,

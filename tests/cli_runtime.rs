@@ -99,28 +99,10 @@ fn training_artifacts_plan_with_bindings_and_name_missing_training_ops() {
     assert!(o.status.success(), "{}", stderr(&o));
     let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert!(r["predicted_peak_bytes"]["after"].as_u64().unwrap() <= total * 90 / 100);
-    // Where each need is decided: a request that fails in an arena just below the need (no
-    // free chunk holds it), at a named node; bound by the layout exactly when its bytes were
-    // free.
+    // Where each need is decided: a boundary at or below the need, at a named node.
     for side in ["before", "after"] {
-        let b = &r["arena_binding"][side];
         let need = r["predicted_device_arena_bytes"][side].as_u64().unwrap();
-        let num = |k: &str| {
-            b[k].as_u64()
-                .unwrap_or_else(|| panic!("{side}: no {k}: {b}"))
-        };
-        assert!(
-            num("arena_bytes") < need && need - num("arena_bytes") <= 16 * 256,
-            "{b}"
-        );
-        assert!(num("largest_free_bytes") < num("requested_bytes"), "{b}");
-        assert!(num("largest_free_bytes") <= num("free_bytes"), "{b}");
-        assert_eq!(
-            b["layout_bound"].as_bool(),
-            Some(num("free_bytes") >= num("requested_bytes")),
-            "{b}"
-        );
-        assert!(!b["node"].as_str().unwrap().is_empty(), "{b}");
+        assert_arena_binding(&r["arena_binding"][side], need);
     }
     // Without bindings the symbolic dims cannot be sized: a clear error, exit 1.
     let o = run(&[path_str(&f), "--ceiling", &c]);

@@ -49,12 +49,16 @@ pub struct Replay {
     pub failed_free: Option<(u64, u64)>,
 }
 
-/// Where the arena binds ([`binding`]): the request the profile's steps fail at in the
-/// largest arena below their need that they do not run in, and the arena then.
+/// Where the arena binds ([`binding`]): between an arena the profile's steps fail in and one
+/// 256 B larger that they run in, the request that fails and the arena then.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Binding {
-    /// That arena's cap, in bytes.
+    /// The arena the steps fail in, in bytes.
     pub arena_bytes: u64,
+    /// The arena 256 B larger, which they run in: at most the need [`device_need`] reports,
+    /// and below it where that need is conservative (its bisection starts from the uncapped
+    /// run's in-use peak, whose chunks are laid out in regions of another size).
+    pub runs_in_bytes: u64,
     /// The step of the run whose request fails ([`crate::memory::ArenaEvent::step`]).
     pub step: usize,
     /// Which of the profile's runs (0: the first).
@@ -68,23 +72,54 @@ pub struct Binding {
     pub largest_free: u64,
 }
 
-/// Where the profile's steps of `sim` stop running just below `need`, the arena
-/// [`device_need`] found they run in: the step whose request decides the need, in the largest
-/// arena below `need` (in 256 B units, at most [`BINDING_UNITS`] below it) they fail in. The
-/// bisection takes the uncapped run's in-use peak as failing without trying it, and in-use
-/// bytes count whole chunks, so an arena 256 B under the need may still run. `None` where
-/// none of those fails at a step's request (loading's chunks failing, or all of them running).
+/// The most bytes one run of `sim` requests at once (each request rounded as the arena rounds
+/// it): no arena smaller than that runs its steps, whatever its layout.
+pub fn requests_peak(sim: &Simulation) -> u64 {
+    let mut held: rustc_hash::FxHashMap<u64, u64> = rustc_hash::FxHashMap::default();
+    let (mut now, mut peak) = (0u64, 0u64);
+    for e in &sim.arena_events {
+        if e.alloc {
+            let r = rounded(e.bytes.max(1));
+            now += r;
+            held.insert(e.key, r);
+            peak = peak.max(now);
+        } else if let Some(r) = held.remove(&e.key) {
+            now -= r;
+        }
+    }
+    peak
+}
+
+/// Where the profile's steps of `sim` stop running below `need`, an arena they run in (the
+/// need [`device_need`] found): bisected between `need` and the largest arena below
+/// [`requests_peak`] (which no layout runs in), the failing arena's first failing request and
+/// the arena then. The boundary found is one of possibly several (the BFC arena is not
+/// monotone in its cap), with the steps failing at its lower side and running at its upper.
+/// `None` where the need is below the requests' peak (none to bisect) or where the boundary's
+/// failure is loading's chunks, which no step's request decides.
 pub fn binding(sim: &Simulation, profile: &Profile, need: u64) -> Option<Binding> {
     let unit = crate::arena::ALIGN;
-    let (cap, r) = (1..=BINDING_UNITS)
-        .map_while(|k| need.checked_sub(k * unit).filter(|&c| c > 0))
-        .map(|cap| (cap, replay(sim, profile, Some(cap))))
-        .find(|(_, r)| r.failed.is_some())?;
+    let mut lo = requests_peak(sim).saturating_sub(1) / unit * unit;
+    let mut hi = need;
+    if hi <= lo || replay(sim, profile, Some(lo)).failed.is_none() {
+        return None;
+    }
+    while hi - lo > unit {
+        let mid = (lo + (hi - lo) / 2) / unit * unit;
+        let mid = mid.max(lo + unit);
+        if replay(sim, profile, Some(mid)).failed.is_none() {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    let r = replay(sim, profile, Some(lo));
     let (run, oom) = r.failed?;
     let event = &sim.arena_events[r.failed_event?];
     let (free, largest_free) = r.failed_free?;
     Some(Binding {
-        arena_bytes: cap,
+        arena_bytes: lo,
+        runs_in_bytes: hi,
         step: event.step,
         run,
         requested: oom.requested,
@@ -92,9 +127,6 @@ pub fn binding(sim: &Simulation, profile: &Profile, need: u64) -> Option<Binding
         largest_free,
     })
 }
-
-/// How far below the need, in 256 B units, [`binding`] looks for an arena the steps fail in.
-pub const BINDING_UNITS: u64 = 16;
 
 /// The arena the profile's session allocates from, capped at `cap`.
 pub fn arena_config(profile: &Profile, cap: Option<u64>) -> ArenaConfig {

@@ -189,7 +189,7 @@ pub struct Diagnosis {
     pub steps_spent: bool,
     /// Ceilings between this one and the lowest total found that were planned again to lower
     /// that total ([`PlanOptions::refusal_probes`]; none is started once the time left is
-    /// less than the longest planning pass so far).
+    /// less than twice the longest planning pass so far).
     pub ceilings_probed: usize,
 }
 
@@ -337,10 +337,11 @@ fn probed(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome, Pl
     // what it would still compute (its variants, their block plans, recomputing every
     // candidate) says nothing the first pass did not: no probe is started then (GPT-2 at 132
     // layers, 70%: three probes took 12 s each after the limit).
-    // Nor is one started that the time left cannot pay for, judged by the longest pass so
-    // far (a probe plans as much as the first pass): it would end past the limit, with what
-    // it found cut short (GPT-2 at 96 layers, 80%: passes of 12 s, the second probe ran from
-    // 24 s to 33.5 s).
+    // Nor is one started that the time left may not pay for: twice the longest pass so far
+    // (a probe plans as much as the first pass, at another ceiling, which can take longer).
+    // It would end past the limit, with what it found cut short (GPT-2 at 96 layers: at 80%
+    // passes of 12 s, the second probe ran from 24 s to 33.5 s; at 60% a first pass of 9 s,
+    // then probes of up to 15 s).
     let (mut lo, mut hi) = (o.effective_ceiling(), d.lowest_reachable_total_bytes);
     let deadline = Deadline::new(o.started + o.time_limit);
     for _ in 0..o.refusal_probes {
@@ -378,9 +379,9 @@ fn probed(before: &Analysis, o: &PlanOptions, pool: &Pool) -> Result<Outcome, Pl
 }
 
 /// Whether a refusal probe may start: the time limit has not passed, and the time left is at
-/// least `longest`, the longest planning pass so far.
+/// least twice `longest`, the longest planning pass so far.
 fn probe_pays(deadline: &Deadline, longest: Duration) -> bool {
-    !deadline.passed() && deadline.left() >= longest
+    !deadline.passed() && deadline.left() >= longest.saturating_mul(2)
 }
 
 /// The schedule steps the searches of one [`plan`] call may still simulate
@@ -2269,13 +2270,13 @@ mod tried_tests {
         }
     }
 
-    /// A refusal probe starts only before the limit and with at least the longest pass so
-    /// far left; a passed limit is recorded as hit.
+    /// A refusal probe starts only before the limit and with at least twice the longest pass
+    /// so far left; a passed limit is recorded as hit.
     #[test]
     fn a_probe_starts_only_when_the_time_left_pays_for_a_pass() {
         let ahead = Deadline::new(Instant::now() + Duration::from_secs(60));
-        assert!(probe_pays(&ahead, Duration::from_secs(1)));
-        assert!(!probe_pays(&ahead, Duration::from_secs(120)));
+        assert!(probe_pays(&ahead, Duration::from_secs(20)));
+        assert!(!probe_pays(&ahead, Duration::from_secs(40)));
         assert!(!ahead.hit());
         let passed = Deadline::new(Instant::now());
         assert!(!probe_pays(&passed, Duration::ZERO));

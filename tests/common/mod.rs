@@ -271,3 +271,24 @@ pub fn default_need(g: &ckpt_ir::Graph, name: &str) -> (u64, u64) {
         measured.arena_bytes,
     )
 }
+
+/// An arena binding in a receipt or a frontier (`ckpt_opt::receipt::ArenaBinding`) is a
+/// boundary: its request fails in `arena_bytes` (no free chunk holds it) and the steps run in
+/// 256 B more, at most `need`; bound by the layout exactly when the bytes were free; at a
+/// named node. Returns the node.
+#[allow(dead_code)]
+pub fn assert_arena_binding(b: &serde_json::Value, need: u64) -> String {
+    let num = |k: &str| b[k].as_u64().unwrap_or_else(|| panic!("no {k}: {b}"));
+    assert_eq!(num("runs_in_bytes"), num("arena_bytes") + 256, "{b}");
+    assert!(num("runs_in_bytes") <= need, "{b}");
+    assert!(num("largest_free_bytes") < num("requested_bytes"), "{b}");
+    assert!(num("largest_free_bytes") <= num("free_bytes"), "{b}");
+    assert_eq!(
+        b["layout_bound"].as_bool(),
+        Some(num("free_bytes") >= num("requested_bytes")),
+        "{b}"
+    );
+    let node = b["node"].as_str().unwrap_or_default().to_string();
+    assert!(!node.is_empty(), "{b}");
+    node
+}
