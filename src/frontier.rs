@@ -764,9 +764,9 @@ pub fn markdown(f: &Frontier) -> String {
     }
     if let Some(b) = &h.binding {
         s.push_str(&format!(
-            "\nWhere its arena binds: in an arena of {} (it runs in {}), run {} fails at step {} (`{}`), a request of {} with {} free in the arena, the largest free chunk {}{}.\n",
-            human(b.arena_bytes),
-            human(b.runs_in_bytes),
+            "\nWhere its arena binds: in an arena of {} B (it runs in {} B), run {} fails at step {} (`{}`), a request of {} with {} free in the arena, the largest free chunk {}{}.\n",
+            b.arena_bytes,
+            b.runs_in_bytes,
             b.run + 1,
             b.step,
             b.node,
