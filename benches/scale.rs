@@ -294,12 +294,7 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
                     .map_or_else(
                         || "nowhere a step's request decides".to_string(),
                         |b| {
-                            let node = a
-                                .sim
-                                .schedule
-                                .order
-                                .get(b.step)
-                                .map_or("", |&n| a.graph.node(n).name.as_str());
+                            let node = ckpt_opt::receipt::node_name(a, b.step);
                             format!(
                                 "step {} ({node}): {} asked, {} free, the largest free chunk {}; the steps run in an arena of {} (the need found: {})",
                                 b.step,

@@ -438,19 +438,12 @@ impl FloorHeld {
         let p = pool.iter().min_by_key(|p| p.total_bytes)?;
         let a = &p.analysis;
         let held = ckpt_passes::ledger::held(&a.graph, &a.class, &a.sim, &a.ledger);
-        let node_at = |step: usize| {
-            a.sim
-                .schedule
-                .order
-                .get(step)
-                .map_or_else(String::new, |&n| a.graph.node(n).name.clone())
-        };
         let binding = crate::receipt::ArenaBinding::of(a, profile);
         Some(FloorHeld {
             binding,
             method: p.method.clone(),
             peak_step: held.step,
-            peak_node: node_at(held.step),
+            peak_node: crate::receipt::node_name(a, held.step),
             lines: held
                 .lines
                 .into_iter()

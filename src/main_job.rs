@@ -732,10 +732,14 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         receipt.predicted_in_use_bytes = pair(a, b, |x| x.device.uncapped.in_use_peak);
         receipt.predicted_arena_peak_bytes = pair(a, b, |x| x.sim.peak_live);
         receipt.predicted_default_arena_peak_bytes = pair(a, b, |x| x.sim.arena_peak());
-        receipt.arena_binding = Some(BeforeAfter {
-            before: ArenaBinding::of(a, &profile),
-            after: ArenaBinding::of(b, &profile),
-        });
+        // A refusal or a graph that already fits reports one analysis on both sides.
+        let before = ArenaBinding::of(a, &profile);
+        let after = if std::ptr::eq(a, b) {
+            before.clone()
+        } else {
+            ArenaBinding::of(b, &profile)
+        };
+        receipt.arena_binding = Some(BeforeAfter { before, after });
     };
     match outcome {
         Outcome::CannotFit { before, diagnosis } => {

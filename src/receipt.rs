@@ -277,12 +277,7 @@ impl ArenaBinding {
     /// request decides it.
     pub fn of(a: &crate::optimize::Analysis, profile: &ckpt_ir::Profile) -> Option<ArenaBinding> {
         let b = ckpt_passes::device::binding(&a.sim, profile, a.device.arena_bytes)?;
-        let node = a
-            .sim
-            .schedule
-            .order
-            .get(b.step)
-            .map_or_else(String::new, |&n| a.graph.node(n).name.clone());
+        let node = node_name(a, b.step);
         Some(ArenaBinding {
             arena_bytes: b.arena_bytes,
             runs_in_bytes: b.runs_in_bytes,
@@ -295,4 +290,10 @@ impl ArenaBinding {
             layout_bound: b.free >= b.requested,
         })
     }
+}
+
+/// The name of the node run at `step` of `a`'s run (empty past its end), for reports.
+pub fn node_name(a: &crate::optimize::Analysis, step: usize) -> String {
+    ckpt_passes::memory::node_at(&a.sim, step)
+        .map_or_else(String::new, |n| a.graph.node(n).name.clone())
 }

@@ -341,7 +341,6 @@ impl BfcArena {
         self.free_set.remove(&gone);
     }
 
-    /// Whether `key` holds memory.
     /// Bytes of the regions in no chunk in use: free, though not necessarily in one piece.
     pub fn free_bytes(&self) -> u64 {
         self.reserved - self.in_use
@@ -352,6 +351,7 @@ impl BfcArena {
         self.free_set.largest()
     }
 
+    /// Whether `key` holds memory.
     pub fn holds(&self, key: u64) -> bool {
         self.held.contains_key(&key)
     }

@@ -101,13 +101,12 @@ pub fn binding(sim: &Simulation, profile: &Profile, need: u64) -> Option<Binding
     let unit = crate::arena::ALIGN;
     let mut lo = requests_peak(sim).saturating_sub(1) / unit * unit;
     let mut hi = need;
-    if hi <= lo || replay(sim, profile, Some(lo)).failed.is_none() {
+    if hi <= lo || fits(sim, profile, lo) {
         return None;
     }
     while hi - lo > unit {
-        let mid = (lo + (hi - lo) / 2) / unit * unit;
-        let mid = mid.max(lo + unit);
-        if replay(sim, profile, Some(mid)).failed.is_none() {
+        let mid = midpoint(lo, hi);
+        if fits(sim, profile, mid) {
             hi = mid;
         } else {
             lo = mid;
@@ -330,6 +329,13 @@ pub struct DeviceNeed {
     pub uncapped: Replay,
 }
 
+/// The cap a bisection between `lo` and `hi` (multiples of 256 B, more than 256 B apart)
+/// tries next: halfway, on the 256 B grid, above `lo`.
+fn midpoint(lo: u64, hi: u64) -> u64 {
+    let unit = crate::arena::ALIGN;
+    (lo + (hi - lo) / 2 / unit * unit).max(lo + unit)
+}
+
 /// Whether every step of the profile runs in an arena capped at `cap`.
 pub fn fits(sim: &Simulation, profile: &Profile, cap: u64) -> bool {
     replay(sim, profile, Some(cap)).failed.is_none()
@@ -417,8 +423,7 @@ fn bisect(
         return stopped(uncapped, Stop::AtMost);
     }
     while hi - lo > crate::arena::ALIGN {
-        let mid = lo + (hi - lo) / 2 / crate::arena::ALIGN * crate::arena::ALIGN;
-        let mid = mid.max(lo + crate::arena::ALIGN);
+        let mid = midpoint(lo, hi);
         if fits(sim, profile, mid) {
             hi = mid;
             if settled(hi) {

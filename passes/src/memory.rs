@@ -668,7 +668,12 @@ impl Simulation {
 
 /// Node whose step is the peak, for reports.
 pub fn peak_node(sim: &Simulation) -> Option<NodeId> {
-    sim.schedule.order.get(sim.peak_step).copied()
+    node_at(sim, sim.peak_step)
+}
+
+/// Node run at `step` of the run `sim`, for reports.
+pub fn node_at(sim: &Simulation, step: usize) -> Option<NodeId> {
+    sim.schedule.order.get(step).copied()
 }
 
 #[cfg(test)]
