@@ -209,6 +209,7 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
             &bind,
             Optimizer::None,
             32,
+            profile.ort_version,
         )
     });
     println!("    shape inference       {}", secs(t_infer));

@@ -33,3 +33,8 @@ if ! "$venv/bin/python" -c "import onnx" >/dev/null 2>&1; then
   echo "setup: installing onnx==$ONNX_VERSION into $venv"
   "$venv/bin/pip" install -q --disable-pip-version-check "onnx==$ONNX_VERSION"
 fi
+# The Python runner (python/, module ckpt_opt) and pytest for its tests.
+if ! "$venv/bin/python" -c "import ckpt_opt, pytest" >/dev/null 2>&1; then
+  echo "setup: installing ./python and pytest into $venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -e "$root/python" pytest
+fi

@@ -18,3 +18,5 @@ fi
 # PROPTEST_RNG_SEED=<any u64> PROPTEST_CASES=2000 scripts/test.sh.
 export PROPTEST_RNG_SEED="${PROPTEST_RNG_SEED:-20261129}"
 cargo test --workspace --locked "$@"
+# The Python runner's tests (python/tests).
+"$root/.venv/bin/python" -m pytest -q "$root/python/tests"

@@ -159,13 +159,15 @@ pub struct ProfileArgs {
     /// written model records the bytes), `default` (ORT's 1 MiB), or a size such as `4MiB`.
     #[arg(long = "initial-chunk", value_name = "SIZE|budget|default", default_value = "budget", value_parser = parse_initial_chunk)]
     pub initial_chunk: String,
-    /// What the caller holds between steps: `released` (outputs dropped or copied out before
-    /// the next step) or `held` (`outs = sess.run(...)` in a loop keeps the previous outputs in
-    /// the arena during the next step). `held` is offered only in one CPU region of the budget
+    /// Where the step's outputs live: `bound` (the runner binds each to a buffer it allocates
+    /// once outside the arena, which ORT writes in place), `released` (ORT allocates them in
+    /// the arena; the runner copies them out before the next step) or `held` (the previous
+    /// outputs stay in the arena during the next step). The caller holds the runner's buffers
+    /// in every case; they are in the device total. `held` is offered only in one CPU region of the budget
     /// with the memory pattern off (`--mem-pattern off --arena-extend kNextPowerOfTwo
     /// --initial-chunk budget`); elsewhere ORT's need depends on the process (where the C
     /// library places the regions), and the profile is refused.
-    #[arg(long = "caller-outputs", default_value = "released", value_parser = ["released", "held"])]
+    #[arg(long = "caller-outputs", default_value = "bound", value_parser = ["bound", "released", "held"])]
     pub caller_outputs: String,
     /// The session's intra-op threads (`intra_op_num_threads`, 1-1024): convolutions take a
     /// working buffer per thread from the arena.

@@ -437,7 +437,8 @@ impl FloorHeld {
     fn of(pool: &[KnownPlan], profile: &ckpt_ir::Profile) -> Option<FloorHeld> {
         let p = pool.iter().min_by_key(|p| p.total_bytes)?;
         let a = &p.analysis;
-        let held = ckpt_passes::ledger::held(&a.graph, &a.class, &a.sim, &a.ledger);
+        let bound = profile.caller_outputs == ckpt_ir::profile::CallerOutputs::Bound;
+        let held = ckpt_passes::ledger::held(&a.graph, &a.class, &a.sim, &a.ledger, !bound);
         let binding = crate::receipt::ArenaBinding::of(a, profile);
         Some(FloorHeld {
             binding,
@@ -833,6 +834,7 @@ pub fn measure(
     let e = crate::validate::MemoryExpectation {
         profile: options.profile.clone(),
         fixed_bytes: a.ledger.fixed_bytes,
+        load_bytes: a.ledger.load_bytes,
         original_arena_bytes: a.device.arena_bytes,
         rewritten_arena_bytes: a.device.arena_bytes,
         ceiling_bytes: None,

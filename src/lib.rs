@@ -16,5 +16,6 @@ pub mod progress;
 pub mod receipt;
 pub mod receipt_md;
 pub mod size;
+pub mod targets;
 pub mod training;
 pub mod validate;

@@ -15,7 +15,7 @@ use ckpt_opt::receipt::{
     ArenaBinding, BeforeAfter, DataPlacement, FileHash, OutputData, RandomOpSeeds, Receipt, Status,
     Tool,
 };
-use ckpt_opt::size::{human, parse_size};
+use ckpt_opt::size::human;
 use ckpt_opt::validate::{
     check_memory, validate, MemoryCheck, MemoryExpectation, ValidateOptions, Validation,
 };
@@ -288,6 +288,7 @@ fn run_memory_check(
     let e = MemoryExpectation {
         profile: profile.clone(),
         fixed_bytes: before.ledger.fixed_bytes,
+        load_bytes: before.ledger.load_bytes,
         original_arena_bytes: before.device.arena_bytes,
         rewritten_arena_bytes: after.device.arena_bytes,
         ceiling_bytes: ceiling,
@@ -328,7 +329,7 @@ fn print_memory_check(m: &MemoryCheck) {
     }
     if let Some(c) = m.ceiling_bytes {
         println!(
-            "  device totals are {} fed by the caller + the smallest arena {} steps run in; ceiling {}",
+            "  device totals are {} beside the arena (the caller's feeds and outputs, constants, what loading reserves) + the smallest arena {} steps run in; ceiling {}",
             human(m.fixed_bytes),
             m.steps,
             human(c)
@@ -466,10 +467,15 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
     let ceiling = a
         .ceiling
         .as_deref()
-        .map(|c| parse_size(c).map_err(|e| Failure::input(anyhow!("--ceiling {e}"))))
+        .map(|c| {
+            ckpt_opt::size::CeilingSpec::parse(c)
+                .map_err(|e| Failure::input(anyhow!("--ceiling {e}")))
+        })
         .transpose()?;
     let (original, reference) = original_at_level(original, &a.original, &options.profile, &a.run)?;
     let before = optimize::analyse(original, &options)?;
+    // A percentage is of the original's predicted device total, as in the main job.
+    let ceiling = ceiling.map(|c| c.resolve(before.ledger.total_bytes));
     let after = optimize::analyse(rewritten, &options)?;
     options
         .profile
@@ -604,10 +610,12 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
     let input_bytes =
         std::fs::read(&model).with_context(|| format!("reading {}", model.display()))?;
     let graph = load(&model)?;
-    let model_data = match graph.dir() {
-        Some(dir) => hash_files(&ckpt_ir::external_data_files(graph.model(), dir))?,
+    let reads = match graph.dir() {
+        Some(dir) => ckpt_ir::external_data_files(graph.model(), dir),
         None => Vec::new(),
     };
+    check_targets(&args, &model, &reads)?;
+    let model_data = hash_files(&reads)?;
     let bindings = parse_bindings(&args.model_args.dims, &graph)?;
     let mut options = crate::model_io::analyse_options(&args.model_args, &bindings)?;
     crate::model_io::on_runtime_of(&mut options.profile, &graph)?;
@@ -617,6 +625,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
     // A percentage ceiling is of the unmodified graph's predicted device total: analyse first.
     let t_plan = Instant::now();
     let before = optimize::analyse(graph, &options)?;
+    require_training_graph(&before)?;
     let ceiling = ceiling_spec.resolve(before.ledger.total_bytes);
     let job = Job {
         model: model.clone(),
@@ -670,7 +679,9 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         ceiling: ceiling_spec.to_string(),
         ceiling_bytes: ceiling,
         reserve_percent: args.reserve,
-        profile: recorded.metadata().into_iter().collect(),
+        profile: ckpt_planner::recorded_metadata(&profile, ceiling, &before.ledger)
+            .into_iter()
+            .collect(),
         profile_description: recorded.describe(),
         session_config: profile.session_config.clone(),
         rng_policy: ckpt_opt::validate::RNG_POLICY.into(),
@@ -776,7 +787,10 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             if validation_failed.is_none() {
                 if let Some(out) = &args.output {
                     let mut g = before.graph.clone();
-                    record_profile(&mut g, &recorded)?;
+                    record_profile(
+                        &mut g,
+                        ckpt_planner::recorded_metadata(&profile, ceiling, &before.ledger),
+                    )?;
                     write_output(
                         &mut receipt,
                         before.graph.model(),
@@ -961,11 +975,66 @@ fn original_at_level(
     graph_at_level(original, &bytes, path, &mut options, r)
 }
 
-/// Record the profile in an unchanged graph's metadata.
-fn record_profile(g: &mut ckpt_ir::Graph, profile: &ckpt_ir::Profile) -> Result<(), Failure> {
+/// Refuse a graph that computes no gradient: there is no training step to plan.
+fn require_training_graph(a: &optimize::Analysis) -> Result<(), Failure> {
+    let g = &a.graph;
+    let trains = g
+        .tensor_ids()
+        .any(|t| a.class.kind(t) == ckpt_passes::phases::TensorKind::Gradient);
+    if trains {
+        return Ok(());
+    }
+    let outputs: Vec<&str> = g
+        .outputs()
+        .iter()
+        .map(|&t| g.tensor(t).name.as_str())
+        .collect();
+    Err(Failure::input(anyhow!(
+        "not a training graph: no output is a gradient (looked for graph outputs computed from the loss's gradient, and values fed to gradient accumulators; outputs: {}); ckpt-opt plans training steps (forward, loss and backward in one graph)",
+        outputs.join(", ")
+    )))
+}
+
+/// Check every file the run will write before any work ([`ckpt_opt::targets`]): `-o` (or the
+/// default output), its data file when the input has external data, `--receipt` and
+/// `--receipt-md`.
+fn check_targets(
+    args: &OptimizeArgs,
+    model: &std::path::Path,
+    reads: &[std::path::PathBuf],
+) -> Result<(), Failure> {
+    use ckpt_opt::targets::{check, data_file_of, Target};
+    let out = args
+        .output
+        .clone()
+        .unwrap_or_else(|| optimize::default_output(model));
+    let data = data_file_of(&out);
+    let mut targets = vec![Target {
+        flag: "-o",
+        path: &out,
+    }];
+    if !reads.is_empty() {
+        targets.push(Target {
+            flag: "-o's data file",
+            path: &data,
+        });
+    }
+    for (flag, path) in [
+        ("--receipt", args.receipt.as_deref()),
+        ("--receipt-md", args.receipt_md.as_deref()),
+    ] {
+        if let Some(path) = path {
+            targets.push(Target { flag, path });
+        }
+    }
+    check(model, reads, &targets).map_err(Failure::input)
+}
+
+/// Record the deployment (the profile and its byte counts) in an unchanged graph's metadata.
+fn record_profile(g: &mut ckpt_ir::Graph, metadata: Vec<(String, String)>) -> Result<(), Failure> {
     let patch = ckpt_ir::Patch {
         label: "record the deployment profile".into(),
-        metadata: profile.metadata(),
+        metadata,
         ..Default::default()
     };
     patch
@@ -1040,9 +1109,8 @@ fn print_summary(
         Some(out) => {
             println!("wrote {}{}", out.display(), data_note(data));
             println!(
-                "run it under the profile recorded in its metadata_props (ckpt-opt.profile.*), with the session config entries ckpt-opt.session_config.* (CSE off: {}={}), or the ceiling does not hold",
-                ckpt_ir::profile::DISABLE_OPTIMIZERS_KEY,
-                ckpt_ir::profile::CSE_OPTIMIZER
+                "run it with the runner, which builds the session and caps the arena as its metadata_props record: ckpt_opt.Session(\"{}\") (pip install ./python; README, \"Deploying the output\")",
+                out.display()
             );
         }
         None => println!("nothing written: validation failed"),

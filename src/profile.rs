@@ -41,6 +41,15 @@ pub fn session_config(profile: &Profile) -> SessionConfig {
             initial_chunk_is_cap: profile.initial_chunk == InitialChunk::ArenaBudget,
         },
         intra_threads: Some(profile.intra_op_num_threads as usize),
+        bind_outputs: profile.caller_outputs == ckpt_ir::profile::CallerOutputs::Bound,
+        // Every other entry the profile records, as the runner sets them (CSE's is
+        // `disable_cse`'s).
+        config_entries: profile
+            .session_config
+            .iter()
+            .filter(|(k, _)| k.as_str() != ckpt_ir::profile::DISABLE_OPTIMIZERS_KEY)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
         ..SessionConfig::default()
     }
 }

@@ -186,12 +186,14 @@ pub fn measure_device(
         })?;
     let budget = e.arena_budget();
     let runs_under_ceiling = match budget {
-        Some(b) => Some(runner.runs_under(&staged, &cfg, steps, hold, need.load_bytes, b)?),
+        Some(b) => Some(runner.runs_under(&staged, &cfg, steps, hold, e.load_bytes, b)?),
         None => None,
     };
     Ok(DeviceMemory {
         predicted_total_bytes: e.fixed_bytes + predicted_arena_bytes,
-        measured_total_bytes: e.fixed_bytes + need.arena_bytes,
+        measured_total_bytes: e.outside_arena_bytes() + need.load_bytes + need.arena_bytes,
+        predicted_load_bytes: e.load_bytes,
+        measured_load_bytes: need.load_bytes,
         predicted_arena_bytes,
         measured_arena_bytes: need.arena_bytes,
         relative_error: predicted_arena_bytes as f64 / need.arena_bytes.max(1) as f64 - 1.0,

@@ -149,10 +149,17 @@ pub fn broken_control(
 /// Memory of one graph under the deployment profile: predicted and measured.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct DeviceMemory {
-    /// Predicted device total: fixed bytes (what the caller feeds) + the arena need.
+    /// Predicted device total: what is held outside the arena (the caller's bytes, constants
+    /// outside it) + what loading takes from the arena + the steps' arena need.
     pub predicted_total_bytes: u64,
-    /// Measured device total: the same fixed bytes + the measured arena need.
+    /// Measured device total: the same bytes outside the arena + what loading took from the
+    /// arena (measured) + the measured steps' arena need.
     pub measured_total_bytes: u64,
+    /// What loading takes from the arena's allocator before the first step, predicted.
+    pub predicted_load_bytes: u64,
+    /// The same, measured (ORT's `InUse` after session creation; the training runtime: the
+    /// smallest cap loading runs in).
+    pub measured_load_bytes: u64,
     /// The smallest arena cap the profile's steps run in, predicted by the replay.
     pub predicted_arena_bytes: u64,
     /// The same, measured on ONNX Runtime by bisection on `max_mem` (to 256 B).
@@ -207,7 +214,7 @@ pub fn measure_device(
     if crate::training::needs_training_runtime(model) {
         return crate::training::measure_device(label, model, inputs, e, predicted_arena_bytes);
     }
-    let (profile, fixed_bytes) = (&e.profile, e.fixed_bytes);
+    let profile = &e.profile;
     let cfg = &crate::profile::session_config(profile);
     let arena_budget = e.arena_budget();
     let bytes = ort_ready(model, dir).encode_to_vec();
@@ -219,6 +226,8 @@ pub fn measure_device(
     ));
     let need = ckpt_runtime::measure_need(m, inputs, cfg, steps, hold)
         .with_context(|| format!("measuring the {label} graph's device need"))?;
+    // Capped as the runner caps it: `max_mem` the ceiling less what is held outside the arena,
+    // the first region the steps' budget.
     let runs_under_ceiling = match arena_budget {
         Some(budget) => Some(ckpt_runtime::runs_under(
             m,
@@ -226,14 +235,17 @@ pub fn measure_device(
             cfg,
             steps,
             hold,
-            need.uncapped.reserved_after_load,
+            e.load_bytes,
             budget,
         )?),
         None => None,
     };
+    let measured_load = need.uncapped.reserved_after_load;
     Ok(DeviceMemory {
-        predicted_total_bytes: fixed_bytes + predicted_arena_bytes,
-        measured_total_bytes: fixed_bytes + need.arena_bytes,
+        predicted_total_bytes: e.fixed_bytes + predicted_arena_bytes,
+        measured_total_bytes: e.outside_arena_bytes() + measured_load + need.arena_bytes,
+        predicted_load_bytes: e.load_bytes,
+        measured_load_bytes: measured_load,
         predicted_arena_bytes,
         measured_arena_bytes: need.arena_bytes,
         relative_error: predicted_arena_bytes as f64 / need.arena_bytes.max(1) as f64 - 1.0,
@@ -249,7 +261,10 @@ pub fn measure_device(
 #[derive(Clone, Debug)]
 pub struct MemoryExpectation {
     pub profile: ckpt_ir::Profile,
+    /// The ledger's bytes beside the steps' arena ([`ckpt_passes::ledger::Ledger::fixed_bytes`]).
     pub fixed_bytes: u64,
+    /// Of those, what loading takes from the arena ([`ckpt_passes::ledger::Ledger::load_bytes`]).
+    pub load_bytes: u64,
     pub original_arena_bytes: u64,
     pub rewritten_arena_bytes: u64,
     pub ceiling_bytes: Option<u64>,
@@ -260,7 +275,12 @@ pub struct MemoryExpectation {
 }
 
 impl MemoryExpectation {
-    /// The arena's share of the ceiling: the ceiling less what the caller feeds.
+    /// What is held outside the arena's cap: the caller's bytes and constants outside it.
+    pub fn outside_arena_bytes(&self) -> u64 {
+        self.fixed_bytes.saturating_sub(self.load_bytes)
+    }
+
+    /// The steps' share of the ceiling: the ceiling less everything beside the steps' arena.
     pub fn arena_budget(&self) -> Option<u64> {
         self.ceiling_bytes
             .map(|c| c.saturating_sub(self.fixed_bytes))

@@ -45,7 +45,7 @@ fn buckets(
 fn only_over_ceiling_buckets_are_planned_and_cost_less_than_blanket() {
     let dir = tempfile::tempdir().unwrap();
     let trace = root().join("examples/trace.csv");
-    let (r, manifest) = buckets(&trace, "3000000", dir.path(), &[]);
+    let (r, manifest) = buckets(&trace, "3500000", dir.path(), &[]);
     let bs = r["buckets"].as_array().unwrap();
     assert_eq!(bs.len(), 4, "p50, p90, p99, max: {r}");
     let share: f64 = bs.iter().map(|b| b["share"].as_f64().unwrap()).sum();
@@ -118,7 +118,7 @@ fn a_bucket_above_the_floor_cannot_be_admitted() {
     std::fs::write(&trace, text).unwrap();
     // seq=32 cannot get under 2.5 MB with any recompute; seq=16 peaks under it.
     let out = dir.path().join("out");
-    let (r, _) = buckets(&trace, "2500000", &out, &["--boundaries", "8,16"]);
+    let (r, _) = buckets(&trace, "3100000", &out, &["--boundaries", "8,16"]);
     let bs = r["buckets"].as_array().unwrap();
     assert_eq!(bs.len(), 3, "{r}");
     assert_eq!(r["cannot_be_admitted"], serde_json::json!([2]), "{r}");
@@ -143,7 +143,7 @@ fn buckets_validate_and_decide() {
     let trace = root().join("examples/trace.csv");
     let (r, manifest) = buckets(
         &trace,
-        "3300000",
+        "3900000",
         dir.path(),
         &["--validate", "--runs", "5", "--max-p99-regression", "1000"],
     );
@@ -202,7 +202,7 @@ fn a_manifest_of_one_model_per_bucket_plans_the_tail_only() {
         "--trace",
         path_str(&trace),
         "--ceiling",
-        "3000000",
+        "3600000",
         "--out",
         path_str(&out),
         "--time-limit",

@@ -37,7 +37,9 @@ input %1 "w": f32[128,128]
 %9 "as": ?[?] = Mul(%2, %8)  # "Mul_as"
 %10 "v": ?[?] = Mul(%9, %3)  # "Mul_v"
 %11 "loss": f32[] = ReduceSum(%10) {keepdims=0}  # "ReduceSum_loss"
+%12 "w_grad": f32[128,128] = Mul(%1, %11)  # "Mul_w_grad"
 output %11 "loss"
+output %12 "w_grad"
 "#;
 
 fn two_saved() -> Graph {

@@ -16,17 +16,6 @@ fn example() -> PathBuf {
     root().join("examples/gpt2_4l_train.onnx")
 }
 
-/// The Python with `onnx` and `onnxruntime` the checks below need.
-fn python() -> PathBuf {
-    let p = root().join(".venv/bin/python");
-    assert!(
-        p.exists(),
-        "this test needs the project venv's Python with onnx and onnxruntime at {} (scripts/setup.sh makes it)",
-        p.display()
-    );
-    p
-}
-
 /// An initializer's bytes, little-endian, whatever field holds them.
 fn raw_bytes(t: &onnx::TensorProto) -> Vec<u8> {
     if let Some(r) = &t.raw_data {

@@ -129,17 +129,6 @@ fn random_ops(m: &onnx::ModelProto) -> Vec<(String, Option<i64>, Option<f32>)> {
         .collect()
 }
 
-/// The Python with `onnxruntime` the seed check needs.
-fn python() -> PathBuf {
-    let p = root().join(".venv/bin/python");
-    assert!(
-        p.exists(),
-        "this test needs the project venv's Python with onnxruntime at {} (scripts/setup.sh makes it)",
-        p.display()
-    );
-    p
-}
-
 /// Every output of `model` as ORT computes it after `onnxruntime.set_seed(1)`, in a fresh
 /// process, on inputs from a fixed numpy seed.
 fn outputs_under_ort_seed(model: &Path) -> Vec<u8> {

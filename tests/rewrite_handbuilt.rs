@@ -170,7 +170,7 @@ fn hand_built_mlp_validates_on_ort() {
         .ledger
         .total_bytes;
     let out = dir.path().join("mlp3.ckpt.onnx");
-    let c = (total * 80 / 100).to_string();
+    let c = (total * 75 / 100).to_string();
     let o = run(&[
         path_str(&model),
         "--ceiling",

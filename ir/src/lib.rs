@@ -15,6 +15,7 @@ pub mod onnx {
 }
 
 pub mod build;
+pub mod deployment;
 mod dtype;
 mod error;
 mod export;
@@ -30,6 +31,7 @@ mod shape;
 mod text;
 mod verify;
 
+pub use deployment::Deployment;
 pub use dtype::DType;
 pub use error::{ExportError, ImportError, VerifyError};
 pub use export::{

@@ -13,6 +13,13 @@ pub const CSE_OPTIMIZER: &str = "CommonSubexpressionElimination";
 /// The session config key that lists optimizers ORT must not run (comma-separated names).
 pub const DISABLE_OPTIMIZERS_KEY: &str = "optimization.disable_specified_optimizers";
 
+/// The session config key that stops ORT from pre-packing constant weights at load. Pre-packed
+/// weights (a MatMul or Gemm reading an initializer: MLAS's packed B) are allocated from the
+/// session's arena when it loads, in a layout MLAS sizes per kernel; with it `1` the arena
+/// holds no load-time copy of a weight (a frozen backbone's weights stay where
+/// [`constant_place`] puts them).
+pub const DISABLE_PREPACKING_KEY: &str = "session.disable_prepacking";
+
 /// The largest first region an arena can be given: `OrtArenaCfg`'s `initial_chunk_size_bytes`
 /// is a C `int` (ORT refuses larger values with "Invalid configuration value"), here rounded
 /// down to [`ALLOC_ALIGN`]. An arena budget above it is served by this region and the
@@ -35,9 +42,41 @@ pub const TRAINING_ORT_VERSION: &str = "1.19.2";
 /// load, one chunk each (its requested bytes, rounded as [`alloc_rounded`] rounds), in the
 /// region the runs then use, held for the session's life. Measured on the training artifacts
 /// (`tests/training.rs`): onnxruntime-training [`TRAINING_ORT_VERSION`] does; [`ORT_VERSION`]
-/// `Reserve()`s them outside the arena's regions, so they take no room there.
+/// places them as [`constant_place`] says.
 pub fn initializers_in_arena(ort_version: &str) -> bool {
     ort_version == TRAINING_ORT_VERSION
+}
+
+/// The largest constant (an initializer, or a `Constant` node's value, which ORT folds into an
+/// initializer at load) that [`ORT_VERSION`] copies into the session's allocator at load. A
+/// larger one stays in the model's own bytes, which the session holds (ORT's
+/// `kSmallTensorExternalDataThreshold`).
+pub const SMALL_CONSTANT_MAX_BYTES: u64 = 127;
+
+/// Where ONNX Runtime keeps a constant of `bytes` for the session's life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConstantPlace {
+    /// A chunk of the arena's regions ([`initializers_in_arena`]).
+    ArenaChunk,
+    /// `Reserve()`d from the arena's allocator at load: outside its regions, unrounded, but
+    /// counted against its `max_mem` (BFC's `Extend` grows by at most `max_mem` less every
+    /// byte allocated, reserved bytes included). Measured: a session's `InUse` after load is
+    /// the sum of its constants of at most [`SMALL_CONSTANT_MAX_BYTES`], to the byte
+    /// (`tests/deploy.rs`).
+    Reserved,
+    /// Outside the arena: device bytes all the same.
+    OutsideArena,
+}
+
+/// Where ONNX Runtime `ort_version` keeps a constant of `bytes`.
+pub fn constant_place(ort_version: &str, bytes: u64) -> ConstantPlace {
+    if initializers_in_arena(ort_version) {
+        ConstantPlace::ArenaChunk
+    } else if bytes <= SMALL_CONSTANT_MAX_BYTES {
+        ConstantPlace::Reserved
+    } else {
+        ConstantPlace::OutsideArena
+    }
 }
 
 /// The ONNX Runtime version that runs `graph`: [`TRAINING_ORT_VERSION`] when it has an op only

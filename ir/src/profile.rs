@@ -16,8 +16,9 @@
 //!   (`kNextPowerOfTwo` doubles them from the initial chunk, `kSameAsRequested` takes each
 //!   request's size), and a capped arena (ORT's `max_mem` / CUDA's `gpu_mem_limit`) stops
 //!   growing at the cap;
-//! - what the caller holds between steps: outputs dropped before the next step, or the
-//!   previous step's outputs still alive in the arena while the next step runs.
+//! - where the step's outputs live: bound to the runner's buffers outside the arena (the
+//!   default), allocated in the arena and copied out, or the previous step's still alive in
+//!   the arena while the next step runs.
 //!
 //! Not every combination is offered ([`Profile::offered`]). With held outputs, an arena of
 //! several regions needs what the C library's placement of the regions decides: ORT breaks
@@ -112,15 +113,21 @@ pub enum InitialChunk {
     ArenaBudget,
 }
 
-/// What the caller holds between steps.
+/// Where a step's graph outputs live and what of them the arena holds between steps. In
+/// every case the runner hands the caller the outputs in buffers outside the arena, which
+/// the caller holds into the next step: the ledger counts them beside the arena.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum CallerOutputs {
-    /// The previous step's outputs are dropped (or copied out) before the next step starts.
-    #[default]
+    /// ORT allocates the outputs in the arena; the runner copies them out and drops ORT's
+    /// before the next step starts.
     Released,
     /// `outs = sess.run(...)` in a loop: the previous step's outputs stay in the arena until
     /// the next step has returned its own.
     Held,
+    /// Every output is bound (IOBinding) to a buffer the runner allocates once outside the
+    /// arena; ORT writes it there, and the arena never holds an output.
+    #[default]
+    Bound,
 }
 
 /// The deployment profile. [`Profile::default`] is the profile on which recompute pays off
@@ -160,13 +167,19 @@ impl Default for Profile {
             enable_mem_pattern: false,
             arena_extend_strategy: ExtendStrategy::NextPowerOfTwo,
             initial_chunk: InitialChunk::ArenaBudget,
-            caller_outputs: CallerOutputs::Released,
+            caller_outputs: CallerOutputs::Bound,
             intra_op_num_threads: 1,
             steps: 3,
-            session_config: BTreeMap::from([(
-                DISABLE_OPTIMIZERS_KEY.to_string(),
-                CSE_OPTIMIZER.to_string(),
-            )]),
+            session_config: BTreeMap::from([
+                (
+                    DISABLE_OPTIMIZERS_KEY.to_string(),
+                    CSE_OPTIMIZER.to_string(),
+                ),
+                (
+                    crate::ort::DISABLE_PREPACKING_KEY.to_string(),
+                    "1".to_string(),
+                ),
+            ]),
             ort_version: ORT_VERSION,
         }
     }
@@ -218,6 +231,7 @@ impl CallerOutputs {
         match self {
             CallerOutputs::Released => "released",
             CallerOutputs::Held => "held",
+            CallerOutputs::Bound => "bound",
         }
     }
 }
@@ -252,8 +266,9 @@ parse_enum!(OptLevel, "`disable`, `basic`, `extended` or `all`",
 parse_enum!(ExtendStrategy, "`kNextPowerOfTwo` or `kSameAsRequested`",
     "kNextPowerOfTwo" => ExtendStrategy::NextPowerOfTwo,
     "kSameAsRequested" => ExtendStrategy::SameAsRequested);
-parse_enum!(CallerOutputs, "`released` or `held`",
-    "released" => CallerOutputs::Released, "held" => CallerOutputs::Held);
+parse_enum!(CallerOutputs, "`released`, `held` or `bound`",
+    "released" => CallerOutputs::Released, "held" => CallerOutputs::Held,
+    "bound" => CallerOutputs::Bound);
 
 const KEYS: &[&str] = &[
     "graph_optimization_level",
@@ -287,7 +302,7 @@ const ONE_REGION: &str = "`--mem-pattern off --arena-extend kNextPowerOfTwo --in
 impl Profile {
     /// Every profile the flags can name on the CPU at level `disable`, offered or not: memory
     /// pattern off and on × `kNextPowerOfTwo` or `kSameAsRequested` × first region the arena
-    /// budget or ORT's 1 MiB × outputs released or held (16), the default first.
+    /// budget or ORT's 1 MiB × outputs bound, released or held (24), the default first.
     pub fn every_flag_combination() -> Vec<Profile> {
         let mut out = vec![Profile::default()];
         for enable_mem_pattern in [false, true] {
@@ -296,7 +311,11 @@ impl Profile {
                 ExtendStrategy::SameAsRequested,
             ] {
                 for initial_chunk in [InitialChunk::ArenaBudget, InitialChunk::OrtDefault] {
-                    for caller_outputs in [CallerOutputs::Released, CallerOutputs::Held] {
+                    for caller_outputs in [
+                        CallerOutputs::Bound,
+                        CallerOutputs::Released,
+                        CallerOutputs::Held,
+                    ] {
                         let p = Profile {
                             enable_mem_pattern,
                             arena_extend_strategy,

@@ -9,7 +9,8 @@
 //! - at the end of a run ORT releases every buffer it still holds (never-read values);
 //! - graph outputs are allocated in the arena and handed to the caller: released before the
 //!   next step ([`CallerOutputs::Released`]) or after the next step returns
-//!   ([`CallerOutputs::Held`]);
+//!   ([`CallerOutputs::Held`]); bound to buffers outside the arena
+//!   ([`CallerOutputs::Bound`]), ORT writes them there and the arena never holds one;
 //! - with the memory pattern on, the first run traces every planned buffer's allocation and
 //!   release (not outputs, not kernel scratch) and places each at a best-fit offset
 //!   (`mem_pattern_planner.h`); from the second run on one block of the traced extent is
@@ -74,10 +75,10 @@ pub struct Binding {
 
 /// The most bytes one run of `sim` requests at once (each request rounded as the arena rounds
 /// it): no arena smaller than that runs its steps, whatever its layout.
-pub fn requests_peak(sim: &Simulation) -> u64 {
+pub fn requests_peak(sim: &Simulation, profile: &Profile) -> u64 {
     let mut held: rustc_hash::FxHashMap<u64, u64> = rustc_hash::FxHashMap::default();
     let (mut now, mut peak) = (0u64, 0u64);
-    for e in &sim.arena_events {
+    for e in sim.arena_events.iter().filter(|e| in_arena(profile, e)) {
         if e.alloc {
             let r = rounded(e.bytes.max(1));
             now += r;
@@ -99,7 +100,7 @@ pub fn requests_peak(sim: &Simulation) -> u64 {
 /// failure is loading's chunks, which no step's request decides.
 pub fn binding(sim: &Simulation, profile: &Profile, need: u64) -> Option<Binding> {
     let unit = crate::arena::ALIGN;
-    let mut lo = requests_peak(sim).saturating_sub(1) / unit * unit;
+    let mut lo = requests_peak(sim, profile).saturating_sub(1) / unit * unit;
     let mut hi = need;
     if hi <= lo || fits(sim, profile, lo) {
         return None;
@@ -200,6 +201,12 @@ pub fn pattern_block(sim: &Simulation) -> u64 {
     extent
 }
 
+/// Whether the profile's arena serves the request `e`: every one but a graph output bound to
+/// a buffer outside the arena ([`CallerOutputs::Bound`]).
+pub fn in_arena(profile: &Profile, e: &crate::memory::ArenaEvent) -> bool {
+    !(profile.caller_outputs == CallerOutputs::Bound && e.kind == EventKind::Output)
+}
+
 /// Replay `profile.steps` runs of `sim` on one arena capped at `cap` (after the load-time
 /// chunks of the profile's runtime, if it takes any).
 pub fn replay(sim: &Simulation, profile: &Profile, cap: Option<u64>) -> Replay {
@@ -243,7 +250,7 @@ fn replay_runs(sim: &Simulation, profile: &Profile, cap: Option<u64>, skip: bool
     // With the outputs released a run leaves nothing behind, so a run whose arena, after its
     // first request, is laid out as the previous run's was after its first is that run again,
     // and so is every later one: their steps are not replayed.
-    let released = skip && profile.caller_outputs == CallerOutputs::Released;
+    let released = skip && profile.caller_outputs != CallerOutputs::Held;
     let mut previous_start: Option<(bool, Layout)> = None;
     'runs: for run in 0..steps {
         if failed.is_some() {
@@ -259,7 +266,7 @@ fn replay_runs(sim: &Simulation, profile: &Profile, cap: Option<u64>, skip: bool
         let mut allocated: Vec<u64> = Vec::new();
         let mut first = released;
         for (i, e) in sim.arena_events.iter().enumerate() {
-            if patterned && e.kind == EventKind::Buffer {
+            if (patterned && e.kind == EventKind::Buffer) || !in_arena(profile, e) {
                 continue;
             }
             let key = base + e.key;
@@ -302,7 +309,9 @@ fn replay_runs(sim: &Simulation, profile: &Profile, cap: Option<u64>, skip: bool
         step_in_use.push(arena.max_in_use);
         arena.max_in_use = arena.max_in_use.max(before);
         match profile.caller_outputs {
-            CallerOutputs::Released => outputs.iter().for_each(|&k| arena.free(k)),
+            CallerOutputs::Released | CallerOutputs::Bound => {
+                outputs.iter().for_each(|&k| arena.free(k))
+            }
             CallerOutputs::Held => {
                 held_outputs.iter().for_each(|&k| arena.free(k));
                 held_outputs = outputs;

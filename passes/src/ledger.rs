@@ -1,7 +1,20 @@
-//! The memory ledger of one training step: what is held outside ORT's arena (parameters,
-//! optimizer state and buffers, data inputs), what the arena holds at its peak (saved
-//! activations, gradients, transients), and which line dominates.
+//! The memory ledger of one training step: what is held outside ORT's arena, what the arena
+//! holds at its peak (saved activations, gradients, transients), and which line dominates.
+//!
+//! The device total is every byte the device holds while the runner (`ckpt_opt.Session`, or
+//! `ckpt-runtime`'s steps) runs the profile's steps:
+//! - what the caller feeds and holds between steps: parameters, optimizer state, data inputs
+//!   (fed every step), and the graph outputs, which the runner hands back in buffers it owns
+//!   and the loop holds into the next step (`out = s.run(feeds)`);
+//! - the model's constants (initializers and `Constant` values, frozen weights among them)
+//!   where the profile's ONNX Runtime keeps them ([`ckpt_ir::ort::constant_place`]): outside
+//!   the arena, or reserved from its allocator at load (counted against its cap);
+//! - the smallest arena the profile's steps run in ([`crate::device::device_need`]).
+//!
+//! The arena cap a runner sets (`max_mem`) is the ceiling less what is held outside the arena
+//! ([`Ledger::outside_arena_bytes`]): the steps' arena plus what loading reserves from it.
 
+use ckpt_ir::ort::{constant_place, ConstantPlace};
 use ckpt_ir::{Bindings, Graph, TensorId};
 
 use crate::memory::{rounded, Simulation};
@@ -38,7 +51,15 @@ pub struct Ledger {
     pub device_arena_bytes: u64,
     /// Arena bytes at the peak that are neither saved activations nor gradients.
     pub transient_at_peak_bytes: u64,
-    /// Held outside the arena for the whole step: parameters, optimizer state, data, gradient buffers.
+    /// Graph outputs the runner hands back in buffers the caller holds between steps.
+    pub outputs_bytes: u64,
+    /// Constants (initializers, `Constant` values) held outside the arena for the session.
+    pub initializer_bytes: u64,
+    /// Constants loading takes from the arena's allocator before the first step: reserved
+    /// outside its regions, or its first chunks ([`ConstantPlace`]); counted against its cap.
+    pub load_bytes: u64,
+    /// Everything but the steps' arena: [`Ledger::outside_arena_bytes`] plus `load_bytes`.
+    /// The steps' arena budget is the ceiling less this.
     pub fixed_bytes: u64,
     /// `fixed_bytes + device_arena_bytes`: what the device must hold, the number a ceiling is
     /// compared with.
@@ -55,7 +76,27 @@ impl Ledger {
             ("data inputs", self.data_bytes),
             ("saved activations", self.saved_activations_bytes),
             ("transient at peak", self.transient_at_peak_bytes),
+            ("outputs held by the caller", self.outputs_bytes),
+            ("initializers", self.initializer_bytes + self.load_bytes),
         ]
+    }
+
+    /// What the caller feeds and holds between steps: parameters, optimizer state, data
+    /// inputs and the outputs it got back.
+    pub fn caller_bytes(&self) -> u64 {
+        self.parameters_bytes + self.optimizer_state_bytes + self.data_bytes + self.outputs_bytes
+    }
+
+    /// What the device holds outside the arena's cap: the caller's bytes and the constants
+    /// kept outside the arena. The ceiling less this is the arena cap a runner sets.
+    pub fn outside_arena_bytes(&self) -> u64 {
+        self.caller_bytes() + self.initializer_bytes
+    }
+
+    /// The arena cap (`max_mem`) the profile's steps run under: what loading takes from the
+    /// arena's allocator and the steps' arena.
+    pub fn arena_cap_bytes(&self) -> u64 {
+        self.load_bytes + self.device_arena_bytes
     }
 
     pub fn dominant(&self) -> &'static str {
@@ -74,9 +115,49 @@ fn bytes_of(graph: &Graph, t: TensorId, b: &Bindings) -> u64 {
     }
 }
 
-/// Build the ledger. `device_arena_bytes` is the arena's need under the deployment profile;
-/// `optimizer` adds state for an optimizer outside the graph, in `optimizer_bits` per element
-/// (Adam: two moments per parameter element).
+/// The model's constants by where ONNX Runtime `ort_version` keeps them: (outside the arena,
+/// taken from the arena's allocator at load). Constants are the initializers a node reads
+/// (ORT drops the others at load) and the values of nodes ORT folds at load (`Constant`).
+pub fn constants(graph: &Graph, b: &Bindings, ort_version: &str) -> (u64, u64) {
+    // A runtime that takes initializers as arena chunks is modelled on what it was measured
+    // on: its initializers ([`crate::device::load_chunks`]).
+    let chunks = ckpt_ir::ort::initializers_in_arena(ort_version);
+    let folded = graph
+        .nodes()
+        .iter()
+        .filter(|&&n| !chunks && ckpt_ir::ops::folded_at_load(graph, n))
+        .flat_map(|&n| graph.node(n).outputs.clone())
+        .flatten();
+    let read = graph
+        .initializers()
+        .filter(|&t| !graph.tensor(t).consumers().is_empty());
+    let (mut outside, mut load) = (0u64, 0u64);
+    for t in read.chain(folded) {
+        let bytes = bytes_of(graph, t, b);
+        match constant_place(ort_version, bytes) {
+            ConstantPlace::OutsideArena => outside += bytes,
+            ConstantPlace::Reserved => load += bytes,
+            ConstantPlace::ArenaChunk => load += rounded(bytes),
+        }
+    }
+    (outside, load)
+}
+
+/// Bytes of the graph outputs (each tensor once): what the runner hands back and the caller
+/// holds into the next step.
+pub fn outputs_bytes(graph: &Graph, b: &Bindings) -> u64 {
+    let mut seen = std::collections::BTreeSet::new();
+    graph
+        .outputs()
+        .iter()
+        .filter(|&&t| seen.insert(t))
+        .map(|&t| bytes_of(graph, t, b))
+        .sum()
+}
+
+/// Build the ledger. `device_arena_bytes` is the arena's need under the deployment profile
+/// of ONNX Runtime `ort_version`; `optimizer` adds state for an optimizer outside the graph,
+/// in `optimizer_bits` per element (Adam: two moments per parameter element).
 #[allow(clippy::too_many_arguments)]
 pub fn ledger(
     graph: &Graph,
@@ -86,6 +167,7 @@ pub fn ledger(
     b: &Bindings,
     optimizer: Optimizer,
     optimizer_bits: u64,
+    ort_version: &str,
 ) -> Ledger {
     let mut l = Ledger::default();
     let mut param_elems = 0u64;
@@ -144,7 +226,9 @@ pub fn ledger(
         .peak_live
         .saturating_sub(saved_at_peak)
         .saturating_sub(grad_in_arena);
-    l.fixed_bytes = l.parameters_bytes + l.optimizer_state_bytes + l.data_bytes;
+    l.outputs_bytes = outputs_bytes(graph, b);
+    (l.initializer_bytes, l.load_bytes) = constants(graph, b, ort_version);
+    l.fixed_bytes = l.outside_arena_bytes() + l.load_bytes;
     l.device_arena_bytes = device_arena_bytes;
     l.total_bytes = l.fixed_bytes + device_arena_bytes;
     l
@@ -155,8 +239,9 @@ pub fn ledger(
 pub struct Held {
     /// The step of the run (the in-use peak's, [`Simulation::peak_step`]).
     pub step: usize,
-    /// (line, bytes), in a fixed order, zero lines included: what the caller feeds
-    /// (parameters, optimizer state, data inputs), then the arena's buffers at the step by
+    /// (line, bytes), in a fixed order, zero lines included: what the caller feeds and holds
+    /// (parameters, optimizer state, data inputs, the outputs it got back), the constants,
+    /// then the arena's buffers at the step by
     /// the value each holds then (saved activations, recomputed activations, gradients,
     /// other values; a buffer whose value is not yet made, or no longer read, is "held
     /// empty"), what else the step holds (graph outputs and kernel scratch outside the
@@ -197,15 +282,29 @@ fn empty_between(
 
 /// What the run `sim` of `graph` holds at its in-use peak, by ledger line, with the ledger's
 /// fixed bytes and the profile's arena beyond that peak: where the total of a plan goes.
-pub fn held(graph: &Graph, class: &Classification, sim: &Simulation, l: &Ledger) -> Held {
+///
+/// With `outputs_in_arena` false (outputs bound to the runner's buffers), a buffer that holds a
+/// graph output is not in the arena: its bytes are the caller's line.
+pub fn held(
+    graph: &Graph,
+    class: &Classification,
+    sim: &Simulation,
+    l: &Ledger,
+    outputs_in_arena: bool,
+) -> Held {
     let step = sim.peak_step;
     let (mut saved, mut rebuilt, mut grads, mut other, mut empty) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut outside = 0u64;
     let mut largest: Vec<(&'static str, String, u64)> = Vec::new();
     for buf in &sim.buffers {
         if !buf.allocated_at(step) {
             continue;
         }
         let bytes = rounded(buf.bytes);
+        if !outputs_in_arena && buf.values.iter().any(|&v| graph.tensor(v).is_output) {
+            outside += bytes;
+            continue;
+        }
         let Some(t) = sim.occupant(graph, buf, step) else {
             empty += bytes;
             largest.push(("held empty", empty_between(graph, sim, buf, step), bytes));
@@ -227,13 +326,38 @@ pub fn held(graph: &Graph, class: &Classification, sim: &Simulation, l: &Ledger)
     largest.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.1.cmp(&b.1)));
     largest.truncate(HELD_LARGEST);
     let in_buffers = saved + rebuilt + grads + other + empty;
-    let live = sim.live.get(step).copied().unwrap_or(0);
+    // Outputs the run copies (an output that aliases another value) are requests of their own.
+    let copied: u64 = if outputs_in_arena {
+        0
+    } else {
+        let output_requests: u64 = sim
+            .arena_events
+            .iter()
+            .filter(|e| e.alloc && e.kind == crate::memory::EventKind::Output)
+            .map(|e| rounded(e.bytes))
+            .sum();
+        let output_buffers: u64 = sim
+            .buffers
+            .iter()
+            .filter(|b| b.values.iter().any(|&v| graph.tensor(v).is_output))
+            .map(|b| rounded(b.bytes))
+            .sum();
+        output_requests.saturating_sub(output_buffers)
+    };
+    let live = sim
+        .live
+        .get(step)
+        .copied()
+        .unwrap_or(0)
+        .saturating_sub(outside + copied);
     Held {
         step,
         lines: vec![
             ("parameters", l.parameters_bytes),
             ("optimizer state", l.optimizer_state_bytes),
             ("data inputs", l.data_bytes),
+            ("outputs held by the caller", l.outputs_bytes),
+            ("initializers", l.initializer_bytes + l.load_bytes),
             ("saved activations", saved),
             ("recomputed activations", rebuilt),
             ("gradients", grads),
@@ -242,7 +366,7 @@ pub fn held(graph: &Graph, class: &Classification, sim: &Simulation, l: &Ledger)
             ("outputs and scratch", live.saturating_sub(in_buffers)),
             (
                 "arena beyond the in-use peak",
-                l.device_arena_bytes.saturating_sub(sim.peak_live),
+                l.device_arena_bytes.saturating_sub(live.max(in_buffers)),
             ),
         ],
         largest,

@@ -141,6 +141,7 @@ pub fn analyse(graph: Graph, o: &AnalyseOptions) -> Result<Analysis, PlanError> 
         &o.bindings,
         o.optimizer,
         o.optimizer_bits,
+        o.profile.ort_version,
     );
     Ok(Analysis {
         graph,

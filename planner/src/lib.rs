@@ -68,8 +68,8 @@ pub use analysis::{analyse, step_flops, with_inferred_types, AnalyseOptions, Ana
 pub use error::PlanError;
 pub use oracle::{patch_flops, plan_from_set, Oracle, RunTrace, Simulator, TableOracle};
 pub use plan::{
-    default_threads, plan, search, variant_trials, Costs, Diagnosis, DiagnosisKind, Found,
-    IlpReport, IlpRound, Outcome, PlanOptions, Progress, RewriteCounts, Rewritten, SearchInput,
-    SearchOptions, Searched, MAX_TRIALS, OUTCLASSED_FACTOR, PASS_STEPS, VARIANT_STEPS,
-    VARIANT_TRIALS,
+    default_threads, plan, recorded_metadata, search, variant_trials, Costs, Diagnosis,
+    DiagnosisKind, Found, IlpReport, IlpRound, Outcome, PlanOptions, Progress, RewriteCounts,
+    Rewritten, SearchInput, SearchOptions, Searched, MAX_TRIALS, OUTCLASSED_FACTOR, PASS_STEPS,
+    VARIANT_STEPS, VARIANT_TRIALS,
 };

@@ -311,9 +311,7 @@ impl Oracle for Simulator<'_> {
             &format!("recompute for ceiling {}", o.ceiling),
         );
         // The deployment profile the plan holds under, for runners to read.
-        patch
-            .metadata
-            .extend(o.recorded_profile(before.ledger.fixed_bytes).metadata());
+        patch.metadata.extend(o.recorded_metadata(&before.ledger));
         let text = patch.to_string();
         let counts = RewriteCounts {
             added_flops: patch_flops(before, &patch, &o.analysis.bindings),

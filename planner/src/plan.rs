@@ -122,6 +122,12 @@ impl PlanOptions {
             .resolved(self.ceiling.saturating_sub(fixed_bytes))
     }
 
+    /// The `metadata_props` a plan's model records: the profile (its arena sized to the budget
+    /// beside `ledger`'s fixed bytes) and the deployment's byte counts.
+    pub fn recorded_metadata(&self, ledger: &ckpt_passes::ledger::Ledger) -> Vec<(String, String)> {
+        recorded_metadata(&self.analysis.profile, self.ceiling, ledger)
+    }
+
     /// Whether the steps of `sim` run in the arena the written model records: a first region
     /// of the budget (the ceiling less `fixed_bytes`, what the caller feeds), capped at it.
     /// The need a bisection finds under the budget does not say so: the BFC arena splits a
@@ -2315,4 +2321,23 @@ mod budget_tests {
         assert_eq!(variant_trials(14_000), 128);
         assert_eq!(variant_trials(1_000_000), 4 * SEARCH_WIDTH);
     }
+}
+
+/// The `metadata_props` a model planned under `ceiling` records: `profile` resolved to the
+/// steps' budget beside `ledger`'s fixed bytes, and the deployment's byte counts
+/// ([`ckpt_ir::Deployment`]).
+pub fn recorded_metadata(
+    profile: &Profile,
+    ceiling: u64,
+    ledger: &ckpt_passes::ledger::Ledger,
+) -> Vec<(String, String)> {
+    let mut md = profile
+        .resolved(ceiling.saturating_sub(ledger.fixed_bytes))
+        .metadata();
+    md.extend(
+        ckpt_ir::Deployment::under(ceiling, ledger.caller_bytes(), ledger.initializer_bytes)
+            .metadata(),
+    );
+    md.sort();
+    md
 }

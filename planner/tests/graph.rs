@@ -100,12 +100,21 @@ fn refusals_are_typed() {
 /// can sit above a plan it finds at a higher one).
 #[test]
 fn probed_refusals_report_no_more_than_a_plan_found_above() {
+    // Outputs released: the case was picked under that profile.
+    let released = AnalyseOptions {
+        profile: ckpt_ir::Profile {
+            caller_outputs: ckpt_ir::profile::CallerOutputs::Released,
+            ..ckpt_ir::Profile::default()
+        },
+        ..AnalyseOptions::default()
+    };
     let g = ckpt_ir::import_file(&fixture("gpt2_d0_aot.onnx")).unwrap();
-    let before = analyse(g, &AnalyseOptions::default()).unwrap();
+    let before = analyse(g, &released).unwrap();
     let total = before.ledger.total_bytes;
     let lowest = |pct: u64, probes: usize| {
         let o = PlanOptions {
             refusal_probes: probes,
+            analysis: released.clone(),
             ..options(total * pct / 100)
         };
         match plan(&before, &o).unwrap() {
@@ -123,15 +132,15 @@ fn probed_refusals_report_no_more_than_a_plan_found_above() {
     };
     let without = lowest(40, 0).unwrap_err();
     let probed = lowest(40, 2).unwrap_err();
-    let above = lowest(75, 0).expect("a plan at 75%");
+    let above = lowest(80, 0).expect("a plan at 80%");
     assert!(
         without > above,
-        "the unprobed refusal ({without} B) is no longer above the plan at 75% ({above} B): \
+        "the unprobed refusal ({without} B) is no longer above the plan at 80% ({above} B): \
          pick a case where the search is not monotone"
     );
     assert!(
         probed <= above && probed < without,
-        "probed {probed} B, unprobed {without} B, plan at 75% {above} B"
+        "probed {probed} B, unprobed {without} B, plan at 80% {above} B"
     );
 }
 

@@ -76,6 +76,19 @@ pub fn measure_steps<'a>(
             max_in_use_after_step: Vec::new(),
             reserved_after_step: Vec::new(),
         };
+        if cfg.bind_outputs {
+            let binding = bound_outputs(model, session, inputs, &feeds)?;
+            for _ in 0..steps.max(1) {
+                session
+                    .run_binding(&binding)
+                    .map_err(|e| RuntimeError::Run {
+                        model: model.label.to_string(),
+                        message: e.to_string(),
+                    })?;
+                record_step(model, &arena, &mut stats)?;
+            }
+            return Ok(stats);
+        }
         let mut held: Vec<ort::value::DynValue> = Vec::new();
         for _ in 0..steps.max(1) {
             let inputs: Vec<(&str, ort::session::SessionInputValue<'_>)> =
@@ -87,17 +100,98 @@ pub fn measure_steps<'a>(
             // The previous outputs are dropped only now, after the step returned its own.
             let owned: Vec<ort::value::DynValue> = outputs.into_iter().map(|(_, v)| v).collect();
             held = if hold_outputs { owned } else { Vec::new() };
-            let after = allocator_stats(model, &arena)?;
-            stats
-                .max_in_use_after_step
-                .push(stat(model, &after, "MaxInUse")?.saturating_sub(in_use_after_load));
-            stats
-                .reserved_after_step
-                .push(stat(model, &after, "TotalAllocated")?.saturating_sub(reserved_after_load));
+            record_step(model, &arena, &mut stats)?;
         }
         drop(held);
         Ok(stats)
     })
+}
+
+/// Read the arena after a step into `stats`.
+fn record_step(
+    model: Model<'_>,
+    arena: &ort::memory::Allocator,
+    stats: &mut StepStats,
+) -> Result<()> {
+    let after = allocator_stats(model, arena)?;
+    stats
+        .max_in_use_after_step
+        .push(stat(model, &after, "MaxInUse")?.saturating_sub(stats.in_use_after_load));
+    stats
+        .reserved_after_step
+        .push(stat(model, &after, "TotalAllocated")?.saturating_sub(stats.reserved_after_load));
+    Ok(())
+}
+
+/// A binding of `feeds` and of every graph output to a tensor allocated once by ORT's default
+/// CPU allocator (outside any arena). An output's symbolic dims take the size of the input
+/// dim of the same name.
+fn bound_outputs(
+    model: Model<'_>,
+    session: &ort::session::Session,
+    inputs: &[HostTensor],
+    feeds: &[(String, ort::value::DynTensor)],
+) -> Result<ort::session::IoBinding> {
+    let fail = |message: String| RuntimeError::Run {
+        model: model.label.to_string(),
+        message,
+    };
+    let mut dims: std::collections::BTreeMap<String, i64> = std::collections::BTreeMap::new();
+    for outlet in session.inputs() {
+        let Some(t) = inputs.iter().find(|t| t.name == outlet.name()) else {
+            continue;
+        };
+        if let ort::value::ValueType::Tensor {
+            dimension_symbols, ..
+        } = outlet.dtype()
+        {
+            for (sym, &n) in dimension_symbols.iter().zip(&t.shape) {
+                if !sym.is_empty() {
+                    dims.insert(sym.to_string(), n as i64);
+                }
+            }
+        }
+    }
+    let mut binding = session.create_binding().map_err(|e| fail(e.to_string()))?;
+    for (name, value) in feeds {
+        binding
+            .bind_input(name.as_str(), value)
+            .map_err(|e| fail(format!("binding input `{name}`: {e}")))?;
+    }
+    let host = ort::memory::Allocator::default();
+    for outlet in session.outputs() {
+        let name = outlet.name();
+        let ort::value::ValueType::Tensor {
+            ty,
+            shape,
+            dimension_symbols,
+        } = outlet.dtype()
+        else {
+            return Err(fail(format!("output `{name}` is not a tensor")));
+        };
+        let mut concrete = Vec::with_capacity(shape.len());
+        for (i, &d) in shape.iter().enumerate() {
+            if d >= 0 {
+                concrete.push(d);
+                continue;
+            }
+            let sym = dimension_symbols
+                .get(i)
+                .map(|s| s.to_string())
+                .unwrap_or_default();
+            concrete.push(*dims.get(&sym).ok_or_else(|| {
+                fail(format!(
+                    "output `{name}` has dim {i} (`{sym}`) that no input names: its buffer cannot be allocated before the step"
+                ))
+            })?);
+        }
+        let tensor = ort::value::DynTensor::new(&host, *ty, concrete)
+            .map_err(|e| fail(format!("allocating output `{name}`: {e}")))?;
+        binding
+            .bind_output(name, tensor)
+            .map_err(|e| fail(format!("binding output `{name}`: {e}")))?;
+    }
+    Ok(binding)
 }
 
 /// The measured device need of several steps.

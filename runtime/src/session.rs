@@ -78,6 +78,10 @@ pub struct SessionConfig {
     pub arena_limit: Option<u64>,
     /// Session config entries to set (`key`, `value`), as a deployment profile's `session_config` names them.
     pub config_entries: Vec<(String, String)>,
+    /// Steps bind every graph output to a buffer allocated once outside the arena (ORT's
+    /// default CPU allocator), which ORT writes in place: the arena never holds an output
+    /// ([`crate::measure_steps`]).
+    pub bind_outputs: bool,
 }
 
 impl Default for SessionConfig {
@@ -92,6 +96,7 @@ impl Default for SessionConfig {
             arena: Arena::Session,
             arena_limit: None,
             config_entries: Vec::new(),
+            bind_outputs: false,
         }
     }
 }

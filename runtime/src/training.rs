@@ -599,6 +599,7 @@ fn request(
         "arena": arena,
         "steps": steps,
         "hold_outputs": hold_outputs,
+        "bind_outputs": cfg.bind_outputs,
         "updated_inputs": staged.updated_inputs,
     }))
 }

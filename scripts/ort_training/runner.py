@@ -12,7 +12,11 @@ A request:
      "arena": null or {"max_mem": N or null, "arena_extend_strategy": 0|1,
                        "initial_chunk_size_bytes": N or null,
                        "max_dead_bytes_per_chunk": N or null},
-     "steps": N (0: load only), "hold_outputs": bool, "updated_inputs": [NAME, ...]}
+     "steps": N (0: load only), "hold_outputs": bool, "bind_outputs": bool,
+     "updated_inputs": [NAME, ...]}
+
+With `bind_outputs`, every output is bound (IOBinding) to a numpy buffer allocated once
+outside the arena, which ORT writes in place: the arena never holds an output.
 
 With `arena`, the session allocates from an environment CPU arena with that `OrtArenaCfg`
 (`create_and_register_allocator` + `session.use_env_allocators=1`); `max_mem` caps it.
@@ -76,11 +80,12 @@ def run_request(req):
         raise
     feeds = {name: np.load(path) for name, path in req.get("inputs", {}).items()}
     names = [o.name for o in sess.get_outputs()]
+    run = bound_run(sess, feeds) if req.get("bind_outputs") else (lambda: sess.run(None, feeds))
     held = None
     for step in range(int(req.get("steps", 1))):
         start = time.perf_counter()
         try:
-            outs = sess.run(None, feeds)
+            outs = run()
         except Exception as e:  # noqa: BLE001
             if arena is not None and any(m in str(e) for m in OOM_MARKERS):
                 reply.update(ran=False, out_of_memory=f"step {step + 1}: {e}")
@@ -101,6 +106,38 @@ def run_request(req):
         del outs
     del held
     return reply
+
+
+DTYPES = {
+    "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
+}
+
+
+def bound_run(sess, feeds):
+    """A step function that runs with every output bound to a buffer allocated once here;
+    symbolic output dims take the size of the input dim of the same name."""
+    dims = {}
+    for i in sess.get_inputs():
+        if i.name in feeds:
+            for d, n in zip(i.shape, feeds[i.name].shape):
+                if isinstance(d, str):
+                    dims[d] = n
+    binding = sess.io_binding()
+    for name, value in feeds.items():
+        binding.bind_cpu_input(name, value)
+    buffers = []
+    for o in sess.get_outputs():
+        shape = [d if isinstance(d, int) else dims[d] for d in o.shape]
+        buf = np.empty(shape, dtype=DTYPES[o.type])
+        binding.bind_output(o.name, "cpu", 0, buf.dtype, list(buf.shape), buf.ctypes.data)
+        buffers.append(buf)
+
+    def run():
+        sess.run_with_iobinding(binding)
+        return buffers
+
+    return run
 
 
 def child(req, fd):

@@ -44,6 +44,18 @@ pub fn std_fixtures() -> Vec<Fixture> {
     fixtures().into_iter().filter(|f| f.kind == "std").collect()
 }
 
+/// The project venv's Python (onnx, onnxruntime, the `ckpt_opt` runner), which
+/// `scripts/setup.sh` makes.
+pub fn python() -> PathBuf {
+    let p = root().join(".venv/bin/python");
+    assert!(
+        p.exists(),
+        "this test needs the project venv's Python at {} (scripts/setup.sh makes it)",
+        p.display()
+    );
+    p
+}
+
 pub fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ckpt-opt"))
 }
@@ -152,11 +164,13 @@ pub fn outcome_text(outcome: &ckpt_opt::optimize::Outcome, ceiling: u64) -> Stri
                 &r.plan,
                 &format!("recompute for ceiling {ceiling}"),
             );
-            patch.metadata.extend(
-                plan_job(std::path::Path::new("-"), ceiling, 0)
-                    .recorded_profile(r.before.ledger.fixed_bytes)
-                    .metadata(),
-            );
+            patch.metadata.extend(ckpt_planner::recorded_metadata(
+                &plan_job(std::path::Path::new("-"), ceiling, 0)
+                    .analysis
+                    .profile,
+                ceiling,
+                &r.before.ledger,
+            ));
             assert!(
                 r.patch_text == patch.to_string()
                     || (r.planned_graph.is_some() && r.patch_text.ends_with(&format!("\n{patch}"))),
@@ -247,11 +261,15 @@ pub fn validated_run_within(
 /// (predicted, measured) arena need of `g` under the default profile (attention masks drawn
 /// in `1..2`).
 pub fn default_need(g: &ckpt_ir::Graph, name: &str) -> (u64, u64) {
-    use ckpt_ir::profile::{CallerOutputs, Profile};
+    profile_need(g, name, &ckpt_ir::Profile::default())
+}
+
+/// (predicted, measured) arena need of `g` under `p` (attention masks drawn in `1..2`).
+pub fn profile_need(g: &ckpt_ir::Graph, name: &str, p: &ckpt_ir::Profile) -> (u64, u64) {
+    use ckpt_ir::profile::CallerOutputs;
     let b = ckpt_ir::Bindings::new();
     let sched = ckpt_passes::memory::schedule(g).expect("schedule");
     let sim = ckpt_passes::memory::simulate(g, &sched, &b).expect("simulate");
-    let p = Profile::default();
     let o = ckpt_opt::inputs::InputOverrides::parse(&[], &["attention_mask=1:2".to_string()])
         .expect("overrides");
     let inputs = ckpt_opt::inputs::make_inputs(g, &b, 7, &o, &[])
@@ -261,13 +279,13 @@ pub fn default_need(g: &ckpt_ir::Graph, name: &str) -> (u64, u64) {
     let measured = ckpt_runtime::measure_need(
         ckpt_runtime::Model::new(name, &bytes),
         &inputs,
-        &ckpt_opt::profile::session_config(&p),
+        &ckpt_opt::profile::session_config(p),
         p.steps as usize,
         p.caller_outputs == CallerOutputs::Held,
     )
     .expect("measure");
     (
-        ckpt_passes::device::device_need(&sim, &p).arena_bytes,
+        ckpt_passes::device::device_need(&sim, p).arena_bytes,
         measured.arena_bytes,
     )
 }
