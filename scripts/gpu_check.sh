@@ -14,7 +14,9 @@
 #   3. builds ckpt-opt and the truth table with `--features cuda` (or takes the staged ones:
 #      the GPU machines have no network and no cargo registry);
 #   4. runs the truth table on the CUDA provider and two main jobs with
-#      `--provider cuda --validate`, printing predicted vs measured.
+#      `--provider cuda --validate`, printing predicted vs measured;
+#   5. runs 20 steps of each output through the runner (`ckpt_opt.Session`, CUDA EP) and reads
+#      device-level bytes beside the recorded cap (scripts/gpu_runner_check.py).
 # It stops after GPU_CHECK_TIMEOUT seconds (default 540: the whole check stays under 10
 # minutes). Outputs go to target/gpu-check/.
 set -euo pipefail
@@ -97,5 +99,19 @@ for m in examples/gpt2_4l_train.onnx tests/fixtures/hfgpt2_d0_aot.onnx; do
   timeout "$(left)" "$ckpt" "$m" --ceiling 90% --provider cuda --initial-chunk default --validate \
     --ort-lib "$ortlib" -o "$out/$name.ckpt.onnx" --receipt "$out/$name.receipt.json" || status=$?
 done
+
+# 5. The runner's loop on CUDA: 20 steps through ckpt_opt.Session, device-level bytes beside
+#    the recorded cap (cudaMemGetInfo counts what cuDNN's transient workspaces take outside
+#    the arena). Needs onnxruntime-gpu 1.31.1 for this python.
+if PYTHONPATH="$root/python" "$python" -c "import onnxruntime as o, sys; sys.exit('CUDAExecutionProvider' not in o.get_available_providers())" 2>/dev/null; then
+  for name in gpt2_4l_train hfgpt2_d0_aot; do
+    [ -f "$out/$name.ckpt.onnx" ] || continue
+    echo "gpu_check: $name: 20 runner steps on CUDA, device bytes against the ceiling"
+    PYTHONPATH="$root/python" timeout "$(left)" "$python" scripts/gpu_runner_check.py "$out/$name.ckpt.onnx" 20 \
+      | tee "$out/$name.runner.json" || status=$?
+  done
+else
+  echo "gpu_check: the runner's CUDA loop skipped: $python has no onnxruntime with CUDAExecutionProvider (pip install onnxruntime-gpu==1.31.1)"
+fi
 echo "gpu_check: done in $(( $(date +%s) - start )) s (exit $status); outputs in $out"
 exit "$status"

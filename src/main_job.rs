@@ -455,6 +455,7 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
     let rewritten = load(&a.rewritten)?;
     same_interface(&original, &rewritten, a)?;
     let b = parse_bindings(&a.model_args.dims, &original)?;
+    crate::model_io::require_bound(&original, &b)?;
     let mut options = crate::model_io::analyse_options(&a.model_args, &b)?;
     crate::model_io::on_runtime_of(&mut options.profile, &original)?;
     // The profile the rewritten model records is the one it promises to hold under.
@@ -617,6 +618,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
     check_targets(&args, &model, &reads)?;
     let model_data = hash_files(&reads)?;
     let bindings = parse_bindings(&args.model_args.dims, &graph)?;
+    crate::model_io::require_bound(&graph, &bindings)?;
     let mut options = crate::model_io::analyse_options(&args.model_args, &bindings)?;
     crate::model_io::on_runtime_of(&mut options.profile, &graph)?;
     crate::model_io::warn_thread_race(&options.profile, &graph);

@@ -34,6 +34,30 @@ pub fn required_dims(graph: &Graph) -> Vec<String> {
     set.into_iter().collect()
 }
 
+/// Every dim the graph's inputs need that `b` leaves unbound, named at once: the main job and
+/// `validate` need every size before any work.
+pub fn require_bound(graph: &Graph, b: &Bindings) -> Result<(), Failure> {
+    let unbound: Vec<String> = required_dims(graph)
+        .into_iter()
+        .filter(|d| !b.contains_key(d))
+        .collect();
+    if unbound.is_empty() {
+        return Ok(());
+    }
+    Err(Failure::input(anyhow!(
+        "the model's inputs have {} unbound symbolic dim{}: {}; bind {} with {}",
+        unbound.len(),
+        if unbound.len() == 1 { "" } else { "s" },
+        unbound.join(", "),
+        if unbound.len() == 1 { "it" } else { "each" },
+        unbound
+            .iter()
+            .map(|d| format!("--dim {d}=N"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    )))
+}
+
 /// The model's dims, for an error: the required ones, then how many inference derives.
 fn dims_listing(graph: &Graph) -> String {
     let required = required_dims(graph);
