@@ -32,8 +32,8 @@ const CRATES: &[(&str, &str)] = &[
 
 /// Top-level folders whose paths are checked (build outputs under `target/` are not).
 const TOP: &[&str] = &[
-    "src", "tests", "docs", "scripts", "ir", "passes", "solver", "planner", "runtime",
-    "examples", "python", "benches",
+    "src", "tests", "docs", "scripts", "ir", "passes", "solver", "planner", "runtime", "examples",
+    "python", "benches",
 ];
 
 fn doc_files(root: &Path) -> Vec<PathBuf> {
@@ -127,7 +127,10 @@ fn module_files(root: &Path, name: &str) -> Vec<PathBuf> {
     for (_, src) in CRATES {
         for f in rust_files(&root.join(src)) {
             let stem = f.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-            let parent = f.parent().and_then(|p| p.file_name()).and_then(|s| s.to_str());
+            let parent = f
+                .parent()
+                .and_then(|p| p.file_name())
+                .and_then(|s| s.to_str());
             if stem == name || (stem == "mod" && parent == Some(name)) {
                 out.push(f);
             }
@@ -139,7 +142,15 @@ fn module_files(root: &Path, name: &str) -> Vec<PathBuf> {
 /// Whether `text` defines `name`: a definition, or a field or variant.
 fn defines(text: &str, name: &str) -> bool {
     const KINDS: &[&str] = &[
-        "fn", "struct", "enum", "trait", "const", "static", "type", "mod", "macro_rules!",
+        "fn",
+        "struct",
+        "enum",
+        "trait",
+        "const",
+        "static",
+        "type",
+        "mod",
+        "macro_rules!",
     ];
     text.lines().any(|line| {
         let l = line.trim_start();
@@ -175,12 +186,14 @@ fn item_exists(root: &Path, path: &str) -> bool {
     let Some((last, mods)) = segs.split_last() else {
         return false;
     };
-    let (crates, mods): (Vec<&str>, &[&str]) =
-        match CRATES.iter().find(|(c, _)| *c == segs[0]) {
-            Some((_, src)) => (vec![*src], &mods[1..]),
-            None => (CRATES.iter().map(|(_, s)| *s).collect(), mods),
-        };
-    let is_module = |s: &&str| s.chars().all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit());
+    let (crates, mods): (Vec<&str>, &[&str]) = match CRATES.iter().find(|(c, _)| *c == segs[0]) {
+        Some((_, src)) => (vec![*src], &mods[1..]),
+        None => (CRATES.iter().map(|(_, s)| *s).collect(), mods),
+    };
+    let is_module = |s: &&str| {
+        s.chars()
+            .all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit())
+    };
     crates.iter().any(|src| {
         let files = rust_files(&root.join(src));
         // The module path: each lowercase segment, up to the first type, must be a module.
@@ -191,16 +204,19 @@ fn item_exists(root: &Path, path: &str) -> bool {
                 .iter()
                 .filter(|f| {
                     let stem = f.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-                    let parent = f.parent().and_then(|p| p.file_name()).and_then(|s| s.to_str());
+                    let parent = f
+                        .parent()
+                        .and_then(|p| p.file_name())
+                        .and_then(|s| s.to_str());
                     stem == *m || parent == Some(m)
                 })
                 .cloned()
                 .collect();
             // A module declared inline (`mod name {`) keeps the enclosing files.
             if inner.is_empty() {
-                let inline = scope.iter().any(|f| {
-                    defines(&std::fs::read_to_string(f).unwrap_or_default(), m)
-                });
+                let inline = scope
+                    .iter()
+                    .any(|f| defines(&std::fs::read_to_string(f).unwrap_or_default(), m));
                 if !inline {
                     return false;
                 }
@@ -211,7 +227,9 @@ fn item_exists(root: &Path, path: &str) -> bool {
         // A segment after a type: the type must exist somewhere in the crate, the member too.
         let types = &mods[module_path.len()..];
         let all = |name: &str| {
-            files.iter().any(|f| defines(&std::fs::read_to_string(f).unwrap_or_default(), name))
+            files
+                .iter()
+                .any(|f| defines(&std::fs::read_to_string(f).unwrap_or_default(), name))
         };
         if !types.iter().all(|t| all(t)) {
             return false;
@@ -249,7 +267,10 @@ fn every_path_and_item_the_docs_name_exists() {
     for file in doc_files(&root) {
         let text = std::fs::read_to_string(&file).unwrap();
         for m in missing(&root, &text) {
-            failures.push(format!("{}: {m}", file.strip_prefix(&root).unwrap().display()));
+            failures.push(format!(
+                "{}: {m}",
+                file.strip_prefix(&root).unwrap().display()
+            ));
         }
     }
     assert!(
@@ -277,7 +298,8 @@ fn the_checks_reject_made_up_names() {
 
 // --- The receipt's field table, generated from the schema ---
 
-const TABLE_START: &str = "<!-- fields: generated from docs/receipt.schema.json by tests/docs.rs (UPDATE_DOCS=1) -->";
+const TABLE_START: &str =
+    "<!-- fields: generated from docs/receipt.schema.json by tests/docs.rs (UPDATE_DOCS=1) -->";
 const TABLE_END: &str = "<!-- end of generated fields -->";
 
 fn type_of(v: &serde_json::Value) -> String {
@@ -307,7 +329,8 @@ fn field_table(schema: &serde_json::Value) -> String {
         .as_array()
         .map(|r| r.iter().filter_map(|s| s.as_str()).collect())
         .unwrap_or_default();
-    let mut out = String::from("| field | type | always present | what it holds |\n|---|---|---|---|\n");
+    let mut out =
+        String::from("| field | type | always present | what it holds |\n|---|---|---|---|\n");
     for (name, v) in schema["properties"].as_object().unwrap() {
         let description = v["description"]
             .as_str()
@@ -318,10 +341,19 @@ fn field_table(schema: &serde_json::Value) -> String {
             .replace('|', "\\|")
             .replace("[`", "`")
             .replace("`]", "`");
+        let description = if description.is_empty() {
+            "—".to_string()
+        } else {
+            description
+        };
         out.push_str(&format!(
             "| `{name}` | {} | {} | {description} |\n",
             type_of(v),
-            if required.contains(name.as_str()) { "yes" } else { "no" }
+            if required.contains(name.as_str()) {
+                "yes"
+            } else {
+                "no"
+            }
         ));
     }
     out
@@ -330,9 +362,10 @@ fn field_table(schema: &serde_json::Value) -> String {
 #[test]
 fn the_receipt_guide_lists_every_field_of_the_schema() {
     let root = root();
-    let schema: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(root.join("docs/receipt.schema.json")).unwrap())
-            .unwrap();
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("docs/receipt.schema.json")).unwrap(),
+    )
+    .unwrap();
     let table = field_table(&schema);
     let path = root.join("docs/guide/receipt.md");
     let doc = std::fs::read_to_string(&path).unwrap();
@@ -342,7 +375,11 @@ fn the_receipt_guide_lists_every_field_of_the_schema() {
     let (current, tail) = rest.split_once(TABLE_END).expect("the table's end marker");
     let current = current.trim_start_matches('\n');
     if std::env::var_os("UPDATE_DOCS").is_some() {
-        std::fs::write(&path, format!("{head}{TABLE_START}\n{table}{TABLE_END}{tail}")).unwrap();
+        std::fs::write(
+            &path,
+            format!("{head}{TABLE_START}\n{table}{TABLE_END}{tail}"),
+        )
+        .unwrap();
         return;
     }
     assert_eq!(
