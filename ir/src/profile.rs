@@ -131,7 +131,7 @@ pub enum CallerOutputs {
 }
 
 /// The deployment profile. [`Profile::default`] is the profile on which recompute pays off
-/// best (measured; README "Deployment profile").
+/// best (measured; docs/guide/profile.md, "Why this default").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Profile {
     pub execution_provider: ExecutionProvider,
