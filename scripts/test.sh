@@ -17,6 +17,9 @@ fi
 # reproducible (failures found are kept in solver/tests/*.proptest-regressions). Explore with
 # PROPTEST_RNG_SEED=<any u64> PROPTEST_CASES=2000 scripts/test.sh.
 export PROPTEST_RNG_SEED="${PROPTEST_RNG_SEED:-20261129}"
+# The docs: no broken intra-doc link (tests/docs.rs checks the paths and items README.md and
+# docs/ name).
+RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links" cargo doc --workspace --no-deps --locked
 cargo test --workspace --locked "$@"
 # The Python runner's tests (python/tests).
 "$root/.venv/bin/python" -m pytest -q "$root/python/tests"

@@ -1,6 +1,6 @@
 //! The `ckpt-opt` pipeline pieces shared by the CLI, its tests and examples.
 //!
-//! Stage by stage, from `main` to the receipt: `docs/pipeline.md`.
+//! Stage by stage, from `main` to the receipt: `docs/design/pipeline.md`.
 
 pub mod buckets;
 pub mod capacity;

@@ -219,7 +219,7 @@ fn inspect_lists_the_required_dims_in_one_line() {
     assert_eq!(v["required_dims"], serde_json::json!(["batch", "seq"]));
 }
 
-/// The README's "Training artifacts with symbolic dims" command, as written (with the fixture).
+/// The command of docs/guide/training-artifacts.md, as written (with the fixture).
 #[test]
 fn readme_training_artifact_example_runs() {
     let o = run(&[

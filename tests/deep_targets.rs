@@ -35,7 +35,7 @@ fn resnet18_at(pct: u64) -> (serde_json::Value, u64, u64) {
 #[test]
 fn resnet18_at_full_size_fits_at_80_percent_by_the_leaf_order_alone() {
     let (r, before, after) = resnet18_at(80);
-    // README ("How a plan is made", step 4): 241.69 MiB -> 191.16 MiB, nothing recomputed.
+    // docs/design/planner.md ("How a plan is made", step 4): 241.69 MiB -> 191.16 MiB, nothing recomputed.
     assert_eq!(ckpt_opt::size::human(before), "241.69 MiB");
     assert_eq!(ckpt_opt::size::human(after), "191.16 MiB");
     assert_eq!(r["added_flops"].as_u64(), Some(0), "{}", r["added_flops"]);
@@ -51,7 +51,7 @@ fn resnet18_at_full_size_fits_at_80_percent_by_the_leaf_order_alone() {
 #[test]
 fn resnet18_at_full_size_fits_at_70_percent_at_single_digit_added_flops() {
     let (r, before, after) = resnet18_at(70);
-    // README ("How a plan is made", step 4): 168.91 MiB at +2.15% of a step.
+    // docs/design/planner.md ("How a plan is made", step 4): 168.91 MiB at +2.15% of a step.
     assert_eq!(ckpt_opt::size::human(after), "168.91 MiB");
     let share = r["added_flops_percent"].as_f64().unwrap();
     assert_eq!(format!("{share:.2}"), "2.15", "{}", r["added_flops"]);
@@ -87,7 +87,7 @@ fn bert_two_layers_fits_at_80_percent() {
     assert!(after * 100 <= before * 80, "{before} -> {after}");
     let (_, measured_after, _) = assert_validated_rewrite(&r, "BERT at 80%");
     assert_eq!(measured_after, after);
-    // README ("How a plan is made", step 3): 1.70 MiB -> 1.35 MiB at +0.32% of a step.
+    // docs/design/planner.md ("How a plan is made", step 3): 1.70 MiB -> 1.35 MiB at +0.32% of a step.
     assert_eq!(ckpt_opt::size::human(after), "1.35 MiB");
     let share = r["added_flops_percent"].as_f64().unwrap();
     assert_eq!(format!("{share:.2}"), "0.32", "{}", r["added_flops"]);

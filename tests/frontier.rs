@@ -344,7 +344,7 @@ fn per_layer_rebuilds_each_block_once_and_keeps_its_input() {
 
 /// Issue 10's target on the small transformers: at block checkpointing's own peak (per-block
 /// and per-layer), the planner fits with under half a percent of a step, where the
-/// baselines add 15% or more (README, "Decisions").
+/// baselines add 15% or more (docs/guide/reports.md, "frontier").
 #[test]
 fn at_block_checkpointings_peak_the_planner_adds_under_half_a_percent() {
     use ckpt_opt::frontier::{baselines, plan_at, Planned, PER_BLOCK, PER_LAYER};

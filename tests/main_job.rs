@@ -15,7 +15,7 @@ fn example() -> String {
 fn example_is_rewritten_validated_and_measured_lower() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.onnx");
-    // README ("How a plan is made", step 4): 60% of the footprint fits at +1.52% of a step,
+    // docs/design/planner.md ("How a plan is made", step 4): 60% of the footprint fits at +1.52% of a step,
     // 26.02 MiB, predicted to the byte. The search's safety stop, not its budget: a debug
     // build on a loaded machine.
     let r = validated_run_within(std::path::Path::new(&example()), "60%", &out, "300", &[]);
@@ -324,7 +324,7 @@ fn validate_refuses_unrelated_graphs() {
 
 #[test]
 fn below_the_candidate_searchs_floor_block_checkpointing_is_cut_to_fit() {
-    // README ("How a plan is made", step 5): at 40% of the footprint the candidate search
+    // docs/design/planner.md ("How a plan is made", step 5): at 40% of the footprint the candidate search
     // finds nothing; block checkpointing's cut on the guarded graph fits, with its cheap
     // extras rebuilt too, at +17.05% of a step. Validated on ORT: predicted equal to
     // measured, bitwise equal gradients. A 40 s limit: the candidate search's quarter, then

@@ -1,5 +1,5 @@
 //! ORT's own view of shapes decides reuse and in-place sharing (`passes::ort_view`,
-//! `docs/ort-internals.md` §2.6): hand-built graphs where ONNX Runtime cannot resolve a
+//! `docs/design/ort-internals.md` §2.6): hand-built graphs where ONNX Runtime cannot resolve a
 //! dim, and the same graphs with the dim declared, predicted to the byte under the default
 //! deployment profile against ORT's measured need.
 

@@ -98,7 +98,7 @@ fn every_profile() -> Vec<Profile> {
 /// bound or released but request-sized regions with the memory pattern off, and held outputs in one
 /// region of the budget with the memory pattern off) is
 /// predicted within 1% of ORT's need on a conv net, an encoder-decoder, an onnx-ad graph, a
-/// ViT and an HF GPT-2 — the fixtures on which the refused ones missed (README, "How close").
+/// ViT and an HF GPT-2 — the fixtures on which the refused ones missed (docs/guide/profile.md, "How close").
 /// Most are to the byte.
 #[test]
 fn every_offered_profile_is_predicted_within_one_percent() {

@@ -1,4 +1,4 @@
-//! Kernel scratch audit (`docs/ort-internals.md` §2.7): single-op graphs whose inputs are
+//! Kernel scratch audit (`docs/design/ort-internals.md` §2.7): single-op graphs whose inputs are
 //! graph inputs and whose output is the graph output, so ORT's arena holds only the output
 //! and the kernel's temporaries. The predicted peak (exact arena) equals ORT's measured one
 //! to the byte, and for the ops with a scratch rule the rule is what makes it so.

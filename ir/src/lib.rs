@@ -6,7 +6,7 @@
 //! [`verify`] checks the invariants after each one; [`print_graph`] is the stable text
 //! form snapshot tests compare, and [`parse_graph`] reads it back (test graphs are text).
 //!
-//! Stage by stage, from `main` to the receipt: `docs/pipeline.md`.
+//! Stage by stage, from `main` to the receipt: `docs/design/pipeline.md`.
 
 /// The ONNX protobuf messages, generated from `proto/onnx.proto`.
 #[allow(clippy::all, missing_docs)]

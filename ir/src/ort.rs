@@ -110,7 +110,7 @@ pub const EARLY_SHAPE_OPS: &[&str] = &["Shape", "Size"];
 /// Measured with the profiler's node order on the GPT-2 training artifact (all 318 nodes):
 /// onnxruntime-training [`TRAINING_ORT_VERSION`] does, so a backward `Reshape`'s `Shape` of a
 /// forward activation no longer holds that activation until the backward pass; [`ORT_VERSION`]
-/// runs the plain walk (`docs/ort-internals.md`, section 1).
+/// runs the plain walk (`docs/design/ort-internals.md`, section 1).
 pub fn shape_ops_follow_their_input(ort_version: &str) -> bool {
     ort_version == TRAINING_ORT_VERSION
 }

@@ -6,7 +6,7 @@
 //! output model's `metadata_props` under the keys of [`Profile::metadata`] (an interface that
 //! runners and other tools read) and in the receipt.
 //!
-//! What the fields decide (`docs/ort-internals.md`):
+//! What the fields decide (`docs/design/ort-internals.md`):
 //! - the optimization level decides which graph ORT runs (an offline-optimized graph is
 //!   loaded at `disable`, and records the level ORT optimized it at as
 //!   `offline_optimization_level`);
@@ -26,7 +26,7 @@
 //! different processes, and no replay can know the caller's heap. Held outputs are offered
 //! only in one region of the arena budget (`kNextPowerOfTwo` from the budget) with the
 //! memory pattern off: with the pattern on, even one region measured differently in two
-//! processes (`docs/ort-internals.md` §2.5, `tests/profile.rs`).
+//! processes (`docs/design/ort-internals.md` §2.5, `tests/profile.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -131,7 +131,7 @@ pub enum CallerOutputs {
 }
 
 /// The deployment profile. [`Profile::default`] is the profile on which recompute pays off
-/// best (measured; README "Deployment profile").
+/// best (measured; docs/guide/profile.md, "Why this default").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Profile {
     pub execution_provider: ExecutionProvider,

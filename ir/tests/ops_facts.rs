@@ -315,7 +315,7 @@ fn pointwise_conv_takes_no_scratch() {
 }
 
 /// ScatterND with a reduction races on repeated indices over several intra-op threads
-/// (`docs/ort-internals.md` 2.7); without one (last write wins, by the spec) it is not listed.
+/// (`docs/design/ort-internals.md` 2.7); without one (last write wins, by the spec) it is not listed.
 #[test]
 fn scatter_nd_races_over_threads_only_with_a_reduction() {
     let scatter = |reduction: Option<&str>| {

@@ -3,7 +3,7 @@
 //! for every step on one persistent BFC arena, and [`device_need`] finds the smallest arena
 //! cap under which every step runs — the number a ceiling is compared with.
 //!
-//! Rules (`docs/ort-internals.md`, sections 2.3 and 2.5):
+//! Rules (`docs/design/ort-internals.md`, sections 2.3 and 2.5):
 //! - the arena lives as long as the session: regions reserved by one step serve the next, and
 //!   never shrink;
 //! - at the end of a run ORT releases every buffer it still holds (never-read values);

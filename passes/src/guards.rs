@@ -3,7 +3,7 @@
 //!
 //! ORT's allocation planner hands a freed buffer to a later value of the same resolved shape,
 //! and such a buffer stays allocated from its first value to the last read of its last value,
-//! empty in between (`docs/recompute-under-ort.md`, point 3). In a training graph the freed
+//! empty in between (`docs/design/planner.md`, point 3). In a training graph the freed
 //! forward buffers wait, allocated, for backward values of their shape, and a recomputed
 //! activation's buffer often goes to its own clone: the recompute then saves nothing where it
 //! matters. A value whose dims ORT cannot resolve is never reused and never taken in place

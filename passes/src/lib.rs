@@ -3,7 +3,7 @@
 //! Every analysis is a function from a graph (and bindings) to plain data; the one rewrite,
 //! recompute insertion, returns a `ckpt_ir::Patch` value.
 //!
-//! Stage by stage, from `main` to the receipt: `docs/pipeline.md`.
+//! Stage by stage, from `main` to the receipt: `docs/design/pipeline.md`.
 
 pub mod arena;
 pub mod device;

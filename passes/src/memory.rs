@@ -1,7 +1,7 @@
 //! The memory model, and its one source of truth: [`simulate`].
 //!
 //! It replays what ONNX Runtime 1.31's CPU EP does in one run (memory pattern off), as
-//! established in `docs/ort-internals.md`:
+//! established in `docs/design/ort-internals.md`:
 //! - **order**: [`Schedule`] = ORT's default order over the graph as ORT loads it
 //!   (`Constant` nodes become initializers and are not steps), on the runtime that runs the
 //!   graph: onnxruntime-training 1.19.2 for one with training ops, which runs each

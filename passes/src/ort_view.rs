@@ -1,5 +1,5 @@
 //! ONNX Runtime's own view of shapes: what ORT 1.31 resolves for every value when it loads
-//! a model, which is what its allocation planner compares (`docs/ort-internals.md` §2.6).
+//! a model, which is what its allocation planner compares (`docs/design/ort-internals.md` §2.6).
 //!
 //! Rules (ORT's `Graph::Resolve` → `InferAndVerifyTypeMatch`, per node in topological order):
 //! - a value starts with the type the file declares for it (graph input, graph output,

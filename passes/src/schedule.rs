@@ -2,7 +2,7 @@
 //!
 //! The memory model must simulate nodes in the order ORT really runs them, which is
 //! *not* the order of the model file. This module reproduces that order from plain data;
-//! the evidence (source references and profiling experiments) is in `docs/ort-internals.md`.
+//! the evidence (source references and profiling experiments) is in `docs/design/ort-internals.md`.
 //!
 //! # Rules implemented
 //!

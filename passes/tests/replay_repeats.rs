@@ -146,7 +146,7 @@ fn the_binding_request_is_a_boundary_below_the_need() {
         }
     }
     assert!(by_layout > 0 && by_use > 0, "{by_layout} {by_use}");
-    // The need's bisection is conservative (README, "How close"): under the default profile
+    // The need's bisection is conservative (docs/guide/profile.md, "How close"): under the default profile
     // the GPT-2 runs in 2.1% less; 32 of the 96 pairs run in less than their need.
     assert_eq!(
         defaults,

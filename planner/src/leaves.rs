@@ -5,7 +5,7 @@
 //! so where the BFC arena places it. The gradients are graph outputs, held to the end of the
 //! run: placed one by one into the holes backward leaves, they can split the arena so that a
 //! late large request (an embedding's gradient and its zeros table) finds no room, though
-//! far less is in use than the arena holds (`docs/recompute-under-ort.md`, "What the BERT's
+//! far less is in use than the arena holds (`docs/design/planner.md`, "What the BERT's
 //! floor is made of"). [`ckpt_passes::order::order_leaves`] writes them in the order their
 //! inputs become ready, which frees what each reads soonest; it knows nothing of the arena.
 //!

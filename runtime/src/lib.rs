@@ -4,7 +4,7 @@
 //! This is the only crate that names `ort`. Models cross the API as serialized ONNX bytes ([`Model`]) and tensors
 //! as [`HostTensor`]s; every entry point creates a fresh session, so measurements never share an arena.
 //!
-//! Stage by stage, from `main` to the receipt: `docs/pipeline.md`.
+//! Stage by stage, from `main` to the receipt: `docs/design/pipeline.md`.
 
 mod arena;
 mod compare;

@@ -23,7 +23,7 @@ pub const EXTERNAL_DATA_DIR_KEY: &str = "session.model_external_initializers_fil
 
 /// The session config entry that makes ORT's CPU kernels deterministic where they can be
 /// (reductions split over threads). It does not make ScatterND with `reduction="add"` safe on
-/// duplicate indices over several threads: that races (`docs/ort-internals.md` 2.7).
+/// duplicate indices over several threads: that races (`docs/design/ort-internals.md` 2.7).
 pub const DETERMINISTIC_COMPUTE_KEY: &str = "session.use_deterministic_compute";
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

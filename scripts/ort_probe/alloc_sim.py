@@ -1,5 +1,5 @@
 """Predict ORT 1.31 CPU arena MaxInUse for one Run (memory pattern off) from the rules in
-docs/ort-internals.md, and compare with the measured value (memprobe) on random graphs.
+docs/design/ort-internals.md, and compare with the measured value (memprobe) on random graphs.
 
 Model of ORT (see the doc for sources):
   order    = ort_default_order (reverse DFS from leaves, highest index first)

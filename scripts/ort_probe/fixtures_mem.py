@@ -1,4 +1,4 @@
-"""Truth test on the real fixtures: the allocation model of docs/ort-internals.md (alloc_sim.py)
+"""Truth test on the real fixtures: the allocation model of docs/design/ort-internals.md (alloc_sim.py)
 against ORT's measured arena peak (MaxInUse - InUse after load, memory pattern off).
 
 Usage: MEMPROBE=... python fixtures_mem.py [LEVEL] [EXTRA.onnx ...]

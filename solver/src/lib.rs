@@ -35,7 +35,7 @@
 //! per [`evaluate`]; [`SolveInfo`] says who found it, whether it is proven
 //! optimal, its bound and gap.
 //!
-//! Stage by stage, from `main` to the receipt: `docs/pipeline.md`.
+//! Stage by stage, from `main` to the receipt: `docs/design/pipeline.md`.
 
 mod baseline;
 mod ilp;

@@ -1,7 +1,7 @@
 //! Contrib ops that ONNX Runtime's graph optimizer writes into the graph it saves at levels
 //! basic, extended and all (ORT's offline mode), when no exporter emits them: the fused
 //! forms the CPU EP's transformers create. ORT 1.31.1's CPU EP emits, on every fixture and
-//! the example (`docs/ort-internals.md`, "Optimization levels"): `FusedMatMul` (the matmul
+//! the example (`docs/design/ort-internals.md`, "Optimization levels"): `FusedMatMul` (the matmul
 //! family, `matmul.rs`) and `FusedGemm` (here). At level extended and above it also fuses a
 //! Conv whose output only an activation reads into `FusedConv` (here): none of the fixtures
 //! has one (their Convs feed batch norm or a reshape, or the backward reads the Conv's

@@ -325,7 +325,7 @@ pub(super) fn ops() -> Vec<OpDef> {
     let per = FlopRule::PerOutput(cost::ELEMENTWISE);
     let mut v = Vec::new();
     // Kernels ONNX Runtime's CPU EP registers `.MayInplace(0, 0)` (measured in
-    // docs/ort-internals.md, rule 3.3).
+    // docs/design/ort-internals.md, rule 3.3).
     for op in [
         "Relu",
         "Tanh",

@@ -148,7 +148,7 @@ pub struct OpDef {
     pub alias: Option<(usize, usize)>,
     /// `(output slot, input slot)`: the kernel is registered `.MayInplace(input, output)`;
     /// ONNX Runtime's planner gives the output the input's buffer when this node is the
-    /// buffer's last reader and the sizes match (docs/ort-internals.md, rule 3.3).
+    /// buffer's last reader and the sizes match (docs/design/ort-internals.md, rule 3.3).
     pub may_inplace: Option<(usize, usize)>,
     /// Temporaries the kernel takes from the arena during its step; `None`: none measured.
     pub scratch: Option<ScratchFn>,
@@ -441,7 +441,7 @@ pub fn folded_at_load(graph: &Graph, node: NodeId) -> bool {
 /// adds (or multiplies, takes min or max) updates into the same element without
 /// synchronisation when indices repeat, as an embedding's gradient does; measured 7% off
 /// for 1024 updates into one row on 2 threads, exact on 1, and not fixed by
-/// `session.use_deterministic_compute` (`docs/ort-internals.md` 2.7).
+/// `session.use_deterministic_compute` (`docs/design/ort-internals.md` 2.7).
 pub fn races_on_threads(graph: &Graph, node: NodeId) -> Option<&'static str> {
     let def = op_def(graph, node)?;
     let reduces = graph

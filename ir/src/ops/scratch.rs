@@ -1,5 +1,5 @@
 //! Kernel scratch: temporaries a CPU kernel takes from the arena during its own step
-//! (`docs/ort-internals.md` rule 10, measured on ONNX Runtime 1.31). An entry states its
+//! (`docs/design/ort-internals.md` rule 10, measured on ONNX Runtime 1.31). An entry states its
 //! rule ([`super::OpDef::scratch`]); ops without one showed no scratch in the measurements.
 //!
 //! Rules see concrete shapes: a node whose inputs cannot be evaluated under the bindings
