@@ -67,7 +67,31 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
         .into_iter()
         .map(|(d, v)| (d, json!(v)))
         .collect();
-    let analysis = ckpt_opt::optimize::analyse(graph.clone(), &options);
+    // What the profile's provider cannot run, and the graph ORT runs for it.
+    let missing = match options.profile.execution_provider {
+        ckpt_ir::profile::ExecutionProvider::Cpu => {
+            ckpt_passes::ort_casts::missing_kernels(&graph, options.profile.ort_version)
+        }
+        ckpt_ir::profile::ExecutionProvider::Cuda => Vec::new(),
+    };
+    let (runs, fallback) = if missing.is_empty() {
+        crate::model_io::as_ort_runs(graph.clone(), &options.profile, 1)?
+    } else {
+        (graph.clone(), None)
+    };
+    let analysis = if missing.is_empty() {
+        ckpt_opt::optimize::analyse(runs, &options)
+    } else {
+        Err(anyhow::anyhow!(
+            "ONNX Runtime {}'s CPU provider has no kernel for {} node(s)",
+            options.profile.ort_version,
+            missing.len()
+        ))
+    };
+    let missing_json: Vec<serde_json::Value> = missing
+        .iter()
+        .map(|m| json!({"node": m.node, "op": m.op, "input_types": m.types}))
+        .collect();
     if a.json {
         let v = json!({
             "model": a.model.display().to_string(),
@@ -87,6 +111,12 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
             "required_dims": required_dims(&graph),
             "bindings": bindings,
             "ort_version": options.profile.ort_version,
+            "missing_kernels": missing_json,
+            "ort_fallback": fallback.map(|f| json!({
+                "converted_nodes": f.converted,
+                "inserted_casts": f.inserted,
+                "removed_casts": f.removed,
+            })),
         });
         let mut v = v;
         match &analysis {
@@ -118,6 +148,24 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
         param_elems,
         &param_bytes,
     );
+    if missing.is_empty() {
+        println!(
+            "missing kernels: none on {}",
+            options.profile.execution_provider
+        );
+    } else {
+        println!(
+            "missing kernels: ONNX Runtime {}'s CPU provider cannot run {} node(s) (it runs float16 nodes without a kernel in float32 between Casts, not bfloat16 ones); plan for --provider cuda:",
+            options.profile.ort_version,
+            missing.len()
+        );
+        for m in &missing {
+            println!("  {m}");
+        }
+    }
+    if let Some(f) = fallback {
+        println!("{f}");
+    }
     match &analysis {
         Ok(an) => print_memory(an, &options.profile),
         Err(e) => println!("memory model: unavailable ({e:#})"),

@@ -464,6 +464,8 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
     if let Some(p) = recorded {
         options.profile = p;
     }
+    // The rewrite holds ORT's float16 Casts already; the original is predicted as ORT runs it.
+    let (original, _) = crate::model_io::as_ort_runs(original, &options.profile, 4)?;
     crate::model_io::warn_thread_race(&options.profile, &original);
     let ceiling = a
         .ceiling
@@ -623,6 +625,10 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
     crate::model_io::on_runtime_of(&mut options.profile, &graph)?;
     crate::model_io::warn_thread_race(&options.profile, &graph);
     let (graph, reference) = graph_at_level(graph, &input_bytes, &model, &mut options, &args.run)?;
+    let (graph, fallback) = crate::model_io::as_ort_runs(graph, &options.profile, 1)?;
+    if let Some(f) = fallback {
+        eprintln!("note: {f}");
+    }
     let profile = options.profile.clone();
     // A percentage ceiling is of the unmodified graph's predicted device total: analyse first.
     let t_plan = Instant::now();

@@ -259,6 +259,68 @@ pub fn on_runtime_of(
         .map_err(|e| Failure::input(anyhow!(e)))
 }
 
+/// What ONNX Runtime changes in a graph when it loads it for the profile's provider: nodes
+/// whose float16 types have no CPU kernel run in float32 between Casts
+/// ([`ckpt_passes::ort_casts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OrtFallback {
+    pub converted: usize,
+    pub inserted: usize,
+    pub removed: usize,
+}
+
+impl std::fmt::Display for OrtFallback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ONNX Runtime's CPU provider has no float16 kernel for {} node(s): they run in float32 between {} Casts it inserts ({} duplicate Casts removed), as planned and written here",
+            self.converted, self.inserted, self.removed
+        )
+    }
+}
+
+/// The graph ONNX Runtime runs for `graph` under `profile`: on the CPU provider, with the
+/// float16 fallback's Casts made explicit (planned as ORT runs it, and written so). A node
+/// the provider has no kernel for even so (bfloat16 on CPU) is refused, naming the nodes;
+/// `code` is the exit code of the refusal (1 for the main job, 4 for `validate`).
+pub fn as_ort_runs(
+    graph: Graph,
+    profile: &ckpt_ir::Profile,
+    code: u8,
+) -> Result<(Graph, Option<OrtFallback>), Failure> {
+    if profile.execution_provider != ckpt_ir::profile::ExecutionProvider::Cpu {
+        return Ok((graph, None));
+    }
+    match ckpt_passes::ort_casts::lower(&graph, profile.ort_version) {
+        Ok(None) => Ok((graph, None)),
+        Ok(Some(f)) => Ok((
+            f.graph,
+            Some(OrtFallback {
+                converted: f.converted.len(),
+                inserted: f.inserted,
+                removed: f.removed,
+            }),
+        )),
+        Err(ckpt_passes::ort_casts::FallbackError::NoKernel { version, nodes }) => {
+            let shown: Vec<String> = nodes.iter().take(5).map(|n| n.to_string()).collect();
+            let more = if nodes.len() > 5 {
+                format!(" and {} more", nodes.len() - 5)
+            } else {
+                String::new()
+            };
+            Err(Failure {
+                code,
+                error: anyhow!(
+                    "ONNX Runtime {version}'s CPU provider has no kernel for {} node(s): {}{more}. It runs float16 nodes without one in float32 between Casts, but not bfloat16 ones; plan for a provider with these kernels (--provider cuda)",
+                    nodes.len(),
+                    shown.join(", ")
+                ),
+            })
+        }
+        Err(e) => Err(Failure::input(anyhow!(e))),
+    }
+}
+
 /// Print a warning when `profile` (the one the command runs under) has more than one
 /// intra-op thread and `graph` has nodes whose ORT kernel then computes wrong values (the op
 /// registry's `races_on_threads`): the graph, rewritten or not, does not train right under

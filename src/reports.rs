@@ -62,6 +62,7 @@ fn plannable(o: &ckpt_opt::optimize::AnalyseOptions) -> Result<(), Failure> {
 pub fn run_frontier(a: &FrontierArgs) -> Result<(), Failure> {
     let graph = load(&a.model)?;
     let (o, _) = options(&a.report, &graph, false)?;
+    let (graph, _) = crate::model_io::as_ort_runs(graph, &o.profile, 1)?;
     plannable(&o)?;
     let ceilings = if a.ceilings.is_empty() {
         Ceilings::Points(a.points.unwrap_or(6) as usize)
@@ -122,6 +123,7 @@ pub fn run_frontier(a: &FrontierArgs) -> Result<(), Failure> {
 pub fn run_capacity(a: &CapacityArgs) -> Result<(), Failure> {
     let graph = load(&a.model)?;
     let (o, bare) = options(&a.report, &graph, true)?;
+    let (graph, _) = crate::model_io::as_ort_runs(graph, &o.profile, 1)?;
     plannable(&o)?;
     let dim = match bare.as_slice() {
         [d] => d.clone(),
@@ -245,6 +247,7 @@ pub fn run_buckets(a: &BucketsArgs) -> Result<(), Failure> {
         })?)?;
         let graph = load(model)?;
         let (o, _) = options(&a.report, &graph, false)?;
+        let (graph, _) = crate::model_io::as_ort_runs(graph, &o.profile, 1)?;
         plannable(&o)?;
         for (d, _) in &map {
             if !graph.symbols().contains(d) {
@@ -393,6 +396,7 @@ fn manifest_models(
         let graph = load(&files[k])?;
         let (mut o, _) = options(r, &graph, false)?;
         plannable(&o)?;
+        let (graph, _) = crate::model_io::as_ort_runs(graph, &o.profile, 1)?;
         if let Some(dims) = entries[k]["dims"].as_object() {
             for (d, v) in dims {
                 let v = v.as_u64().filter(|&v| v > 0).ok_or_else(|| {

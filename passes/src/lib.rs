@@ -12,6 +12,7 @@ pub mod inputs;
 pub mod ledger;
 pub mod memory;
 pub mod order;
+pub mod ort_casts;
 pub mod ort_view;
 pub mod phases;
 pub mod recompute;

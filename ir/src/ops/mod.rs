@@ -27,6 +27,7 @@ pub mod cost;
 mod ctx;
 mod elementwise;
 mod infer;
+pub mod kernels;
 mod loss;
 mod matmul;
 mod normalization;
