@@ -110,7 +110,12 @@ mod tests {
             &[t("-o", &out), t("--receipt", &receipt)]
         )
         .is_ok());
-        let e = check(&model, std::slice::from_ref(&data), &[t("--receipt", &data)]).unwrap_err();
+        let e = check(
+            &model,
+            std::slice::from_ref(&data),
+            &[t("--receipt", &data)],
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("the input's data file"), "{e}");
         let e = check(&model, &[], &[t("-o", &model)]).unwrap_err();
         assert!(e.to_string().contains("is the input model"), "{e}");

@@ -20,6 +20,19 @@ pub enum ImportError {
     },
     #[error("{path} has ir_version {found}, newer than the {max} this build understands; re-export with an older ONNX or upgrade ckpt-opt")]
     IrVersionTooNew { path: PathBuf, found: i64, max: i64 },
+    #[error("{path} has ir_version {found}: ONNX IR versions start at 1")]
+    IrVersionInvalid { path: PathBuf, found: i64 },
+    #[error("{path} has IR version {ir} and opset_import entries, which ONNX allows from IR version 3 on; set ir_version to 3 or newer")]
+    OpsetsBeforeIr3 { path: PathBuf, ir: i64 },
+    #[error("{path} imports opset `{domain}` version {version}, outside the versions this build knows ({known}); re-export the model at a released opset")]
+    OpsetOutOfRange {
+        path: PathBuf,
+        domain: String,
+        version: i64,
+        known: String,
+    },
+    #[error("{path} imports opset `{domain}` twice; each domain may be imported once")]
+    OpsetTwice { path: PathBuf, domain: String },
     #[error("{path} has no ir_version: not an ONNX model")]
     NoIrVersion { path: PathBuf },
     #[error("{path} has no graph")]

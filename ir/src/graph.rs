@@ -515,8 +515,29 @@ impl Graph {
         Arc::make_mut(&mut self.g[nx(id)])
     }
 
+    /// Whether some node depends on itself: Kahn's peeling, iterative (no recursion, so any
+    /// chain length is walked in O(nodes + edges) time and heap memory).
     pub(crate) fn has_cycle(&self) -> bool {
-        petgraph::algo::is_cyclic_directed(&self.g)
+        use petgraph::Direction::Incoming;
+        let mut indegree = vec![0usize; self.g.node_bound()];
+        let mut ready: Vec<NodeIndex> = Vec::new();
+        for i in self.g.node_indices() {
+            indegree[i.index()] = self.g.neighbors_directed(i, Incoming).count();
+            if indegree[i.index()] == 0 {
+                ready.push(i);
+            }
+        }
+        let mut peeled = 0usize;
+        while let Some(i) = ready.pop() {
+            peeled += 1;
+            for j in self.g.neighbors(i) {
+                indegree[j.index()] -= 1;
+                if indegree[j.index()] == 0 {
+                    ready.push(j);
+                }
+            }
+        }
+        peeled != self.g.node_count()
     }
 }
 

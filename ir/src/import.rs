@@ -72,6 +72,7 @@ pub fn import_model(
             max: MAX_IR_VERSION,
         });
     }
+    crate::opset::check_opset_imports(&model, path)?;
     let proto_graph = model.graph.clone().ok_or_else(|| ImportError::NoGraph {
         path: path.to_path_buf(),
     })?;
@@ -547,9 +548,9 @@ pub fn read_external_value(
     Some(buf)
 }
 
-/// Names of nodes on some cycle, for the error message.
+/// Names of nodes on some cycle, for the error message (Kosaraju's iterative walk).
 fn cycle_names(graph: &Graph) -> Vec<String> {
-    let sccs = petgraph::algo::tarjan_scc(&graph.g);
+    let sccs = petgraph::algo::kosaraju_scc(&graph.g);
     for scc in sccs {
         let self_loop = scc.len() == 1 && graph.g.find_edge(scc[0], scc[0]).is_some();
         if scc.len() > 1 || self_loop {

@@ -23,6 +23,7 @@ mod graph;
 mod ids;
 mod import;
 pub mod ops;
+pub mod opset;
 pub mod ort;
 mod parse;
 mod patch;
