@@ -69,6 +69,19 @@ pub enum ImportError {
     },
     #[error("initializer `{tensor}` has external data file {path}, which does not exist")]
     ExternalMissing { tensor: String, path: PathBuf },
+    #[error("initializer `{tensor}` declares external data length {declared}, but its shape {shape} and element type hold {size} bytes; fix or remove the `length` entry")]
+    ExternalLengthMismatch {
+        tensor: String,
+        declared: u64,
+        size: u64,
+        shape: String,
+    },
+    #[error("initializer `{tensor}` has external data file {path} with {links} hard links; a data file must have one link (a hard link can bring in a file from outside the model's directory), so copy it instead")]
+    ExternalHardLinked {
+        tensor: String,
+        path: PathBuf,
+        links: u64,
+    },
     #[error("initializer `{tensor}` has malformed external data: {what}")]
     ExternalMalformed { tensor: String, what: String },
     #[error("graph output `{tensor}` is not produced by any node, input or initializer")]

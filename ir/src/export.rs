@@ -9,8 +9,9 @@
 //! Runtime cannot load a model whose shape constants are external); beside its original's
 //! directory the output references the original data files; anywhere else the data it uses is
 //! copied into one file beside the output, so the output is correct wherever it is written.
+//! Each tensor is copied by its true byte range: dims × element size from its offset.
 
-use std::io::Write;
+use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -342,7 +343,7 @@ pub fn write_model(
         let offset: u64 = external_entry(t, "offset")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        let length: Option<u64> = external_entry(t, "length").and_then(|v| v.parse().ok());
+        let declared: Option<u64> = external_entry(t, "length").and_then(|v| v.parse().ok());
         let name = t.name.clone().unwrap_or_default();
         let from = src_dir.join(&loc);
         let copy_err = |source| ExportError::ExternalCopy {
@@ -351,25 +352,30 @@ pub fn write_model(
             to: data_path.clone(),
             source,
         };
+        let invalid = |what: String| copy_err(std::io::Error::new(ErrorKind::InvalidData, what));
+        // The tensor's true byte range: its dims × element size, which a declared length
+        // must equal (import refuses one that does not).
+        let length = crate::import::proto_byte_len(t)
+            .ok_or_else(|| invalid("its element type or dims give no fixed size".into()))?;
+        if declared.is_some_and(|l| l != length) {
+            return Err(invalid(format!(
+                "declared length {} is not its {length} bytes",
+                declared.unwrap_or_default()
+            )));
+        }
         let start = end.div_ceil(DATA_ALIGN) * DATA_ALIGN;
         let copied = (|| -> std::io::Result<u64> {
             use std::io::{Read, Seek, SeekFrom};
             f.seek(SeekFrom::Start(start))?;
             let mut src = std::fs::File::open(&from)?;
             src.seek(SeekFrom::Start(offset))?;
-            let n = match length {
-                Some(l) => {
-                    let n = std::io::copy(&mut (&mut src).take(l), &mut f)?;
-                    if n != l {
-                        return Err(std::io::Error::new(
-                            std::io::ErrorKind::UnexpectedEof,
-                            format!("{n} of {l} bytes at offset {offset}"),
-                        ));
-                    }
-                    n
-                }
-                None => std::io::copy(&mut src, &mut f)?,
-            };
+            let n = std::io::copy(&mut (&mut src).take(length), &mut f)?;
+            if n != length {
+                return Err(std::io::Error::new(
+                    ErrorKind::UnexpectedEof,
+                    format!("{n} of {length} bytes at offset {offset}"),
+                ));
+            }
             Ok(n)
         })()
         .map_err(copy_err)?;

@@ -113,7 +113,7 @@ pub fn import_model(
         let dtype = tensor_dtype(&name, init.data_type.unwrap_or(0))?;
         let shape = dims_shape(&name, &init.dims)?;
         check_size(&name, dtype, &shape)?;
-        let data = init_data(&name, init, path, graph.dir.as_deref())?;
+        let data = init_data(&name, init, dtype, &shape, path, graph.dir.as_deref())?;
         match graph.by_name.get(&name).copied() {
             Some(id) => {
                 let t = graph.tensor_mut(id);
@@ -372,12 +372,38 @@ fn check_size(tensor: &str, dtype: Option<DType>, shape: &Shape) -> Result<(), I
     Ok(())
 }
 
+/// The bytes an initializer of `dtype` and `shape` holds in external data: dims × element
+/// size; `None` for strings and an unknown element type, which have no fixed size.
+pub fn external_byte_len(dtype: Option<DType>, shape: &Shape) -> Option<u64> {
+    let dtype = dtype.filter(|d| *d != DType::String)?;
+    shape.bytes_under(dtype.bits(), &Default::default()).ok()
+}
+
+/// The bytes `t` holds in external data, from its dims and element type (`None` for a
+/// negative dim, strings, an unknown element type or a size past 64 bits).
+pub(crate) fn proto_byte_len(t: &onnx::TensorProto) -> Option<u64> {
+    let dtype = DType::from_code(t.data_type.unwrap_or(0))?;
+    let dims: Option<Vec<Dim>> = t
+        .dims
+        .iter()
+        .map(|&d| u64::try_from(d).ok().map(Dim::Known))
+        .collect();
+    external_byte_len(Some(dtype), &Shape(dims?))
+}
+
+/// Where an initializer's bytes live. External data must hold exactly the tensor's bytes
+/// (dims × element size): a declared `length` that disagrees is refused, an absent one is
+/// taken to be that size; the data file must be a regular file with one link (a hard link
+/// could make a file outside the model's directory look inside, as onnx's checker says).
 fn init_data(
     name: &str,
     init: &onnx::TensorProto,
+    dtype: Option<DType>,
+    shape: &Shape,
     model_path: &Path,
     dir: Option<&Path>,
 ) -> Result<InitData, ImportError> {
+    use std::os::unix::fs::MetadataExt;
     if init.data_location != Some(onnx::tensor_proto::DataLocation::External as i32) {
         return Ok(InitData::Embedded);
     }
@@ -385,6 +411,9 @@ fn init_data(
         tensor: name.to_string(),
         what,
     };
+    let size = external_byte_len(dtype, shape).ok_or_else(|| {
+        malformed("external data needs a numeric element type of fixed size".to_string())
+    })?;
     let mut location = None;
     let mut offset = 0u64;
     let mut length = None;
@@ -406,6 +435,14 @@ fn init_data(
             }
             _ => {}
         }
+    }
+    if let Some(declared) = length.filter(|&l| l != size) {
+        return Err(ImportError::ExternalLengthMismatch {
+            tensor: name.to_string(),
+            declared,
+            size,
+            shape: shape.to_string(),
+        });
     }
     let location = location.ok_or_else(|| malformed("no `location` entry".to_string()))?;
     let dir =
@@ -432,6 +469,13 @@ fn init_data(
             full.display()
         )));
     }
+    if meta.nlink() > 1 {
+        return Err(ImportError::ExternalHardLinked {
+            tensor: name.to_string(),
+            path: full.clone(),
+            links: meta.nlink(),
+        });
+    }
     // A symlink may still point outside: compare canonical paths.
     if let (Ok(cdir), Ok(cfile)) = (dir.canonicalize(), full.canonicalize()) {
         if !cfile.starts_with(&cdir) {
@@ -444,7 +488,7 @@ fn init_data(
         }
     }
     let end = offset
-        .checked_add(length.unwrap_or(0))
+        .checked_add(size)
         .ok_or_else(|| malformed("offset + length overflows".to_string()))?;
     if end > meta.len() {
         return Err(malformed(format!(
