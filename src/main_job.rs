@@ -195,6 +195,7 @@ fn record_validation(
 /// hash, and where its data lives with each data file's hash. With `seed`, every random op
 /// gets an explicit `seed` attribute first (`--seed-random-ops`).
 fn write_output(
+    staging: &mut ckpt_ir::Staging,
     receipt: &mut Receipt,
     original: &ckpt_ir::onnx::ModelProto,
     graph: &ckpt_ir::Graph,
@@ -209,7 +210,8 @@ fn write_output(
         }
         None => receipt.random_ops_shifted = shifted_random_ops(original, &proto),
     }
-    let written = ckpt_ir::write_model(proto, graph.dir(), out, Some(model))
+    let written = staging
+        .stage_model(proto, graph.dir(), out, Some(model))
         .with_context(|| format!("writing {}", out.display()))?;
     receipt.output = Some(FileHash {
         path: out.display().to_string(),
@@ -224,7 +226,7 @@ fn write_output(
         None => None,
         Some(placement) => Some(OutputData {
             placement,
-            files: hash_files(&written.data_files)?,
+            files: hash_staged(staging, &written.data_files)?,
         }),
     };
     Ok(())
@@ -273,6 +275,26 @@ fn hash_files(files: &[std::path::PathBuf]) -> Result<Vec<FileHash>, Failure> {
     files
         .iter()
         .map(|f| FileHash::of_file(f).with_context(|| format!("hashing {}", f.display())))
+        .map(|r| r.map_err(Failure::input))
+        .collect()
+}
+
+/// Each file's SHA-256 as it will be published: a staged file's from its temporary name,
+/// recorded under its own.
+fn hash_staged(
+    staging: &ckpt_ir::Staging,
+    files: &[std::path::PathBuf],
+) -> Result<Vec<FileHash>, Failure> {
+    files
+        .iter()
+        .map(|f| {
+            let read = staging.staged_path(f).unwrap_or(f);
+            let hash = FileHash::of_file(read).with_context(|| format!("hashing {}", f.display()));
+            hash.map(|h| FileHash {
+                path: f.display().to_string(),
+                ..h
+            })
+        })
         .map(|r| r.map_err(Failure::input))
         .collect()
 }
@@ -754,6 +776,8 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         };
         receipt.arena_binding = Some(BeforeAfter { before, after });
     };
+    // The output, its data file and the receipts, published together by `emit`.
+    let mut staging = ckpt_ir::Staging::default();
     match outcome {
         Outcome::CannotFit { before, diagnosis } => {
             receipt.status = Status::CeilingCannotBeMet;
@@ -762,7 +786,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             receipt.diagnosis = Some(diagnosis);
             fill_peaks(&mut receipt, &before, &before);
             receipt.seconds = t0.elapsed().as_secs_f64();
-            emit(&args, &receipt)?;
+            emit(&args, &receipt, staging)?;
             Err(Failure {
                 code: 2,
                 error: anyhow!("the ceiling of {} cannot be met: {message}", human(ceiling)),
@@ -794,6 +818,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                         ckpt_planner::recorded_metadata(&profile, ceiling, &before.ledger),
                     )?;
                     write_output(
+                        &mut staging,
                         &mut receipt,
                         before.graph.model(),
                         &g,
@@ -804,7 +829,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 }
             }
             receipt.seconds = t0.elapsed().as_secs_f64();
-            emit(&args, &receipt)?;
+            emit(&args, &receipt, staging)?;
             if !args.output_args.json {
                 println!(
                     "{}: predicted device total {} already fits the ceiling of {} under the profile ({}); nothing to recompute{}",
@@ -886,6 +911,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             record_measured_added(&mut receipt);
             if validation_failed.is_none() {
                 write_output(
+                    &mut staging,
                     &mut receipt,
                     r.before.graph.model(),
                     &r.after.graph,
@@ -895,7 +921,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 )?;
             }
             receipt.seconds = t0.elapsed().as_secs_f64();
-            emit(&args, &receipt)?;
+            emit(&args, &receipt, staging)?;
             if !args.output_args.json {
                 print_summary(
                     &r,
@@ -1190,19 +1216,29 @@ fn record_measured_added(receipt: &mut Receipt) {
     }
 }
 
-/// Write the receipt (`--receipt`) and print it (`--json`).
-fn emit(args: &OptimizeArgs, receipt: &Receipt) -> Result<(), Failure> {
+/// Stage the receipt (`--receipt`, `--receipt-md`) beside whatever `staging` holds (the
+/// output and its data file), publish them as one set, and print the receipt (`--json`).
+fn emit(
+    args: &OptimizeArgs,
+    receipt: &Receipt,
+    mut staging: ckpt_ir::Staging,
+) -> Result<(), Failure> {
     ckpt_opt::progress::finish();
     let text = serde_json::to_string_pretty(receipt).map_err(Failure::input)?;
     if let Some(path) = &args.receipt {
-        ckpt_ir::write_atomic(path, text.as_bytes(), args.model.as_deref())
+        staging
+            .stage(path, text.as_bytes(), args.model.as_deref())
             .with_context(|| format!("writing receipt {}", path.display()))?;
     }
     if let Some(path) = &args.receipt_md {
         let md = ckpt_opt::receipt_md::render(receipt);
-        ckpt_ir::write_atomic(path, md.as_bytes(), args.model.as_deref())
+        staging
+            .stage(path, md.as_bytes(), args.model.as_deref())
             .with_context(|| format!("writing receipt summary {}", path.display()))?;
     }
+    staging
+        .publish()
+        .context("publishing the output, its data file and the receipts")?;
     if args.output_args.json {
         println!("{text}");
     }

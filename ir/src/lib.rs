@@ -37,7 +37,7 @@ pub use dtype::DType;
 pub use error::{ExportError, ImportError, VerifyError};
 pub use export::{
     check_output_target, export, export_bytes, external_data_files, remove_temp_files,
-    write_atomic, write_model, DataPlacement, Written,
+    write_atomic, write_model, DataPlacement, Staging, Written,
 };
 pub use graph::{
     normalise_domain, Graph, InitData, Node, NodeOrigin, Tensor, TensorSource, ONNX_DOMAIN,
