@@ -49,6 +49,30 @@ pub enum ImportError {
         first: String,
         second: String,
     },
+    #[error("tensor `{tensor}` is listed twice among the {list}; each name is assigned once")]
+    ListedTwice { tensor: String, list: &'static str },
+    #[error("node `{node}` uses op `{op}` of domain `{domain}`, which no registry knows: {why}")]
+    UnknownOp {
+        node: String,
+        op: String,
+        domain: String,
+        why: String,
+    },
+    #[error("node `{node}` has attribute `{attribute}` whose type and data disagree: {what}")]
+    AttributeMismatch {
+        node: String,
+        attribute: String,
+        what: String,
+    },
+    #[error("initializer `{tensor}` ({dtype}, dims {shape}) holds {found} {unit} where its shape needs {expected}; the data is truncated or the dims are wrong")]
+    InitializerDataSize {
+        tensor: String,
+        shape: String,
+        dtype: &'static str,
+        found: u64,
+        expected: u64,
+        unit: String,
+    },
     #[error("the graph has a cycle through nodes {}", nodes.join(" -> "))]
     Cycle { nodes: Vec<String> },
     #[error("tensor `{tensor}` has unknown element type code {code} (this build knows codes 1..=23, ONNX IR <= 11)")]

@@ -95,6 +95,12 @@ pub fn import_model(
     // Graph inputs.
     for vi in &proto_graph.input {
         let name = vi.name.clone().unwrap_or_default();
+        if graph.by_name.contains_key(&name) {
+            return Err(ImportError::ListedTwice {
+                tensor: name,
+                list: "graph inputs",
+            });
+        }
         let (dtype, shape) = value_type(vi, &mut unknown_dims)?;
         let id = graph.add_tensor(Tensor {
             name,
@@ -113,8 +119,17 @@ pub fn import_model(
         let dtype = tensor_dtype(&name, init.data_type.unwrap_or(0))?;
         let shape = dims_shape(&name, &init.dims)?;
         check_size(&name, dtype, &shape)?;
+        if init.data_location != Some(onnx::tensor_proto::DataLocation::External as i32) {
+            crate::wellformed::check_initializer_data(&name, init, dtype)?;
+        }
         let data = init_data(&name, init, dtype, &shape, path, graph.dir.as_deref())?;
         match graph.by_name.get(&name).copied() {
+            Some(id) if !graph.tensor(id).is_graph_input() => {
+                return Err(ImportError::ListedTwice {
+                    tensor: name,
+                    list: "initializers",
+                });
+            }
             Some(id) => {
                 let t = graph.tensor_mut(id);
                 t.source = TensorSource::Initializer {
@@ -167,6 +182,8 @@ pub fn import_model(
     let mut ids: Vec<NodeId> = Vec::with_capacity(proto_graph.node.len());
     for (i, np) in proto_graph.node.iter().enumerate() {
         let label = node_label(np, i);
+        crate::wellformed::check_op(graph.model(), np, &label)?;
+        crate::wellformed::check_attributes(np, &label)?;
         let mut outputs = Vec::with_capacity(np.output.len());
         for out in &np.output {
             if out.is_empty() {

@@ -31,6 +31,7 @@ pub mod profile;
 mod shape;
 mod text;
 mod verify;
+mod wellformed;
 
 pub use deployment::Deployment;
 pub use dtype::DType;

@@ -30,6 +30,7 @@ mod infer;
 mod loss;
 mod matmul;
 mod normalization;
+pub(crate) mod onnx_ops;
 mod random;
 mod reduction;
 mod scratch;
