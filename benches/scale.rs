@@ -321,6 +321,7 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
                     &r.after.class,
                     &r.after.sim,
                     &r.after.ledger,
+                    profile.caller_outputs != ckpt_ir::profile::CallerOutputs::Bound,
                 );
                 let lines: Vec<String> = h
                     .lines

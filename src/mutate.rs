@@ -72,9 +72,9 @@ pub fn mutate_structure(model: &mut ModelProto, rng: &mut Rng) {
         .chain(g.input.iter().filter_map(|v| v.name.clone()))
         .collect();
     match rng.below(12) {
-        9 => return mutate_opsets(model, rng),
-        10 => return mutate_external_length(g, rng),
-        11 => return lengthen_chain(g, rng),
+        9 => mutate_opsets(model, rng),
+        10 => mutate_external_length(g, rng),
+        11 => lengthen_chain(g, rng),
         0 if !g.node.is_empty() => {
             let k = rng.below(g.node.len());
             let n = &mut g.node[k];

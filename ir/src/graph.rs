@@ -482,8 +482,27 @@ impl Graph {
         if !self.tensors[t.index()].consumers.contains(&consumer) {
             self.tensor_mut(t).consumers.push(consumer);
         }
+        self.add_edge_once(t, consumer);
+    }
+
+    /// [`Graph::connect`] for a `consumer` never connected to `t` before (import connects
+    /// each node once): no search of `t`'s consumers, so a tensor read by every node of a
+    /// large graph costs linear time.
+    pub(crate) fn connect_new(&mut self, t: TensorId, consumer: NodeId) {
+        self.tensor_mut(t).consumers.push(consumer);
+        self.add_edge_once(t, consumer);
+    }
+
+    /// The edge from `t`'s producer to `consumer` carrying `t`, unless there is one (found
+    /// among the consumer's few incoming edges, not the producer's many outgoing ones).
+    fn add_edge_once(&mut self, t: TensorId, consumer: NodeId) {
+        use petgraph::visit::EdgeRef;
         if let TensorSource::Node(p) = self.tensors[t.index()].source {
-            if self.g.find_edge(nx(p), nx(consumer)).map(|e| self.g[e]) != Some(t) {
+            let present = self
+                .g
+                .edges_directed(nx(consumer), petgraph::Direction::Incoming)
+                .any(|e| e.source() == nx(p) && *e.weight() == t);
+            if !present {
                 self.g.add_edge(nx(p), nx(consumer), t);
             }
         }

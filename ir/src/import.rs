@@ -247,8 +247,12 @@ pub fn import_model(
                 }
             }
         }
+        let mut connected: Vec<TensorId> = Vec::with_capacity(inputs.len());
         for &t in inputs.iter().flatten() {
-            graph.connect(t, id);
+            if !connected.contains(&t) {
+                connected.push(t);
+                graph.connect_new(t, id);
+            }
         }
         graph.node_mut(id).inputs = inputs;
     }
