@@ -105,12 +105,14 @@ pub(crate) fn could_not_validate(e: anyhow::Error) -> Failure {
     }
 }
 
-/// Validate `after` against `before` under the profile: the paired values and the control,
+/// Validate `after` against `before` under the profile: the paired values and the control
+/// (of `written`, the output read back from the files staged for it, when there is one),
 /// then both graphs' device memory against their analyses (with `ceiling`, also the capped
 /// run).
 fn validate_analyses(
     before: &optimize::Analysis,
     after: &optimize::Analysis,
+    written: Option<&ckpt_ir::Graph>,
     bindings: &ckpt_ir::Bindings,
     r: &RunArgs,
     profile: &ckpt_ir::Profile,
@@ -120,7 +122,7 @@ fn validate_analyses(
     let params: Vec<_> = before.class.of_kind(TensorKind::Parameter).collect();
     let (v, inputs) = run_validation(
         &before.graph,
-        &after.graph,
+        written.unwrap_or(&after.graph),
         bindings,
         &params,
         r,
@@ -137,6 +139,7 @@ fn validate_analyses(
 fn validate_into(
     receipt: &mut Receipt,
     (before, after): (&optimize::Analysis, &optimize::Analysis),
+    written: Option<&ckpt_ir::Graph>,
     bindings: &ckpt_ir::Bindings,
     args: &OptimizeArgs,
     profile: &ckpt_ir::Profile,
@@ -148,6 +151,7 @@ fn validate_into(
     let result = validate_analyses(
         before,
         after,
+        written,
         bindings,
         &args.run,
         profile,
@@ -230,6 +234,22 @@ fn write_output(
         }),
     };
     Ok(())
+}
+
+/// The output staged for `out`, read back from its temporary files and imported under the
+/// rules every input meets (opsets, ops, attributes, initializer and external-data sizes):
+/// an output that breaks them is never published.
+fn read_back(staging: &ckpt_ir::Staging, out: &std::path::Path) -> Result<ckpt_ir::Graph, Failure> {
+    let proto = staging
+        .read_back(out)
+        .with_context(|| format!("reading back {}", out.display()))?;
+    let dir = match out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let graph = ckpt_ir::import_model(proto, out, Some(dir))
+        .with_context(|| format!("the output staged for {} does not read back", out.display()))?;
+    Ok(graph)
 }
 
 /// The random ops of `written` without a `seed` that ORT seeds by node index
@@ -507,6 +527,7 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
     let result = validate_analyses(
         &before,
         &after,
+        None,
         &b,
         &a.run,
         &options.profile,
@@ -800,6 +821,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 validate_into(
                     &mut receipt,
                     (&before, &before),
+                    None,
                     &bindings,
                     &args,
                     &profile,
@@ -826,6 +848,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                         &model,
                         random_seed,
                     )?;
+                    read_back(&staging, out)?;
                 }
             }
             receipt.seconds = t0.elapsed().as_secs_f64();
@@ -895,10 +918,23 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 "ilp": r.ilp,
             }));
             receipt.patch = Some(r.patch_text.clone());
+            // The output is written under temporary names first; what is validated is those
+            // files read back, and they are published only if it passes.
+            write_output(
+                &mut staging,
+                &mut receipt,
+                r.before.graph.model(),
+                &r.after.graph,
+                &out,
+                &model,
+                random_seed,
+            )?;
+            let written = read_back(&staging, &out)?;
             let validation_failed = if args.validate {
                 validate_into(
                     &mut receipt,
                     (&r.before, &r.after),
+                    Some(&written),
                     &bindings,
                     &args,
                     &profile,
@@ -909,16 +945,11 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 None
             };
             record_measured_added(&mut receipt);
-            if validation_failed.is_none() {
-                write_output(
-                    &mut staging,
-                    &mut receipt,
-                    r.before.graph.model(),
-                    &r.after.graph,
-                    &out,
-                    &model,
-                    random_seed,
-                )?;
+            if validation_failed.is_some() {
+                staging = ckpt_ir::Staging::default(); // the staged files are removed
+                receipt.output = None;
+                receipt.output_data = None;
+                receipt.random_ops_shifted.clear();
             }
             receipt.seconds = t0.elapsed().as_secs_f64();
             emit(&args, &receipt, staging)?;

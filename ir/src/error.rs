@@ -128,6 +128,8 @@ pub enum ExportError {
         "cannot write {path}: the graph has external data but no model directory to read it from"
     )]
     NoExternalDataDir { path: PathBuf },
+    #[error("the output staged for {path} does not read back: {what}")]
+    ReadBack { path: PathBuf, what: String },
     #[error("cannot copy external data of `{tensor}` from {from} to {to}: {source}")]
     ExternalCopy {
         tensor: String,
