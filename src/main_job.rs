@@ -110,9 +110,11 @@ pub(crate) fn could_not_validate(e: anyhow::Error) -> Failure {
 /// then both graphs' device memory against their analyses (with `ceiling`, also the capped
 /// run).
 fn validate_analyses(
-    before: &optimize::Analysis,
-    after: &optimize::Analysis,
-    written: Option<&ckpt_ir::Graph>,
+    (before, after, written): (
+        &optimize::Analysis,
+        &optimize::Analysis,
+        Option<&ckpt_ir::Graph>,
+    ),
     bindings: &ckpt_ir::Bindings,
     r: &RunArgs,
     profile: &ckpt_ir::Profile,
@@ -138,8 +140,11 @@ fn validate_analyses(
 /// could not run (exit 4, or 1); the receipt's status and reason say which.
 fn validate_into(
     receipt: &mut Receipt,
-    (before, after): (&optimize::Analysis, &optimize::Analysis),
-    written: Option<&ckpt_ir::Graph>,
+    (before, after, written): (
+        &optimize::Analysis,
+        &optimize::Analysis,
+        Option<&ckpt_ir::Graph>,
+    ),
     bindings: &ckpt_ir::Bindings,
     args: &OptimizeArgs,
     profile: &ckpt_ir::Profile,
@@ -149,9 +154,7 @@ fn validate_into(
     // An unchanged graph is validated against itself: its values need no printing.
     let values = !std::ptr::eq(before, after);
     let result = validate_analyses(
-        before,
-        after,
-        written,
+        (before, after, written),
         bindings,
         &args.run,
         profile,
@@ -525,9 +528,7 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
         .one_region(after.device.arena_bytes)
         .map_err(|e| Failure::input(anyhow!(e)))?;
     let result = validate_analyses(
-        &before,
-        &after,
-        None,
+        (&before, &after, None),
         &b,
         &a.run,
         &options.profile,
@@ -820,8 +821,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 // under the ceiling on ONNX Runtime (the values are compared with themselves).
                 validate_into(
                     &mut receipt,
-                    (&before, &before),
-                    None,
+                    (&before, &before, None),
                     &bindings,
                     &args,
                     &profile,
@@ -933,8 +933,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             let validation_failed = if args.validate {
                 validate_into(
                     &mut receipt,
-                    (&r.before, &r.after),
-                    Some(&written),
+                    (&r.before, &r.after, Some(&written)),
                     &bindings,
                     &args,
                     &profile,
