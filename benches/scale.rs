@@ -6,6 +6,7 @@
 //!     bash scripts/bench/make_model.sh bert_2l    # bert_2l.onnx
 //!     cargo bench --bench scale
 //!
+//! `chain_200k` is built in memory: a 200k-node chain, imported and analysed (no plan).
 //! For each model present in `target/bench/`: import, `analyse` (with its stages timed one by
 //! one: shape inference, phases, ORT schedule, simulation, ledger), the candidates, and the
 //! whole `optimize::plan` at ceilings of 95% and 90% of the predicted total; with
@@ -156,12 +157,54 @@ fn main() {
             }
         }
     }
+    let chain_wanted = only.as_deref().is_none_or(|o| o == CHAIN.0)
+        && (filter.is_empty() || filter.iter().any(|f| CHAIN.0.contains(f.as_str())));
+    if chain_wanted {
+        match run_chain() {
+            Ok(line) => summary.push(line),
+            Err(e) => {
+                println!("FAIL {}: {e:#}", CHAIN.0);
+                summary.push(format!("{:<9} FAILED: {e}", CHAIN.0));
+            }
+        }
+    }
     if !summary.is_empty() {
         println!("\nsummary (import + plan against the target)");
         for l in summary {
             println!("  {l}");
         }
     }
+}
+
+/// The synthetic row: (stem, links, target for import + analyse). A chain of elementwise
+/// nodes built in memory (`ckpt_ir::build::chain`), deeper than any recursive walk survives.
+const CHAIN: (&str, usize, Duration) = ("chain_200k", 200_000, Duration::from_secs(20));
+
+/// Import and analyse the chain (no plan: the row is about walks over a deep graph).
+fn run_chain() -> anyhow::Result<String> {
+    let (stem, links, target) = CHAIN;
+    println!("== {stem} (a chain of {links} Mul nodes and a ReduceSum, f32[16], built in memory)");
+    let bytes = ckpt_ir::build::chain(links).bytes();
+    let size = bytes.len() as u64;
+    let (graph, t_import) =
+        timed(|| ckpt_ir::import_bytes(bytes.into(), Path::new("chain_200k.onnx"), None));
+    let graph = graph?;
+    println!("  file {}, {} nodes", human(size), graph.node_count());
+    println!("  import                  {}", secs(t_import));
+    let (a, t_analyse) = timed(|| {
+        analyse(
+            graph,
+            &ckpt_opt::optimize::AnalyseOptions::with_bindings(Bindings::new()),
+        )
+    });
+    a?;
+    println!("  analyse (whole)         {}", secs(t_analyse));
+    let total = t_import + t_analyse;
+    Ok(format!(
+        "{stem:<9} import + analyse {} (target {})",
+        secs(total),
+        secs(target)
+    ))
 }
 
 fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<Vec<String>> {
@@ -278,6 +321,7 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
                     &r.after.class,
                     &r.after.sim,
                     &r.after.ledger,
+                    profile.caller_outputs != ckpt_ir::profile::CallerOutputs::Bound,
                 );
                 let lines: Vec<String> = h
                     .lines

@@ -6,6 +6,7 @@ pub mod buckets;
 pub mod capacity;
 pub mod cost;
 pub mod frontier;
+pub mod fuzz_paths;
 pub mod inputs;
 pub mod mutate;
 pub mod offline;

@@ -105,12 +105,16 @@ pub(crate) fn could_not_validate(e: anyhow::Error) -> Failure {
     }
 }
 
-/// Validate `after` against `before` under the profile: the paired values and the control,
+/// Validate `after` against `before` under the profile: the paired values and the control
+/// (of `written`, the output read back from the files staged for it, when there is one),
 /// then both graphs' device memory against their analyses (with `ceiling`, also the capped
 /// run).
 fn validate_analyses(
-    before: &optimize::Analysis,
-    after: &optimize::Analysis,
+    (before, after, written): (
+        &optimize::Analysis,
+        &optimize::Analysis,
+        Option<&ckpt_ir::Graph>,
+    ),
     bindings: &ckpt_ir::Bindings,
     r: &RunArgs,
     profile: &ckpt_ir::Profile,
@@ -120,7 +124,7 @@ fn validate_analyses(
     let params: Vec<_> = before.class.of_kind(TensorKind::Parameter).collect();
     let (v, inputs) = run_validation(
         &before.graph,
-        &after.graph,
+        written.unwrap_or(&after.graph),
         bindings,
         &params,
         r,
@@ -136,7 +140,11 @@ fn validate_analyses(
 /// could not run (exit 4, or 1); the receipt's status and reason say which.
 fn validate_into(
     receipt: &mut Receipt,
-    (before, after): (&optimize::Analysis, &optimize::Analysis),
+    (before, after, written): (
+        &optimize::Analysis,
+        &optimize::Analysis,
+        Option<&ckpt_ir::Graph>,
+    ),
     bindings: &ckpt_ir::Bindings,
     args: &OptimizeArgs,
     profile: &ckpt_ir::Profile,
@@ -146,8 +154,7 @@ fn validate_into(
     // An unchanged graph is validated against itself: its values need no printing.
     let values = !std::ptr::eq(before, after);
     let result = validate_analyses(
-        before,
-        after,
+        (before, after, written),
         bindings,
         &args.run,
         profile,
@@ -195,6 +202,7 @@ fn record_validation(
 /// hash, and where its data lives with each data file's hash. With `seed`, every random op
 /// gets an explicit `seed` attribute first (`--seed-random-ops`).
 fn write_output(
+    staging: &mut ckpt_ir::Staging,
     receipt: &mut Receipt,
     original: &ckpt_ir::onnx::ModelProto,
     graph: &ckpt_ir::Graph,
@@ -209,7 +217,8 @@ fn write_output(
         }
         None => receipt.random_ops_shifted = shifted_random_ops(original, &proto),
     }
-    let written = ckpt_ir::write_model(proto, graph.dir(), out, Some(model))
+    let written = staging
+        .stage_model(proto, graph.dir(), out, Some(model))
         .with_context(|| format!("writing {}", out.display()))?;
     receipt.output = Some(FileHash {
         path: out.display().to_string(),
@@ -224,10 +233,26 @@ fn write_output(
         None => None,
         Some(placement) => Some(OutputData {
             placement,
-            files: hash_files(&written.data_files)?,
+            files: hash_staged(staging, &written.data_files)?,
         }),
     };
     Ok(())
+}
+
+/// The output staged for `out`, read back from its temporary files and imported under the
+/// rules every input meets (opsets, ops, attributes, initializer and external-data sizes):
+/// an output that breaks them is never published.
+fn read_back(staging: &ckpt_ir::Staging, out: &std::path::Path) -> Result<ckpt_ir::Graph, Failure> {
+    let proto = staging
+        .read_back(out)
+        .with_context(|| format!("reading back {}", out.display()))?;
+    let dir = match out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let graph = ckpt_ir::import_model(proto, out, Some(dir))
+        .with_context(|| format!("the output staged for {} does not read back", out.display()))?;
+    Ok(graph)
 }
 
 /// The random ops of `written` without a `seed` that ORT seeds by node index
@@ -273,6 +298,26 @@ fn hash_files(files: &[std::path::PathBuf]) -> Result<Vec<FileHash>, Failure> {
     files
         .iter()
         .map(|f| FileHash::of_file(f).with_context(|| format!("hashing {}", f.display())))
+        .map(|r| r.map_err(Failure::input))
+        .collect()
+}
+
+/// Each file's SHA-256 as it will be published: a staged file's from its temporary name,
+/// recorded under its own.
+fn hash_staged(
+    staging: &ckpt_ir::Staging,
+    files: &[std::path::PathBuf],
+) -> Result<Vec<FileHash>, Failure> {
+    files
+        .iter()
+        .map(|f| {
+            let read = staging.staged_path(f).unwrap_or(f);
+            let hash = FileHash::of_file(read).with_context(|| format!("hashing {}", f.display()));
+            hash.map(|h| FileHash {
+                path: f.display().to_string(),
+                ..h
+            })
+        })
         .map(|r| r.map_err(Failure::input))
         .collect()
 }
@@ -485,8 +530,7 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
         .one_region(after.device.arena_bytes)
         .map_err(|e| Failure::input(anyhow!(e)))?;
     let result = validate_analyses(
-        &before,
-        &after,
+        (&before, &after, None),
         &b,
         &a.run,
         &options.profile,
@@ -760,6 +804,8 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         };
         receipt.arena_binding = Some(BeforeAfter { before, after });
     };
+    // The output, its data file and the receipts, published together by `emit`.
+    let mut staging = ckpt_ir::Staging::default();
     match outcome {
         Outcome::CannotFit { before, diagnosis } => {
             receipt.status = Status::CeilingCannotBeMet;
@@ -768,7 +814,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             receipt.diagnosis = Some(diagnosis);
             fill_peaks(&mut receipt, &before, &before);
             receipt.seconds = t0.elapsed().as_secs_f64();
-            emit(&args, &receipt)?;
+            emit(&args, &receipt, staging)?;
             Err(Failure {
                 code: 2,
                 error: anyhow!("the ceiling of {} cannot be met: {message}", human(ceiling)),
@@ -781,7 +827,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 // under the ceiling on ONNX Runtime (the values are compared with themselves).
                 validate_into(
                     &mut receipt,
-                    (&before, &before),
+                    (&before, &before, None),
                     &bindings,
                     &args,
                     &profile,
@@ -800,6 +846,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                         ckpt_planner::recorded_metadata(&profile, ceiling, &before.ledger),
                     )?;
                     write_output(
+                        &mut staging,
                         &mut receipt,
                         before.graph.model(),
                         &g,
@@ -807,10 +854,11 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                         &model,
                         random_seed,
                     )?;
+                    read_back(&staging, out)?;
                 }
             }
             receipt.seconds = t0.elapsed().as_secs_f64();
-            emit(&args, &receipt)?;
+            emit(&args, &receipt, staging)?;
             if !args.output_args.json {
                 println!(
                     "{}: predicted device total {} already fits the ceiling of {} under the profile ({}); nothing to recompute{}",
@@ -876,10 +924,22 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 "ilp": r.ilp,
             }));
             receipt.patch = Some(r.patch_text.clone());
+            // The output is written under temporary names first; what is validated is those
+            // files read back, and they are published only if it passes.
+            write_output(
+                &mut staging,
+                &mut receipt,
+                r.before.graph.model(),
+                &r.after.graph,
+                &out,
+                &model,
+                random_seed,
+            )?;
+            let written = read_back(&staging, &out)?;
             let validation_failed = if args.validate {
                 validate_into(
                     &mut receipt,
-                    (&r.before, &r.after),
+                    (&r.before, &r.after, Some(&written)),
                     &bindings,
                     &args,
                     &profile,
@@ -890,18 +950,14 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 None
             };
             record_measured_added(&mut receipt);
-            if validation_failed.is_none() {
-                write_output(
-                    &mut receipt,
-                    r.before.graph.model(),
-                    &r.after.graph,
-                    &out,
-                    &model,
-                    random_seed,
-                )?;
+            if validation_failed.is_some() {
+                staging = ckpt_ir::Staging::default(); // the staged files are removed
+                receipt.output = None;
+                receipt.output_data = None;
+                receipt.random_ops_shifted.clear();
             }
             receipt.seconds = t0.elapsed().as_secs_f64();
-            emit(&args, &receipt)?;
+            emit(&args, &receipt, staging)?;
             if !args.output_args.json {
                 print_summary(
                     &r,
@@ -1196,19 +1252,29 @@ fn record_measured_added(receipt: &mut Receipt) {
     }
 }
 
-/// Write the receipt (`--receipt`) and print it (`--json`).
-fn emit(args: &OptimizeArgs, receipt: &Receipt) -> Result<(), Failure> {
+/// Stage the receipt (`--receipt`, `--receipt-md`) beside whatever `staging` holds (the
+/// output and its data file), publish them as one set, and print the receipt (`--json`).
+fn emit(
+    args: &OptimizeArgs,
+    receipt: &Receipt,
+    mut staging: ckpt_ir::Staging,
+) -> Result<(), Failure> {
     ckpt_opt::progress::finish();
     let text = serde_json::to_string_pretty(receipt).map_err(Failure::input)?;
     if let Some(path) = &args.receipt {
-        ckpt_ir::write_atomic(path, text.as_bytes(), args.model.as_deref())
+        staging
+            .stage(path, text.as_bytes(), args.model.as_deref())
             .with_context(|| format!("writing receipt {}", path.display()))?;
     }
     if let Some(path) = &args.receipt_md {
         let md = ckpt_opt::receipt_md::render(receipt);
-        ckpt_ir::write_atomic(path, md.as_bytes(), args.model.as_deref())
+        staging
+            .stage(path, md.as_bytes(), args.model.as_deref())
             .with_context(|| format!("writing receipt summary {}", path.display()))?;
     }
+    staging
+        .publish()
+        .context("publishing the output, its data file and the receipts")?;
     if args.output_args.json {
         println!("{text}");
     }

@@ -71,7 +71,10 @@ pub fn mutate_structure(model: &mut ModelProto, rng: &mut Rng) {
         .flat_map(|n| n.output.iter().cloned())
         .chain(g.input.iter().filter_map(|v| v.name.clone()))
         .collect();
-    match rng.below(9) {
+    match rng.below(12) {
+        9 => mutate_opsets(model, rng),
+        10 => mutate_external_length(g, rng),
+        11 => lengthen_chain(g, rng),
         0 if !g.node.is_empty() => {
             let k = rng.below(g.node.len());
             let n = &mut g.node[k];
@@ -176,6 +179,83 @@ pub fn mutate_structure(model: &mut ModelProto, rng: &mut Rng) {
             }
         }
     }
+}
+
+/// An opset import's version set outside the registry's range or to its edge (0, -1, 1, 26,
+/// 27, 2^40, `i64::MAX`), a domain imported twice, or the IR version set below 3.
+fn mutate_opsets(model: &mut ModelProto, rng: &mut Rng) {
+    match rng.below(4) {
+        0 => model.ir_version = Some([0i64, 1, 2][rng.below(3)]),
+        1 if !model.opset_import.is_empty() => {
+            let k = rng.below(model.opset_import.len());
+            let twin = model.opset_import[k].clone();
+            model.opset_import.push(twin);
+        }
+        _ if !model.opset_import.is_empty() => {
+            let k = rng.below(model.opset_import.len());
+            let v = [0i64, -1, 1, 26, 27, 1 << 40, i64::MAX][rng.below(7)];
+            model.opset_import[k].version = Some(v);
+        }
+        _ => {}
+    }
+}
+
+/// An initializer's external-data `length` removed, or set to a wrong, negative, huge or
+/// malformed value (an embedded one is made external first).
+fn mutate_external_length(g: &mut onnx::GraphProto, rng: &mut Rng) {
+    if g.initializer.is_empty() {
+        return;
+    }
+    let k = rng.below(g.initializer.len());
+    let t = &mut g.initializer[k];
+    if t.data_location != Some(onnx::tensor_proto::DataLocation::External as i32) {
+        t.raw_data = None;
+        t.data_location = Some(onnx::tensor_proto::DataLocation::External as i32);
+        t.external_data = vec![onnx::StringStringEntryProto {
+            key: Some("location".into()),
+            value: Some("w.data".into()),
+        }];
+    }
+    t.external_data
+        .retain(|e| e.key.as_deref() != Some("length"));
+    let value = ["0", "100", "-1", "18446744073709551615", "abc"][rng.below(5)];
+    if rng.below(6) != 0 {
+        t.external_data.push(onnx::StringStringEntryProto {
+            key: Some("length".into()),
+            value: Some(value.into()),
+        });
+    }
+}
+
+/// A chain of `Neg` nodes spliced in front of one node input: 10 to 1,000 nodes, and 1 time
+/// in 256 a chain of 100,000 (deeper than any recursive walk survives).
+fn lengthen_chain(g: &mut onnx::GraphProto, rng: &mut Rng) {
+    let Some(k) = (!g.node.is_empty()).then(|| rng.below(g.node.len())) else {
+        return;
+    };
+    if g.node[k].input.is_empty() {
+        return;
+    }
+    let slot = rng.below(g.node[k].input.len());
+    let links = if rng.below(256) == 0 {
+        100_000
+    } else {
+        [10, 100, 1000][rng.below(3)]
+    };
+    let mut prev = g.node[k].input[slot].clone();
+    let mut chain = Vec::with_capacity(links);
+    for i in 0..links {
+        let next = format!("fuzz_chain_{i}");
+        chain.push(onnx::NodeProto {
+            input: vec![prev],
+            output: vec![next.clone()],
+            op_type: Some("Neg".into()),
+            ..Default::default()
+        });
+        prev = next;
+    }
+    g.node[k].input[slot] = prev;
+    g.node.splice(k..k, chain);
 }
 
 /// How far [`exercise`] drives an input.

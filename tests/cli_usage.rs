@@ -572,3 +572,42 @@ fn malformed_model_files_are_refused_once_each() {
         assert!(!err.contains("panicked"), "{name}: {err}");
     }
 }
+
+/// Opset versions outside the registry's (0, -1, a huge one, one ONNX Runtime does not load
+/// yet) and opset imports under IR version 1 exit 1 naming the domain and version (version 0
+/// panicked with an index out of bounds), and write nothing.
+#[test]
+fn opset_imports_outside_the_registry_are_refused() {
+    use ckpt_ir::Message;
+    let dir = tempfile::tempdir().unwrap();
+    let original = ckpt_ir::onnx::ModelProto::decode(
+        std::fs::read(root().join("tests/fixtures/mlp_d0_aot.onnx"))
+            .unwrap()
+            .as_slice(),
+    )
+    .unwrap();
+    for (ir, version, why) in [
+        (10, 0, "`ai.onnx` version 0"),
+        (10, -1, "`ai.onnx` version -1"),
+        (10, i64::MAX, &format!("`ai.onnx` version {}", i64::MAX)),
+        (10, 27, "`ai.onnx` version 27"),
+        (1, 17, "IR version 1 and opset_import"),
+    ] {
+        let mut m = original.clone();
+        m.ir_version = Some(ir);
+        for o in &mut m.opset_import {
+            if o.domain.as_deref().unwrap_or("").is_empty() {
+                o.version = Some(version);
+            }
+        }
+        let path = dir.path().join(format!("ir{ir}_opset{version}.onnx"));
+        std::fs::write(&path, m.encode_to_vec()).unwrap();
+        let out = dir.path().join("out.onnx");
+        let o = run(&[path_str(&path), "--ceiling", "90%", "-o", path_str(&out)]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{why}: {err}");
+        assert!(err.contains(why), "{why}: {err}");
+        assert!(!err.contains("panicked"), "{why}: {err}");
+        assert!(!out.exists(), "{why}: wrote {}", out.display());
+    }
+}

@@ -452,3 +452,144 @@ fn sessions_read_external_data_from_the_model_directory_not_the_cwd() {
         "without the model's directory the cwd's decoy was not read: the test cannot fail"
     );
 }
+
+/// Rewrite the model at `model`: `edit` sees every external initializer's entries.
+fn edit_entries(model: &Path, mut edit: impl FnMut(&mut onnx::TensorProto)) {
+    let mut m = onnx::ModelProto::decode(std::fs::read(model).unwrap().as_slice()).unwrap();
+    for t in m.graph.as_mut().unwrap().initializer.iter_mut() {
+        edit(t);
+    }
+    std::fs::write(model, m.encode_to_vec()).unwrap();
+}
+
+/// The checker's full check and an ORT session on `model`, from `/`.
+fn checker_and_ort(model: &Path) -> std::process::Output {
+    std::process::Command::new(python())
+        .current_dir("/")
+        .args([
+            "-c",
+            "import sys, onnx, onnxruntime as ort\n\
+             onnx.checker.check_model(sys.argv[1], full_check=True)\n\
+             ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])",
+            path_str(model),
+        ])
+        .output()
+        .unwrap()
+}
+
+/// External-data entries without `length` (optional in ONNX) are copied by the tensor's own
+/// byte range (dims × element size), not to the end of the data file: the output written
+/// elsewhere passes the checker's full check and loads in ORT (it failed with "external data
+/// size mismatch"), and every copied range is the original's bytes.
+#[test]
+fn entries_without_length_are_copied_by_their_true_range() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, out_dir) = (tmp.path().join("src"), tmp.path().join("out"));
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let (model, data) = externalize(&example(), &src, "w.data");
+    let mut lengths = std::collections::HashMap::new();
+    edit_entries(&model, |t| {
+        let n = t
+            .external_data
+            .iter()
+            .find(|e| e.key.as_deref() == Some("length"))
+            .and_then(|e| e.value.clone())
+            .unwrap();
+        lengths.insert(t.name.clone().unwrap(), n.parse::<usize>().unwrap());
+        t.external_data
+            .retain(|e| e.key.as_deref() != Some("length"));
+    });
+    let out = out_dir.join("x.onnx");
+    let o = run(&[path_str(&model), "--ceiling", "36MiB", "-o", path_str(&out)]);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let after = checker_and_ort(&out);
+    assert!(after.status.success(), "{}", stderr(&after));
+    let orig = onnx::ModelProto::decode(std::fs::read(&model).unwrap().as_slice()).unwrap();
+    let written = onnx::ModelProto::decode(std::fs::read(&out).unwrap().as_slice()).unwrap();
+    let copied = std::fs::read(out_dir.join("x.onnx.data")).unwrap();
+    let entry = |t: &onnx::TensorProto, key: &str| -> Option<usize> {
+        t.external_data
+            .iter()
+            .find(|e| e.key.as_deref() == Some(key))
+            .and_then(|e| e.value.as_deref())
+            .map(|v| v.parse().unwrap())
+    };
+    let mut external = 0;
+    for t in &written.graph.as_ref().unwrap().initializer {
+        let Some(b) = entry(t, "offset") else {
+            continue;
+        };
+        let name = t.name.clone().unwrap();
+        let o = orig.graph.as_ref().unwrap().initializer.iter();
+        let o = o.clone().find(|x| x.name == t.name).unwrap();
+        let (a, n) = (entry(o, "offset").unwrap(), lengths[&name]);
+        assert_eq!(entry(t, "length"), Some(n), "{name}");
+        assert_eq!(&data[a..a + n], &copied[b..b + n], "{name}");
+        external += 1;
+    }
+    assert!(external > 0);
+}
+
+/// A declared `length` that disagrees with the tensor's dims × element size (100 for the
+/// largest weight) is refused at import, naming the tensor; nothing is written.
+#[test]
+fn a_wrong_length_is_refused_naming_the_tensor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (model, _) = externalize(&example(), tmp.path(), "w.data");
+    let m = onnx::ModelProto::decode(std::fs::read(&model).unwrap().as_slice()).unwrap();
+    let largest = m
+        .graph
+        .as_ref()
+        .unwrap()
+        .initializer
+        .iter()
+        .max_by_key(|t| t.dims.iter().product::<i64>())
+        .and_then(|t| t.name.clone())
+        .unwrap();
+    edit_entries(&model, |t| {
+        if t.name.as_deref() == Some(largest.as_str()) {
+            for e in &mut t.external_data {
+                if e.key.as_deref() == Some("length") {
+                    e.value = Some("100".into());
+                }
+            }
+        }
+    });
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = out_dir.path().join("x.onnx");
+    let o = run(&[path_str(&model), "--ceiling", "36MiB", "-o", path_str(&out)]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("`{largest}`")) && err.contains("length 100"),
+        "{err}"
+    );
+    assert!(
+        listing(out_dir.path()).is_empty(),
+        "wrote {:?}",
+        listing(out_dir.path())
+    );
+}
+
+/// A data file with a second hard link (here from outside the model's directory) is refused,
+/// as onnx's checker refuses it; with one link it is accepted.
+#[test]
+fn a_hard_linked_data_file_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, outside) = (tmp.path().join("src"), tmp.path().join("outside"));
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let (model, _) = externalize(&example(), &src, "w.data");
+    let o = run(&["inspect", path_str(&model)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::hard_link(src.join("w.data"), outside.join("secret.bin")).unwrap();
+    let o = run(&["inspect", path_str(&model)]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("w.data") && err.contains("2 hard links"),
+        "{err}"
+    );
+    assert!(err.contains("initializer `"), "{err}");
+}

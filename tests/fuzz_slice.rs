@@ -117,3 +117,14 @@ fn fuzz_regressions_do_not_panic() {
         assert!(p.is_none(), "{name}: {p:?}");
     }
 }
+
+/// The output-path mutations (`ckpt_opt::fuzz_paths`): 500 seeded sets of `-o`, its data
+/// file and the receipts, drawn from names that collide with each other, the input and its
+/// data file; every set the target check accepts writes distinct files none of which the run
+/// reads, and the check writes nothing.
+#[test]
+fn output_path_mutations_never_clobber() {
+    let tmp = tempfile::tempdir().unwrap();
+    let findings = ckpt_opt::fuzz_paths::fuzz_output_paths(tmp.path(), 20261205, 500).unwrap();
+    assert!(findings.is_empty(), "{findings:?}");
+}

@@ -147,6 +147,28 @@ impl ModelBuilder {
     }
 }
 
+/// A chain of `links` elementwise nodes, `h{i+1} = Mul(h{i}, w)` from the input `x` (f32
+/// `[16]`) and the parameter `w`, then `loss = ReduceSum(h)`: the longest path any walk over
+/// the graph can meet, for scale tests, the bench and the fuzzer.
+pub fn chain(links: usize) -> ModelBuilder {
+    let mut b = ModelBuilder::new(17)
+        .input("x", DType::F32, "16")
+        .init_f32("w", &[16], &[0.5; 16]);
+    let mut prev = "x".to_string();
+    for i in 0..links {
+        let next = format!("h{i}");
+        b = b.node("Mul", &[&prev, "w"], &[&next]);
+        prev = next;
+    }
+    b.node_with(
+        "ReduceSum",
+        &[&prev],
+        &["loss"],
+        vec![attr_i("keepdims", 0)],
+    )
+    .output("loss", DType::F32, "")
+}
+
 /// A tensor value_info with a shape written as text.
 pub fn value_info(name: &str, dtype: DType, shape: &str) -> onnx::ValueInfoProto {
     use onnx::tensor_shape_proto::{dimension::Value, Dimension};

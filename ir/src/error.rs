@@ -20,6 +20,19 @@ pub enum ImportError {
     },
     #[error("{path} has ir_version {found}, newer than the {max} this build understands; re-export with an older ONNX or upgrade ckpt-opt")]
     IrVersionTooNew { path: PathBuf, found: i64, max: i64 },
+    #[error("{path} has ir_version {found}: ONNX IR versions start at 1")]
+    IrVersionInvalid { path: PathBuf, found: i64 },
+    #[error("{path} has IR version {ir} and opset_import entries, which ONNX allows from IR version 3 on; set ir_version to 3 or newer")]
+    OpsetsBeforeIr3 { path: PathBuf, ir: i64 },
+    #[error("{path} imports opset `{domain}` version {version}, outside the versions this build knows ({known}); re-export the model at a released opset")]
+    OpsetOutOfRange {
+        path: PathBuf,
+        domain: String,
+        version: i64,
+        known: String,
+    },
+    #[error("{path} imports opset `{domain}` twice; each domain may be imported once")]
+    OpsetTwice { path: PathBuf, domain: String },
     #[error("{path} has no ir_version: not an ONNX model")]
     NoIrVersion { path: PathBuf },
     #[error("{path} has no graph")]
@@ -35,6 +48,30 @@ pub enum ImportError {
         tensor: String,
         first: String,
         second: String,
+    },
+    #[error("tensor `{tensor}` is listed twice among the {list}; each name is assigned once")]
+    ListedTwice { tensor: String, list: &'static str },
+    #[error("node `{node}` uses op `{op}` of domain `{domain}`, which no registry knows: {why}")]
+    UnknownOp {
+        node: String,
+        op: String,
+        domain: String,
+        why: String,
+    },
+    #[error("node `{node}` has attribute `{attribute}` whose type and data disagree: {what}")]
+    AttributeMismatch {
+        node: String,
+        attribute: String,
+        what: String,
+    },
+    #[error("initializer `{tensor}` ({dtype}, dims {shape}) holds {found} {unit} where its shape needs {expected}; the data is truncated or the dims are wrong")]
+    InitializerDataSize {
+        tensor: String,
+        shape: String,
+        dtype: &'static str,
+        found: u64,
+        expected: u64,
+        unit: String,
     },
     #[error("the graph has a cycle through nodes {}", nodes.join(" -> "))]
     Cycle { nodes: Vec<String> },
@@ -56,6 +93,19 @@ pub enum ImportError {
     },
     #[error("initializer `{tensor}` has external data file {path}, which does not exist")]
     ExternalMissing { tensor: String, path: PathBuf },
+    #[error("initializer `{tensor}` declares external data length {declared}, but its shape {shape} and element type hold {size} bytes; fix or remove the `length` entry")]
+    ExternalLengthMismatch {
+        tensor: String,
+        declared: u64,
+        size: u64,
+        shape: String,
+    },
+    #[error("initializer `{tensor}` has external data file {path} with {links} hard links; a data file must have one link (a hard link can bring in a file from outside the model's directory), so copy it instead")]
+    ExternalHardLinked {
+        tensor: String,
+        path: PathBuf,
+        links: u64,
+    },
     #[error("initializer `{tensor}` has malformed external data: {what}")]
     ExternalMalformed { tensor: String, what: String },
     #[error("graph output `{tensor}` is not produced by any node, input or initializer")]
@@ -78,6 +128,8 @@ pub enum ExportError {
         "cannot write {path}: the graph has external data but no model directory to read it from"
     )]
     NoExternalDataDir { path: PathBuf },
+    #[error("the output staged for {path} does not read back: {what}")]
+    ReadBack { path: PathBuf, what: String },
     #[error("cannot copy external data of `{tensor}` from {from} to {to}: {source}")]
     ExternalCopy {
         tensor: String,

@@ -482,8 +482,27 @@ impl Graph {
         if !self.tensors[t.index()].consumers.contains(&consumer) {
             self.tensor_mut(t).consumers.push(consumer);
         }
+        self.add_edge_once(t, consumer);
+    }
+
+    /// [`Graph::connect`] for a `consumer` never connected to `t` before (import connects
+    /// each node once): no search of `t`'s consumers, so a tensor read by every node of a
+    /// large graph costs linear time.
+    pub(crate) fn connect_new(&mut self, t: TensorId, consumer: NodeId) {
+        self.tensor_mut(t).consumers.push(consumer);
+        self.add_edge_once(t, consumer);
+    }
+
+    /// The edge from `t`'s producer to `consumer` carrying `t`, unless there is one (found
+    /// among the consumer's few incoming edges, not the producer's many outgoing ones).
+    fn add_edge_once(&mut self, t: TensorId, consumer: NodeId) {
+        use petgraph::visit::EdgeRef;
         if let TensorSource::Node(p) = self.tensors[t.index()].source {
-            if self.g.find_edge(nx(p), nx(consumer)).map(|e| self.g[e]) != Some(t) {
+            let present = self
+                .g
+                .edges_directed(nx(consumer), petgraph::Direction::Incoming)
+                .any(|e| e.source() == nx(p) && *e.weight() == t);
+            if !present {
                 self.g.add_edge(nx(p), nx(consumer), t);
             }
         }
@@ -515,8 +534,29 @@ impl Graph {
         Arc::make_mut(&mut self.g[nx(id)])
     }
 
+    /// Whether some node depends on itself: Kahn's peeling, iterative (no recursion, so any
+    /// chain length is walked in O(nodes + edges) time and heap memory).
     pub(crate) fn has_cycle(&self) -> bool {
-        petgraph::algo::is_cyclic_directed(&self.g)
+        use petgraph::Direction::Incoming;
+        let mut indegree = vec![0usize; self.g.node_bound()];
+        let mut ready: Vec<NodeIndex> = Vec::new();
+        for i in self.g.node_indices() {
+            indegree[i.index()] = self.g.neighbors_directed(i, Incoming).count();
+            if indegree[i.index()] == 0 {
+                ready.push(i);
+            }
+        }
+        let mut peeled = 0usize;
+        while let Some(i) = ready.pop() {
+            peeled += 1;
+            for j in self.g.neighbors(i) {
+                indegree[j.index()] -= 1;
+                if indegree[j.index()] == 0 {
+                    ready.push(j);
+                }
+            }
+        }
+        peeled != self.g.node_count()
     }
 }
 

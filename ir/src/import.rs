@@ -72,6 +72,7 @@ pub fn import_model(
             max: MAX_IR_VERSION,
         });
     }
+    crate::opset::check_opset_imports(&model, path)?;
     let proto_graph = model.graph.clone().ok_or_else(|| ImportError::NoGraph {
         path: path.to_path_buf(),
     })?;
@@ -94,6 +95,12 @@ pub fn import_model(
     // Graph inputs.
     for vi in &proto_graph.input {
         let name = vi.name.clone().unwrap_or_default();
+        if graph.by_name.contains_key(&name) {
+            return Err(ImportError::ListedTwice {
+                tensor: name,
+                list: "graph inputs",
+            });
+        }
         let (dtype, shape) = value_type(vi, &mut unknown_dims)?;
         let id = graph.add_tensor(Tensor {
             name,
@@ -112,8 +119,17 @@ pub fn import_model(
         let dtype = tensor_dtype(&name, init.data_type.unwrap_or(0))?;
         let shape = dims_shape(&name, &init.dims)?;
         check_size(&name, dtype, &shape)?;
-        let data = init_data(&name, init, path, graph.dir.as_deref())?;
+        if init.data_location != Some(onnx::tensor_proto::DataLocation::External as i32) {
+            crate::wellformed::check_initializer_data(&name, init, dtype)?;
+        }
+        let data = init_data(&name, init, dtype, &shape, path, graph.dir.as_deref())?;
         match graph.by_name.get(&name).copied() {
+            Some(id) if !graph.tensor(id).is_graph_input() => {
+                return Err(ImportError::ListedTwice {
+                    tensor: name,
+                    list: "initializers",
+                });
+            }
             Some(id) => {
                 let t = graph.tensor_mut(id);
                 t.source = TensorSource::Initializer {
@@ -166,6 +182,8 @@ pub fn import_model(
     let mut ids: Vec<NodeId> = Vec::with_capacity(proto_graph.node.len());
     for (i, np) in proto_graph.node.iter().enumerate() {
         let label = node_label(np, i);
+        crate::wellformed::check_op(graph.model(), np, &label)?;
+        crate::wellformed::check_attributes(np, &label)?;
         let mut outputs = Vec::with_capacity(np.output.len());
         for out in &np.output {
             if out.is_empty() {
@@ -229,8 +247,12 @@ pub fn import_model(
                 }
             }
         }
+        let mut connected: Vec<TensorId> = Vec::with_capacity(inputs.len());
         for &t in inputs.iter().flatten() {
-            graph.connect(t, id);
+            if !connected.contains(&t) {
+                connected.push(t);
+                graph.connect_new(t, id);
+            }
         }
         graph.node_mut(id).inputs = inputs;
     }
@@ -371,12 +393,38 @@ fn check_size(tensor: &str, dtype: Option<DType>, shape: &Shape) -> Result<(), I
     Ok(())
 }
 
+/// The bytes an initializer of `dtype` and `shape` holds in external data: dims × element
+/// size; `None` for strings and an unknown element type, which have no fixed size.
+pub fn external_byte_len(dtype: Option<DType>, shape: &Shape) -> Option<u64> {
+    let dtype = dtype.filter(|d| *d != DType::String)?;
+    shape.bytes_under(dtype.bits(), &Default::default()).ok()
+}
+
+/// The bytes `t` holds in external data, from its dims and element type (`None` for a
+/// negative dim, strings, an unknown element type or a size past 64 bits).
+pub(crate) fn proto_byte_len(t: &onnx::TensorProto) -> Option<u64> {
+    let dtype = DType::from_code(t.data_type.unwrap_or(0))?;
+    let dims: Option<Vec<Dim>> = t
+        .dims
+        .iter()
+        .map(|&d| u64::try_from(d).ok().map(Dim::Known))
+        .collect();
+    external_byte_len(Some(dtype), &Shape(dims?))
+}
+
+/// Where an initializer's bytes live. External data must hold exactly the tensor's bytes
+/// (dims × element size): a declared `length` that disagrees is refused, an absent one is
+/// taken to be that size; the data file must be a regular file with one link (a hard link
+/// could make a file outside the model's directory look inside, as onnx's checker says).
 fn init_data(
     name: &str,
     init: &onnx::TensorProto,
+    dtype: Option<DType>,
+    shape: &Shape,
     model_path: &Path,
     dir: Option<&Path>,
 ) -> Result<InitData, ImportError> {
+    use std::os::unix::fs::MetadataExt;
     if init.data_location != Some(onnx::tensor_proto::DataLocation::External as i32) {
         return Ok(InitData::Embedded);
     }
@@ -384,6 +432,9 @@ fn init_data(
         tensor: name.to_string(),
         what,
     };
+    let size = external_byte_len(dtype, shape).ok_or_else(|| {
+        malformed("external data needs a numeric element type of fixed size".to_string())
+    })?;
     let mut location = None;
     let mut offset = 0u64;
     let mut length = None;
@@ -405,6 +456,14 @@ fn init_data(
             }
             _ => {}
         }
+    }
+    if let Some(declared) = length.filter(|&l| l != size) {
+        return Err(ImportError::ExternalLengthMismatch {
+            tensor: name.to_string(),
+            declared,
+            size,
+            shape: shape.to_string(),
+        });
     }
     let location = location.ok_or_else(|| malformed("no `location` entry".to_string()))?;
     let dir =
@@ -431,6 +490,13 @@ fn init_data(
             full.display()
         )));
     }
+    if meta.nlink() > 1 {
+        return Err(ImportError::ExternalHardLinked {
+            tensor: name.to_string(),
+            path: full.clone(),
+            links: meta.nlink(),
+        });
+    }
     // A symlink may still point outside: compare canonical paths.
     if let (Ok(cdir), Ok(cfile)) = (dir.canonicalize(), full.canonicalize()) {
         if !cfile.starts_with(&cdir) {
@@ -443,7 +509,7 @@ fn init_data(
         }
     }
     let end = offset
-        .checked_add(length.unwrap_or(0))
+        .checked_add(size)
         .ok_or_else(|| malformed("offset + length overflows".to_string()))?;
     if end > meta.len() {
         return Err(malformed(format!(
@@ -547,9 +613,9 @@ pub fn read_external_value(
     Some(buf)
 }
 
-/// Names of nodes on some cycle, for the error message.
+/// Names of nodes on some cycle, for the error message (Kosaraju's iterative walk).
 fn cycle_names(graph: &Graph) -> Vec<String> {
-    let sccs = petgraph::algo::tarjan_scc(&graph.g);
+    let sccs = petgraph::algo::kosaraju_scc(&graph.g);
     for scc in sccs {
         let self_loop = scc.len() == 1 && graph.g.find_edge(scc[0], scc[0]).is_some();
         if scc.len() > 1 || self_loop {

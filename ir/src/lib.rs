@@ -23,6 +23,7 @@ mod graph;
 mod ids;
 mod import;
 pub mod ops;
+pub mod opset;
 pub mod ort;
 mod parse;
 mod patch;
@@ -30,13 +31,14 @@ pub mod profile;
 mod shape;
 mod text;
 mod verify;
+mod wellformed;
 
 pub use deployment::Deployment;
 pub use dtype::DType;
 pub use error::{ExportError, ImportError, VerifyError};
 pub use export::{
     check_output_target, export, export_bytes, external_data_files, remove_temp_files,
-    write_atomic, write_model, DataPlacement, Written,
+    write_atomic, write_model, DataPlacement, Staging, Written,
 };
 pub use graph::{
     normalise_domain, Graph, InitData, Node, NodeOrigin, Tensor, TensorSource, ONNX_DOMAIN,

@@ -331,3 +331,164 @@ fn undefined_output() {
         .build();
     assert!(err(m.encode_to_vec()).contains("`nope`"));
 }
+
+/// A name listed twice among the graph inputs, or twice among the initializers, breaks
+/// single assignment: refused naming the tensor.
+#[test]
+fn duplicate_graph_input_or_initializer() {
+    let m = ModelBuilder::new(20)
+        .input("x", DType::F32, "2")
+        .input("x", DType::F32, "2")
+        .node("Neg", &["x"], &["y"])
+        .output("y", DType::F32, "2")
+        .build();
+    let e = err(m.encode_to_vec());
+    assert!(e.contains("`x`") && e.contains("graph inputs"), "{e}");
+    let m = ModelBuilder::new(20)
+        .input("x", DType::F32, "2")
+        .init_f32("w", &[2], &[1.0, 2.0])
+        .init_f32("w", &[2], &[3.0, 4.0])
+        .node("Add", &["x", "w"], &["y"])
+        .output("y", DType::F32, "2")
+        .build();
+    let e = err(m.encode_to_vec());
+    assert!(e.contains("`w`") && e.contains("initializers"), "{e}");
+    // An initializer that is also a graph input (an overridable default) is one assignment.
+    let m = ModelBuilder::new(20)
+        .input("x", DType::F32, "2")
+        .input("w", DType::F32, "2")
+        .init_f32("w", &[2], &[1.0, 2.0])
+        .node("Add", &["x", "w"], &["y"])
+        .output("y", DType::F32, "2")
+        .build();
+    import(m.encode_to_vec()).unwrap();
+}
+
+/// An attribute whose `type` names one field and whose data is in another, or which holds
+/// two value fields, is refused naming the node and the attribute.
+#[test]
+fn attribute_type_disagreeing_with_its_data() {
+    let mut wrong_type = attr_i("axis", 0);
+    wrong_type.r#type = Some(onnx::attribute_proto::AttributeType::Float as i32);
+    let mut two_fields = attr_i("axis", 0);
+    two_fields.f = Some(1.0);
+    for (a, why) in [
+        (wrong_type, "type is FLOAT but it holds a INT"),
+        (two_fields, "2 value fields"),
+    ] {
+        let m = ModelBuilder::new(20)
+            .input("x", DType::F32, "2,3")
+            .node_with("Softmax", &["x"], &["y"], vec![a])
+            .output("y", DType::F32, "2,3")
+            .build();
+        let e = err(m.encode_to_vec());
+        assert!(
+            e.contains("Softmax_y") && e.contains("`axis`") && e.contains(why),
+            "{e}"
+        );
+    }
+}
+
+/// An embedded initializer whose data is shorter (or longer) than its shape needs is
+/// refused naming it, in raw_data bytes or typed values.
+#[test]
+fn initializer_data_of_the_wrong_size() {
+    let raw = onnx::TensorProto {
+        name: Some("w".into()),
+        dims: vec![4, 4],
+        data_type: Some(DType::F32.code()),
+        raw_data: Some(vec![0u8; 12].into()),
+        ..Default::default()
+    };
+    let typed = onnx::TensorProto {
+        raw_data: None,
+        float_data: vec![1.0; 15],
+        ..raw.clone()
+    };
+    for (t, why) in [
+        (raw, "holds 12 raw_data bytes where its shape needs 64"),
+        (typed, "holds 15 float_data values where its shape needs 16"),
+    ] {
+        let m = ModelBuilder::new(20)
+            .input("x", DType::F32, "4,4")
+            .initializer(t)
+            .node("Add", &["x", "w"], &["y"])
+            .output("y", DType::F32, "4,4")
+            .build();
+        let e = err(m.encode_to_vec());
+        assert!(e.contains("`w`") && e.contains(why), "{e}");
+    }
+}
+
+/// Ops no registry knows are refused naming the node: a lowercase `relu`, an op of an unknown
+/// domain, an op newer than the imported opset. ORT's own domains and the model's functions
+/// are known.
+#[test]
+fn ops_no_registry_knows() {
+    let relu = ModelBuilder::new(20)
+        .input("x", DType::F32, "2")
+        .node("relu", &["x"], &["y"])
+        .output("y", DType::F32, "2")
+        .build();
+    let e = err(relu.encode_to_vec());
+    assert!(
+        e.contains("relu_y") && e.contains("`relu`") && e.contains("no such operator"),
+        "{e}"
+    );
+    let domain = ModelBuilder::new(20)
+        .opset("my.domain", 1)
+        .input("x", DType::F32, "2")
+        .node_in("my.domain", "Relu", &["x"], &["y"], vec![])
+        .output("y", DType::F32, "2")
+        .build();
+    let e = err(domain.encode_to_vec());
+    assert!(
+        e.contains("`my.domain`") && e.contains("neither ONNX nor ONNX Runtime"),
+        "{e}"
+    );
+    let newer = ModelBuilder::new(17)
+        .input("x", DType::F32, "2")
+        .node("Gelu", &["x"], &["y"])
+        .output("y", DType::F32, "2")
+        .build();
+    let e = err(newer.encode_to_vec());
+    assert!(e.contains("from opset 20") && e.contains("opset 17"), "{e}");
+    let contrib = ModelBuilder::new(20)
+        .opset("com.microsoft", 1)
+        .input("x", DType::F32, "2")
+        .node_in("com.microsoft", "Gelu", &["x"], &["y"], vec![])
+        .output("y", DType::F32, "2")
+        .build();
+    import(contrib.encode_to_vec()).unwrap();
+    let mut function = domain.clone();
+    function.functions.push(onnx::FunctionProto {
+        name: Some("Relu".into()),
+        domain: Some("my.domain".into()),
+        input: vec!["a".into()],
+        output: vec!["b".into()],
+        node: vec![onnx::NodeProto {
+            op_type: Some("Relu".into()),
+            input: vec!["a".into()],
+            output: vec!["b".into()],
+            ..Default::default()
+        }],
+        opset_import: vec![onnx::OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(20),
+        }],
+        ..Default::default()
+    });
+    import(function.encode_to_vec()).unwrap();
+}
+
+/// Opset imports under IR version 1 are refused (`opset_import` exists from IR version 3).
+#[test]
+fn ir_version_1_with_opset_imports() {
+    let mut m = small_model();
+    m.ir_version = Some(1);
+    let e = err(m.encode_to_vec());
+    assert!(
+        e.contains("IR version 1") && e.contains("opset_import"),
+        "{e}"
+    );
+}

@@ -130,10 +130,10 @@ fn per_element_constants() {
 #[test]
 fn unbound_symbols_and_unknown_ops_are_errors() {
     let m = ModelBuilder::new(20)
-        .opset("my.custom", 1)
+        .opset("com.microsoft", 1)
         .input("x", DType::F32, "b,64")
         .node("Relu", &["x"], &["r"])
-        .node_in("my.custom", "Frob", &["r"], &["y"], vec![])
+        .node_in("com.microsoft", "Inverse", &["r"], &["y"], vec![])
         .value_info("y", DType::F32, "b,64")
         .output("y", DType::F32, "b,64")
         .build();

@@ -361,36 +361,47 @@ fn movable(graph: &Graph, nodes: &[NodeId], rewire: &[(NodeId, usize, TensorId)]
     }
 }
 
+/// The first candidate a colour DFS over `deps` reaches by a back edge (one on a cycle), in
+/// the order a recursive DFS from candidate 0 upward would find it; walked on an explicit
+/// stack.
+fn back_edge_target(list: &[Candidate]) -> Option<usize> {
+    let mut state = vec![0u8; list.len()];
+    for root in 0..list.len() {
+        if state[root] != 0 {
+            continue;
+        }
+        state[root] = 1;
+        let mut stack: Vec<(usize, usize)> = vec![(root, 0)];
+        while let Some((v, next)) = stack.last_mut() {
+            let v = *v;
+            match list[v].model.deps.get(*next) {
+                Some(&d) => {
+                    *next += 1;
+                    if state[d] == 1 {
+                        return Some(d);
+                    }
+                    if state[d] == 0 {
+                        state[d] = 1;
+                        stack.push((d, 0));
+                    }
+                }
+                None => {
+                    state[v] = 2;
+                    stack.pop();
+                }
+            }
+        }
+    }
+    None
+}
+
 /// Buffers reused across a chain can make two candidates need each other's values; such a
 /// pair cannot be rebuilt in any order, so every candidate on a cycle is kept (excluded).
 fn drop_dependency_cycles(graph: &Graph, out: &mut Candidates) {
     loop {
-        let n = out.list.len();
-        // Colour DFS for a back edge.
-        let mut state = vec![0u8; n];
-        let mut on_cycle: Option<usize> = None;
-        fn visit(v: usize, list: &[Candidate], state: &mut [u8], found: &mut Option<usize>) {
-            state[v] = 1;
-            for &d in &list[v].model.deps {
-                if found.is_some() {
-                    return;
-                }
-                if state[d] == 1 {
-                    *found = Some(d);
-                    return;
-                }
-                if state[d] == 0 {
-                    visit(d, list, state, found);
-                }
-            }
-            state[v] = 2;
-        }
-        for v in 0..n {
-            if state[v] == 0 && on_cycle.is_none() {
-                visit(v, &out.list, &mut state, &mut on_cycle);
-            }
-        }
-        let Some(bad) = on_cycle else { return };
+        let Some(bad) = back_edge_target(&out.list) else {
+            return;
+        };
         let c = out.list.remove(bad);
         if let Some(&t) = c.saved.first() {
             if let Some(p) = graph.tensor(t).producer() {
@@ -479,20 +490,30 @@ pub fn rewrite(graph: &Graph, cands: &Candidates, plan: &Plan, label: &str) -> P
     // A dependency's clones must exist before its dependents' clones read them.
     let mut chosen: Vec<usize> = Vec::with_capacity(by_remat.len());
     let mut placed = vec![false; cands.list.len()];
-    fn place(i: usize, cands: &Candidates, plan: &Plan, placed: &mut [bool], out: &mut Vec<usize>) {
-        if placed[i] {
-            return;
+    // Post-order over the chosen dependencies, on an explicit stack (no recursion).
+    for &root in &by_remat {
+        if placed[root] {
+            continue;
         }
-        placed[i] = true;
-        for &d in &cands.list[i].model.deps {
-            if plan.recompute.get(d).copied().unwrap_or(false) {
-                place(d, cands, plan, placed, out);
+        placed[root] = true;
+        let mut stack: Vec<(usize, usize)> = vec![(root, 0)];
+        while let Some((i, next)) = stack.last_mut() {
+            let i = *i;
+            let deps = &cands.list[i].model.deps;
+            match deps.get(*next) {
+                Some(&d) => {
+                    *next += 1;
+                    if plan.recompute.get(d).copied().unwrap_or(false) && !placed[d] {
+                        placed[d] = true;
+                        stack.push((d, 0));
+                    }
+                }
+                None => {
+                    stack.pop();
+                    chosen.push(i);
+                }
             }
         }
-        out.push(i);
-    }
-    for &i in &by_remat {
-        place(i, cands, plan, &mut placed, &mut chosen);
     }
     let mut rewired: BTreeSet<(NodeId, usize)> = BTreeSet::new();
     // Values some clone or rewire needs; other outputs of cloned nodes are omitted where optional.
@@ -678,21 +699,48 @@ impl Builder<'_> {
         self.local.get(&u).or_else(|| self.rebuilt.get(&u)).copied()
     }
 
-    /// Clone or move `m` (once), after any moved producer of its inputs.
-    fn build(&mut self, m: NodeId) {
-        let graph = self.graph;
-        let node = graph.node(m);
-        let is_moved = self.moved.contains(&m);
-        let fresh = if is_moved {
+    /// Clone or move `root` (once), after any moved producer of its inputs: a depth-first
+    /// walk on an explicit stack, so a chain of any length is rebuilt without recursion.
+    fn build(&mut self, root: NodeId) {
+        if !self.claim(root) {
+            return; // already rebuilt for another candidate
+        }
+        let mut stack: Vec<(NodeId, usize)> = vec![(root, 0)];
+        while let Some((m, slot)) = stack.last_mut() {
+            let m = *m;
+            match self.next_to_build(m, slot) {
+                Some(p) => {
+                    if self.claim(p) {
+                        stack.push((p, 0));
+                    }
+                }
+                None => {
+                    stack.pop();
+                    self.emit(m);
+                }
+            }
+        }
+    }
+
+    /// Mark `m` as rebuilt; false when it already was.
+    fn claim(&mut self, m: NodeId) -> bool {
+        if self.moved.contains(&m) {
             self.done.insert(m)
         } else {
             self.local_done.insert(m)
-        };
-        if !fresh {
-            return; // already rebuilt for another candidate
         }
-        for (slot, u) in node.inputs.iter().enumerate() {
-            let Some(u) = *u else { continue };
+    }
+
+    /// The producer of `m`'s input at `*slot` or later that must be rebuilt before `m`,
+    /// advancing `*slot` past it.
+    fn next_to_build(&self, m: NodeId, slot: &mut usize) -> Option<NodeId> {
+        let graph = self.graph;
+        let node = graph.node(m);
+        let is_moved = self.moved.contains(&m);
+        while *slot < node.inputs.len() {
+            let s = *slot;
+            *slot += 1;
+            let Some(u) = node.inputs[s] else { continue };
             let Some(p) = graph.tensor(u).producer() else {
                 continue;
             };
@@ -702,12 +750,20 @@ impl Builder<'_> {
             // A moved producer's place in the file is decided first; so is the rebuilt copy a
             // moved node reads after a gap (a move takes its inputs with it).
             let late = is_moved
-                && self.late_reads.get(&(m, slot)) == Some(&u)
+                && self.late_reads.get(&(m, s)) == Some(&u)
                 && self.chain_nodes.contains(&p);
             if self.moved.contains(&p) || late {
-                self.build(p);
+                return Some(p);
             }
         }
+        None
+    }
+
+    /// Add `m`'s clone (or move) to the patch, its inputs' producers already rebuilt.
+    fn emit(&mut self, m: NodeId) {
+        let graph = self.graph;
+        let node = graph.node(m);
+        let is_moved = self.moved.contains(&m);
         let mut after = 0usize; // file position the node must follow
         let inputs: Vec<Option<TensorRef>> = node
             .inputs

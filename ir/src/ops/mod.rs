@@ -31,6 +31,7 @@ pub mod kernels;
 mod loss;
 mod matmul;
 mod normalization;
+pub(crate) mod onnx_ops;
 mod random;
 mod reduction;
 mod scratch;
