@@ -68,16 +68,13 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
         .map(|(d, v)| (d, json!(v)))
         .collect();
     // What the profile's provider cannot run, and the graph ORT runs for it.
-    let missing = match options.profile.execution_provider {
-        ckpt_ir::profile::ExecutionProvider::Cpu => {
-            ckpt_passes::ort_casts::missing_kernels(&graph, options.profile.ort_version)
+    let (runs, fallback, missing) = match crate::model_io::ort_runs(graph.clone(), &options.profile)
+    {
+        Ok((runs, fallback)) => (runs, fallback, Vec::new()),
+        Err(ckpt_passes::ort_casts::FallbackError::NoKernel { nodes, .. }) => {
+            (graph.clone(), None, nodes)
         }
-        ckpt_ir::profile::ExecutionProvider::Cuda => Vec::new(),
-    };
-    let (runs, fallback) = if missing.is_empty() {
-        crate::model_io::as_ort_runs(graph.clone(), &options.profile, 1)?
-    } else {
-        (graph.clone(), None)
+        Err(e) => return Err(Failure::input(anyhow::anyhow!(e))),
     };
     let analysis = if missing.is_empty() {
         ckpt_opt::optimize::analyse(runs, &options)

@@ -288,37 +288,49 @@ pub fn as_ort_runs(
     profile: &ckpt_ir::Profile,
     code: u8,
 ) -> Result<(Graph, Option<OrtFallback>), Failure> {
-    if profile.execution_provider != ckpt_ir::profile::ExecutionProvider::Cpu {
-        return Ok((graph, None));
-    }
-    match ckpt_passes::ort_casts::lower(&graph, profile.ort_version) {
-        Ok(None) => Ok((graph, None)),
-        Ok(Some(f)) => Ok((
-            f.graph,
-            Some(OrtFallback {
-                converted: f.converted.len(),
-                inserted: f.inserted,
-                removed: f.removed,
-            }),
-        )),
-        Err(ckpt_passes::ort_casts::FallbackError::NoKernel { version, nodes }) => {
+    use ckpt_passes::ort_casts::FallbackError;
+    ort_runs(graph, profile).map_err(|e| match e {
+        FallbackError::NoKernel { version, nodes } => {
             let shown: Vec<String> = nodes.iter().take(5).map(|n| n.to_string()).collect();
             let more = if nodes.len() > 5 {
                 format!(" and {} more", nodes.len() - 5)
             } else {
                 String::new()
             };
-            Err(Failure {
+            Failure {
                 code,
                 error: anyhow!(
                     "ONNX Runtime {version}'s CPU provider has no kernel for {} node(s): {}{more}. It runs float16 nodes without one in float32 between Casts, but not bfloat16 ones; plan for a provider with these kernels (--provider cuda)",
                     nodes.len(),
                     shown.join(", ")
                 ),
-            })
+            }
         }
-        Err(e) => Err(Failure::input(anyhow!(e))),
+        e => Failure::input(anyhow!(e)),
+    })
+}
+
+/// [`as_ort_runs`] with the refusal as data: `inspect` lists the nodes instead of failing.
+pub fn ort_runs(
+    graph: Graph,
+    profile: &ckpt_ir::Profile,
+) -> Result<(Graph, Option<OrtFallback>), ckpt_passes::ort_casts::FallbackError> {
+    if profile.execution_provider != ckpt_ir::profile::ExecutionProvider::Cpu {
+        return Ok((graph, None));
     }
+    Ok(
+        match ckpt_passes::ort_casts::lower(&graph, profile.ort_version)? {
+            None => (graph, None),
+            Some(f) => (
+                f.graph,
+                Some(OrtFallback {
+                    converted: f.converted.len(),
+                    inserted: f.inserted,
+                    removed: f.removed,
+                }),
+            ),
+        },
+    )
 }
 
 /// Print a warning when `profile` (the one the command runs under) has more than one

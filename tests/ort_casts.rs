@@ -12,17 +12,17 @@ use common::*;
 /// (name, op, inputs, outputs) of each node, in order.
 type Listing = Vec<(String, String, Vec<String>, Vec<String>)>;
 
-fn ort_saved(path: &Path) -> Listing {
-    let g = ckpt_ir::import_file(path).expect("import ORT's graph");
-    g.nodes()
+/// `nodes` of `g` as a listing.
+fn listing(g: &ckpt_ir::Graph, nodes: &[ckpt_ir::NodeId]) -> Listing {
+    let names = |l: &[Option<ckpt_ir::TensorId>]| {
+        l.iter()
+            .map(|t| t.map_or(String::new(), |t| g.tensor(t).name.clone()))
+            .collect()
+    };
+    nodes
         .iter()
         .map(|&n| {
             let node = g.node(n);
-            let names = |l: &[Option<ckpt_ir::TensorId>]| {
-                l.iter()
-                    .map(|t| t.map_or(String::new(), |t| g.tensor(t).name.clone()))
-                    .collect()
-            };
             (
                 node.name.clone(),
                 node.op_type.clone(),
@@ -33,25 +33,15 @@ fn ort_saved(path: &Path) -> Listing {
         .collect()
 }
 
+/// The graph ORT saved, in its file order (the order ORT ran it in).
+fn ort_saved(path: &Path) -> Listing {
+    let g = ckpt_ir::import_file(path).expect("import ORT's graph");
+    listing(&g, g.nodes())
+}
+
 fn in_ort_order(g: &ckpt_ir::Graph) -> Listing {
     let s = ckpt_passes::memory::schedule_for(g, ckpt_ir::ort::ORT_VERSION).unwrap();
-    s.order
-        .iter()
-        .map(|&n| {
-            let node = g.node(n);
-            let names = |l: &[Option<ckpt_ir::TensorId>]| {
-                l.iter()
-                    .map(|t| t.map_or(String::new(), |t| g.tensor(t).name.clone()))
-                    .collect()
-            };
-            (
-                node.name.clone(),
-                node.op_type.clone(),
-                names(&node.inputs),
-                names(&node.outputs),
-            )
-        })
-        .collect()
+    listing(g, &s.order)
 }
 
 #[test]

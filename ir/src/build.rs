@@ -235,3 +235,39 @@ pub fn attr_s(name: &str, v: &str) -> onnx::AttributeProto {
         ..Default::default()
     }
 }
+
+/// A tensor value_info named `name` with `dtype` and `shape` (a symbolic dim as its dim
+/// param; `None` leaves the element type or the shape out).
+pub fn tensor_value_info(
+    name: &str,
+    dtype: Option<DType>,
+    shape: Option<&crate::Shape>,
+) -> onnx::ValueInfoProto {
+    use onnx::tensor_shape_proto::{dimension::Value, Dimension};
+    let shape = shape.map(|s| onnx::TensorShapeProto {
+        dim: s
+            .dims()
+            .iter()
+            .map(|d| Dimension {
+                value: Some(match d {
+                    crate::Dim::Known(k) => Value::DimValue(*k as i64),
+                    other => Value::DimParam(other.to_string()),
+                }),
+                denotation: None,
+            })
+            .collect(),
+    });
+    onnx::ValueInfoProto {
+        name: Some(name.to_string()),
+        r#type: Some(onnx::TypeProto {
+            value: Some(onnx::type_proto::Value::TensorType(
+                onnx::type_proto::Tensor {
+                    elem_type: dtype.map(DType::code),
+                    shape,
+                },
+            )),
+            denotation: None,
+        }),
+        ..Default::default()
+    }
+}

@@ -957,31 +957,5 @@ impl Parser {
 
 /// The value_info of a graph input or output, as typed in the text.
 fn value_info(t: &Tensor) -> onnx::ValueInfoProto {
-    use onnx::tensor_shape_proto::{dimension::Value, Dimension};
-    let shape = t.shape.as_ref().map(|s| onnx::TensorShapeProto {
-        dim: s
-            .dims()
-            .iter()
-            .map(|d| Dimension {
-                value: Some(match d {
-                    Dim::Known(k) => Value::DimValue(*k as i64),
-                    other => Value::DimParam(other.to_string()),
-                }),
-                denotation: None,
-            })
-            .collect(),
-    });
-    onnx::ValueInfoProto {
-        name: Some(t.name.clone()),
-        r#type: Some(onnx::TypeProto {
-            value: Some(onnx::type_proto::Value::TensorType(
-                onnx::type_proto::Tensor {
-                    elem_type: t.dtype.map(DType::code),
-                    shape,
-                },
-            )),
-            denotation: None,
-        }),
-        ..Default::default()
-    }
+    crate::build::tensor_value_info(&t.name, t.dtype, t.shape.as_ref())
 }

@@ -101,6 +101,8 @@ struct Work<'a> {
     types: HashMap<String, DType>,
     outputs: HashSet<String>,
     names: HashSet<String>,
+    /// The position in `nodes` of each of the graph's nodes ORT numbers.
+    index: HashMap<NodeId, usize>,
 }
 
 fn is_f16(types: &HashMap<String, DType>, t: &Option<String>) -> bool {
@@ -131,14 +133,27 @@ impl Work<'_> {
         )
     }
 
+    /// The node producing `t` in the file's graph (a `Constant` node's value has none: ORT
+    /// makes it an initializer).
     fn producer(&self, t: &str) -> Option<usize> {
-        self.nodes
-            .iter()
-            .position(|n| !n.removed && n.outputs.iter().flatten().any(|o| o == t))
+        let p = self.graph.tensor(self.graph.tensor_id(t)?).producer()?;
+        self.index.get(&p).copied()
     }
 
-    /// (node, slot) reading `t`, among live nodes.
-    fn readers(&self, t: &str) -> Vec<(usize, usize)> {
+    /// The nodes reading `t` in the file's graph.
+    fn readers(&self, t: &str) -> Vec<usize> {
+        self.graph.tensor_id(t).map_or_else(Vec::new, |id| {
+            self.graph
+                .tensor(id)
+                .consumers()
+                .iter()
+                .filter_map(|c| self.index.get(c).copied())
+                .collect()
+        })
+    }
+
+    /// (node, slot) reading `t` among the live nodes, as Casts are inserted and removed.
+    fn live_readers(&self, t: &str) -> Vec<(usize, usize)> {
         let mut r = Vec::new();
         for (i, n) in self.nodes.iter().enumerate().filter(|(_, n)| !n.removed) {
             for (s, x) in n.inputs.iter().enumerate() {
@@ -229,11 +244,7 @@ impl Work<'_> {
         }
         for &idx in &f16_out {
             let t = n.outputs[idx].as_deref().unwrap_or_default();
-            if self
-                .readers(t)
-                .iter()
-                .any(|&(r, _)| !self.needs_input_cast(r))
-            {
+            if self.readers(t).iter().any(|&r| !self.needs_input_cast(r)) {
                 return false;
             }
         }
@@ -326,10 +337,10 @@ pub fn lower(graph: &Graph, ort_version: &str) -> Result<Option<Fallback>, Fallb
         return Ok(None);
     };
     let mut w = start(graph, table);
-    let missing = missing_in(&w);
     if !w.nodes.iter().any(|n| !n.assigned) {
         return Ok(None);
     }
+    let missing = missing_in(&w);
     if !missing.is_empty() {
         return Err(FallbackError::NoKernel {
             version: ort_version.to_string(),
@@ -341,29 +352,19 @@ pub fn lower(graph: &Graph, ort_version: &str) -> Result<Option<Fallback>, Fallb
             w.nodes[i].assigned = false;
         }
     }
-    let order: Vec<usize> = {
-        let index: HashMap<NodeId, usize> = w
-            .nodes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, n)| n.orig.map(|o| (o, i)))
-            .collect();
-        schedule_for(graph, ort_version)?
-            .order
-            .iter()
-            .filter_map(|n| index.get(n).copied())
-            .collect()
-    };
+    let order: Vec<usize> = schedule_for(graph, ort_version)?
+        .order
+        .iter()
+        .filter_map(|n| w.index.get(n).copied())
+        .collect();
     let converted = insert_casts(&mut w, &order);
-    let inserted_total = w.nodes.iter().filter(|n| n.orig.is_none()).count();
     let removed = remove_duplicate_casts(&mut w);
     let inserted = w
         .nodes
         .iter()
         .filter(|n| n.orig.is_none() && !n.removed)
         .count();
-    debug_assert!(inserted <= inserted_total);
-    let (graph, ort_order) = build(&w)?;
+    let (graph, ort_order) = build(&w, ort_version)?;
     Ok(Some(Fallback {
         converted,
         inserted,
@@ -371,16 +372,6 @@ pub fn lower(graph: &Graph, ort_version: &str) -> Result<Option<Fallback>, Fallb
         graph,
         ort_order,
     }))
-}
-
-/// The nodes ORT `ort_version`'s CPU provider cannot run, even through its float16
-/// fallback, in file order; empty when every node has a kernel or the registry has no table
-/// for that runtime.
-pub fn missing_kernels(graph: &Graph, ort_version: &str) -> Vec<NoKernel> {
-    match KernelTable::of(Provider::Cpu, ort_version) {
-        Some(table) => missing_in(&start(graph, table)),
-        None => Vec::new(),
-    }
 }
 
 fn start<'a>(graph: &'a Graph, table: &'a KernelTable) -> Work<'a> {
@@ -398,6 +389,7 @@ fn start<'a>(graph: &'a Graph, table: &'a KernelTable) -> Work<'a> {
         table,
         graph,
         nodes: Vec::new(),
+        index: HashMap::new(),
         types,
         outputs: graph
             .outputs()
@@ -439,6 +431,7 @@ fn start<'a>(graph: &'a Graph, table: &'a KernelTable) -> Work<'a> {
             )
         });
         wn.assigned = !half || w.kernel(&wn);
+        w.index.insert(n, w.nodes.len());
         w.nodes.push(wn);
     }
     w
@@ -554,7 +547,7 @@ fn remove_duplicate_casts(w: &mut Work) -> usize {
             continue;
         };
         let loses = unsafe_cast(src, dst, &w.nodes[i].name);
-        let edges = w.readers(&output);
+        let edges = w.live_readers(&output);
         let mut drop = Vec::new();
         let mut keep = Vec::new();
         let mut inconsistent = false;
@@ -586,7 +579,7 @@ fn remove_duplicate_casts(w: &mut Work) -> usize {
         }
         for &c in &drop {
             let co = w.nodes[c].outputs[0].clone().unwrap_or_default();
-            for (r, s) in w.readers(&co) {
+            for (r, s) in w.live_readers(&co) {
                 w.nodes[r].inputs[s] = Some(input.clone());
             }
             w.nodes[c].removed = true;
@@ -608,7 +601,7 @@ fn remove_duplicate_casts(w: &mut Work) -> usize {
 
 /// The graph of `w`: the file's nodes in file order (Constant nodes where they were), without
 /// the removed ones, then the inserted Casts; value_info for every new float32 value.
-fn build(w: &Work) -> Result<(Graph, Vec<String>), FallbackError> {
+fn build(w: &Work, ort_version: &str) -> Result<(Graph, Vec<String>), FallbackError> {
     let graph = w.graph;
     let mut model = ckpt_ir::export(graph);
     let exported = model
@@ -661,7 +654,11 @@ fn build(w: &Work) -> Result<(Graph, Vec<String>), FallbackError> {
         };
         let like = f16_side.as_ref().and_then(|t| graph.tensor_id(t));
         if let (Some(name), Some(like)) = (f32_side, like) {
-            value_info.push(float_like(name, graph, like));
+            value_info.push(ckpt_ir::build::tensor_value_info(
+                name,
+                Some(DType::F32),
+                graph.tensor(like).shape.as_ref(),
+            ));
         }
     }
     if let Some(g) = model.graph.as_mut() {
@@ -675,7 +672,7 @@ fn build(w: &Work) -> Result<(Graph, Vec<String>), FallbackError> {
     // precedes feed one node (ORT expands the higher index first); the plan is made on the
     // file as written, whose order the simulator takes from it like any other.
     let numbered = ckpt_ir::import_model(model.clone(), path, graph.dir())?;
-    let order = schedule_for(&numbered, crate_version(&numbered))?.order;
+    let order = schedule_for(&numbered, ort_version)?.order;
     let mut file: Vec<onnx::NodeProto> = Vec::with_capacity(numbered.node_count());
     let protos = model
         .graph
@@ -705,43 +702,4 @@ fn build(w: &Work) -> Result<(Graph, Vec<String>), FallbackError> {
         .map(|&n| numbered.node(n).name.clone())
         .collect();
     Ok((sorted, ran))
-}
-
-fn crate_version(_g: &Graph) -> &'static str {
-    ckpt_ir::ort::ORT_VERSION
-}
-
-/// A float32 value_info named `name`, shaped like tensor `like` of `graph`.
-fn float_like(name: &str, graph: &Graph, like: ckpt_ir::TensorId) -> onnx::ValueInfoProto {
-    use onnx::tensor_shape_proto::{dimension::Value, Dimension};
-    let shape = graph
-        .tensor(like)
-        .shape
-        .as_ref()
-        .map(|s| onnx::TensorShapeProto {
-            dim: s
-                .dims()
-                .iter()
-                .map(|d| Dimension {
-                    value: Some(match d {
-                        ckpt_ir::Dim::Known(k) => Value::DimValue(*k as i64),
-                        other => Value::DimParam(other.to_string()),
-                    }),
-                    denotation: None,
-                })
-                .collect(),
-        });
-    onnx::ValueInfoProto {
-        name: Some(name.to_string()),
-        r#type: Some(onnx::TypeProto {
-            value: Some(onnx::type_proto::Value::TensorType(
-                onnx::type_proto::Tensor {
-                    elem_type: Some(DType::F32.code()),
-                    shape,
-                },
-            )),
-            denotation: None,
-        }),
-        ..Default::default()
-    }
 }
