@@ -56,27 +56,14 @@ pub fn import_bytes(data: Bytes, path: &Path, dir: Option<&Path>) -> Result<Grap
     import_model(model, path, dir)
 }
 
-/// Import a decoded model.
+/// Import a decoded model: its header checked, then the graph's inputs, initializers, nodes
+/// (outputs first, then inputs, then the cycle check), outputs and value_info, in that order.
 pub fn import_model(
     model: onnx::ModelProto,
     path: &Path,
     dir: Option<&Path>,
 ) -> Result<Graph, ImportError> {
-    let ir = model.ir_version.ok_or_else(|| ImportError::NoIrVersion {
-        path: path.to_path_buf(),
-    })?;
-    if ir > MAX_IR_VERSION {
-        return Err(ImportError::IrVersionTooNew {
-            path: path.to_path_buf(),
-            found: ir,
-            max: MAX_IR_VERSION,
-        });
-    }
-    crate::opset::check_opset_imports(&model, path)?;
-    let proto_graph = model.graph.clone().ok_or_else(|| ImportError::NoGraph {
-        path: path.to_path_buf(),
-    })?;
-
+    let proto_graph = check_header(&model, path)?;
     let mut graph = Graph {
         model: std::sync::Arc::new(model),
         model_decls: Default::default(),
@@ -91,8 +78,50 @@ pub fn import_model(
         dir: dir.map(Path::to_path_buf),
     };
     let mut unknown_dims = 0usize;
+    add_inputs(&mut graph, &proto_graph, &mut unknown_dims)?;
+    add_initializers(&mut graph, &proto_graph, path)?;
+    let ids = add_nodes(&mut graph, &proto_graph)?;
+    connect_inputs(&mut graph, &proto_graph, &ids)?;
+    if graph.has_cycle() {
+        return Err(ImportError::Cycle {
+            nodes: cycle_names(&graph),
+        });
+    }
+    add_outputs(&mut graph, &proto_graph, &mut unknown_dims)?;
+    // value_info for intermediates.
+    for vi in &proto_graph.value_info {
+        let name = vi.name.clone().unwrap_or_default();
+        if let Some(&id) = graph.by_name.get(&name) {
+            apply_type(&mut graph, id, vi, &mut unknown_dims)?;
+        }
+    }
+    Ok(graph)
+}
 
-    // Graph inputs.
+/// The model's graph, once its IR version, its opset imports and the graph itself are there.
+fn check_header(model: &onnx::ModelProto, path: &Path) -> Result<onnx::GraphProto, ImportError> {
+    let ir = model.ir_version.ok_or_else(|| ImportError::NoIrVersion {
+        path: path.to_path_buf(),
+    })?;
+    if ir > MAX_IR_VERSION {
+        return Err(ImportError::IrVersionTooNew {
+            path: path.to_path_buf(),
+            found: ir,
+            max: MAX_IR_VERSION,
+        });
+    }
+    crate::opset::check_opset_imports(model, path)?;
+    model.graph.clone().ok_or_else(|| ImportError::NoGraph {
+        path: path.to_path_buf(),
+    })
+}
+
+/// The graph inputs, each named once.
+fn add_inputs(
+    graph: &mut Graph,
+    proto_graph: &onnx::GraphProto,
+    unknown_dims: &mut usize,
+) -> Result<(), ImportError> {
     for vi in &proto_graph.input {
         let name = vi.name.clone().unwrap_or_default();
         if graph.by_name.contains_key(&name) {
@@ -101,7 +130,7 @@ pub fn import_model(
                 list: "graph inputs",
             });
         }
-        let (dtype, shape) = value_type(vi, &mut unknown_dims)?;
+        let (dtype, shape) = value_type(vi, unknown_dims)?;
         let id = graph.add_tensor(Tensor {
             name,
             dtype,
@@ -112,8 +141,16 @@ pub fn import_model(
         });
         graph.inputs.push(id);
     }
+    Ok(())
+}
 
-    // Initializers (an initializer that is also a graph input is overridable).
+/// The initializers, their data checked and located (an initializer that is also a graph
+/// input is overridable), then the sparse ones not named already.
+fn add_initializers(
+    graph: &mut Graph,
+    proto_graph: &onnx::GraphProto,
+    path: &Path,
+) -> Result<(), ImportError> {
     for init in &proto_graph.initializer {
         let name = init.name.clone().unwrap_or_default();
         let dtype = tensor_dtype(&name, init.data_type.unwrap_or(0))?;
@@ -176,8 +213,15 @@ pub fn import_model(
             }
         }
     }
+    Ok(())
+}
 
-    // Nodes with their outputs first (so that the producer of every name is known), then inputs.
+/// The nodes, checked, with their outputs (so that the producer of every name is known
+/// before any input is read), in file order; their ids in that order.
+fn add_nodes(
+    graph: &mut Graph,
+    proto_graph: &onnx::GraphProto,
+) -> Result<Vec<NodeId>, ImportError> {
     let mut producer_label: HashMap<TensorId, String> = HashMap::new();
     let mut ids: Vec<NodeId> = Vec::with_capacity(proto_graph.node.len());
     for (i, np) in proto_graph.node.iter().enumerate() {
@@ -228,6 +272,16 @@ pub fn import_model(
         ids.push(id);
         graph.order.push(id);
     }
+    Ok(ids)
+}
+
+/// Each node's inputs, every name defined somewhere in the graph; an edge per distinct
+/// input tensor.
+fn connect_inputs(
+    graph: &mut Graph,
+    proto_graph: &onnx::GraphProto,
+    ids: &[NodeId],
+) -> Result<(), ImportError> {
     for (i, np) in proto_graph.node.iter().enumerate() {
         let id = ids[i];
         let mut inputs = Vec::with_capacity(np.input.len());
@@ -256,13 +310,15 @@ pub fn import_model(
         }
         graph.node_mut(id).inputs = inputs;
     }
-    if graph.has_cycle() {
-        return Err(ImportError::Cycle {
-            nodes: cycle_names(&graph),
-        });
-    }
+    Ok(())
+}
 
-    // Outputs.
+/// The graph outputs, each a tensor defined in the graph, typed by their value_info.
+fn add_outputs(
+    graph: &mut Graph,
+    proto_graph: &onnx::GraphProto,
+    unknown_dims: &mut usize,
+) -> Result<(), ImportError> {
     for vi in &proto_graph.output {
         let name = vi.name.clone().unwrap_or_default();
         let id = *graph
@@ -273,16 +329,9 @@ pub fn import_model(
             })?;
         graph.tensor_mut(id).is_output = true;
         graph.outputs.push(id);
-        apply_type(&mut graph, id, vi, &mut unknown_dims)?;
+        apply_type(graph, id, vi, unknown_dims)?;
     }
-    // value_info for intermediates.
-    for vi in &proto_graph.value_info {
-        let name = vi.name.clone().unwrap_or_default();
-        if let Some(&id) = graph.by_name.get(&name) {
-            apply_type(&mut graph, id, vi, &mut unknown_dims)?;
-        }
-    }
-    Ok(graph)
+    Ok(())
 }
 
 fn node_label(np: &onnx::NodeProto, index: usize) -> String {

@@ -3,6 +3,7 @@
 //! so a plan can be snapshot-tested before it is applied; [`Patch::apply`] is the only
 //! way a graph's structure changes, and it verifies the result.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use crate::error::VerifyError;
@@ -179,56 +180,87 @@ impl Patch {
     /// simulating thousands of candidate rewrites). The rewrite that is kept goes through
     /// [`Patch::apply`].
     pub fn apply_unverified(&self, graph: &mut Graph) -> Result<Applied, PatchError> {
-        let label = self.label.clone();
         let mut applied = Applied::default();
         let mut declared = Declared::default();
+        applied.tensors = self.add_tensors(graph, &mut declared)?;
+        let (nodes, new_inserts) = self.add_nodes(graph, &applied.tensors)?;
+        applied.nodes = nodes;
+        let (moved, move_inserts) = self.move_nodes(graph, &applied.tensors)?;
+        place_in_order(graph, new_inserts, move_inserts, &moved);
+        self.rewire(graph, &applied.tensors)?;
+        self.apply_guards(graph, &mut declared, &mut applied)?;
+        self.forget_value_info(graph);
+        self.set_metadata(graph);
+        Ok(applied)
+    }
+}
+
+impl Patch {
+    /// The new tensors, each under a name the graph does not hold yet, typed like its model.
+    fn add_tensors(
+        &self,
+        graph: &mut Graph,
+        declared: &mut Declared,
+    ) -> Result<Vec<TensorId>, PatchError> {
+        let mut tensors = Vec::with_capacity(self.tensors.len());
         for nt in &self.tensors {
             if graph.tensor_id(&nt.name).is_some() {
                 return Err(PatchError::NameTaken {
-                    label,
+                    label: self.label.clone(),
                     name: nt.name.clone(),
                 });
             }
-            let id = add_tensor_like(graph, &mut declared, nt.like, &nt.name);
-            applied.tensors.push(id);
+            tensors.push(add_tensor_like(graph, declared, nt.like, &nt.name));
         }
-        let new_tensors: std::collections::HashSet<TensorId> =
-            applied.tensors.iter().copied().collect();
-        let resolve = |r: TensorRef| -> Result<TensorId, PatchError> {
-            match r {
-                TensorRef::Existing(t) => Ok(t),
-                TensorRef::New(i) => {
-                    applied
-                        .tensors
-                        .get(i)
-                        .copied()
-                        .ok_or(PatchError::NoSuchNewTensor {
-                            label: self.label.clone(),
-                            index: i,
-                        })
-                }
-            }
-        };
-        let mut produced = std::collections::HashSet::new();
-        let mut new_inserts: Vec<(NodeId, NodeId)> = Vec::new();
+        Ok(tensors)
+    }
+
+    /// The tensor a [`TensorRef`] names, given the ids of the patch's new tensors.
+    fn resolve(&self, new_tensors: &[TensorId], r: TensorRef) -> Result<TensorId, PatchError> {
+        match r {
+            TensorRef::Existing(t) => Ok(t),
+            TensorRef::New(i) => new_tensors
+                .get(i)
+                .copied()
+                .ok_or(PatchError::NoSuchNewTensor {
+                    label: self.label.clone(),
+                    index: i,
+                }),
+        }
+    }
+
+    /// Resolves each of `refs`, keeping the omitted slots.
+    fn resolve_all(
+        &self,
+        new_tensors: &[TensorId],
+        refs: &[Option<TensorRef>],
+    ) -> Result<Vec<Option<TensorId>>, PatchError> {
+        refs.iter()
+            .map(|r| r.map(|r| self.resolve(new_tensors, r)).transpose())
+            .collect()
+    }
+
+    /// The new nodes, each a copy of its template writing only new tensors, each once; their
+    /// ids, and each with the anchor it goes before.
+    fn add_nodes(
+        &self,
+        graph: &mut Graph,
+        new_tensors: &[TensorId],
+    ) -> Result<(Vec<NodeId>, Vec<Placement>), PatchError> {
+        let fresh: HashSet<TensorId> = new_tensors.iter().copied().collect();
+        let mut produced = HashSet::new();
+        let mut ids = Vec::with_capacity(self.nodes.len());
+        let mut inserts: Vec<Placement> = Vec::new();
         for nn in &self.nodes {
             let template = graph.node(nn.copy_of);
             let (domain, op_type) = (template.domain.clone(), template.op_type.clone());
             // The copy shares its template's stored proto (attributes and all; its own name is
             // the node's, written over the proto's on export) and its registry entry.
             let (proto, def) = (template.proto.clone(), template.def.clone());
-            let inputs = nn
-                .inputs
-                .iter()
-                .map(|i| i.map(resolve).transpose())
-                .collect::<Result<Vec<_>, _>>()?;
-            let outputs = nn
-                .outputs
-                .iter()
-                .map(|o| o.map(resolve).transpose())
-                .collect::<Result<Vec<_>, _>>()?;
+            let inputs = self.resolve_all(new_tensors, &nn.inputs)?;
+            let outputs = self.resolve_all(new_tensors, &nn.outputs)?;
             for &o in outputs.iter().flatten() {
-                if !new_tensors.contains(&o) || !produced.insert(o) {
+                if !fresh.contains(&o) || !produced.insert(o) {
                     return Err(PatchError::Reassigned {
                         label: self.label.clone(),
                         name: graph.tensor(o).name.clone(),
@@ -245,12 +277,21 @@ impl Patch {
                 proto,
                 def,
             });
-            new_inserts.push((id, nn.before));
-            applied.nodes.push(id);
+            inserts.push((id, nn.before));
+            ids.push(id);
         }
-        // Moved nodes: new inputs now, placed with the new nodes (after them, same anchor).
-        let mut moved = std::collections::HashSet::new();
-        let mut move_inserts: Vec<(usize, NodeId, NodeId)> = Vec::new();
+        Ok((ids, inserts))
+    }
+
+    /// The moved nodes' new inputs, connected now; the moved nodes, and each move as
+    /// `(after_new, node, before)` for [`place_in_order`].
+    fn move_nodes(
+        &self,
+        graph: &mut Graph,
+        new_tensors: &[TensorId],
+    ) -> Result<(HashSet<NodeId>, Vec<MovePlacement>), PatchError> {
+        let mut moved = HashSet::new();
+        let mut inserts: Vec<MovePlacement> = Vec::new();
         for mv in &self.moves {
             let old_inputs = graph.node(mv.node).inputs.clone();
             if !moved.insert(mv.node) || old_inputs.len() != mv.inputs.len() {
@@ -261,11 +302,7 @@ impl Patch {
                     actual: mv.inputs.len(),
                 });
             }
-            let inputs = mv
-                .inputs
-                .iter()
-                .map(|i| i.map(resolve).transpose())
-                .collect::<Result<Vec<_>, _>>()?;
+            let inputs = self.resolve_all(new_tensors, &mv.inputs)?;
             graph.node_mut(mv.node).inputs = inputs.clone();
             for (old, new) in old_inputs.iter().zip(&inputs) {
                 if old != new {
@@ -277,41 +314,15 @@ impl Patch {
                     }
                 }
             }
-            move_inserts.push((mv.after_new, mv.node, mv.before));
+            inserts.push((mv.after_new, mv.node, mv.before));
         }
-        // One sequence: each move after the first `after_new` new nodes.
-        move_inserts.sort_by_key(|m| m.0);
-        let mut inserts: Vec<(NodeId, NodeId)> =
-            Vec::with_capacity(new_inserts.len() + move_inserts.len());
-        let mut pending = move_inserts.into_iter().peekable();
-        for (k, ins) in new_inserts.into_iter().enumerate() {
-            while let Some(&(at, n, b)) = pending.peek() {
-                if at > k {
-                    break;
-                }
-                inserts.push((n, b));
-                pending.next();
-            }
-            inserts.push(ins);
-        }
-        inserts.extend(pending.map(|(_, n, b)| (n, b)));
-        // Place new and moved nodes: before their anchors, in patch order.
-        let mut at_anchor: std::collections::HashMap<NodeId, Vec<NodeId>> = Default::default();
-        for &(id, anchor) in &inserts {
-            at_anchor.entry(anchor).or_default().push(id);
-        }
-        let mut order = Vec::with_capacity(graph.order.len() + inserts.len());
-        for &n in &graph.order {
-            if let Some(ids) = at_anchor.get(&n) {
-                order.extend(ids);
-            }
-            if !moved.contains(&n) {
-                order.push(n);
-            }
-        }
-        graph.order = order;
+        Ok((moved, inserts))
+    }
+
+    /// Each rewire's reader input switched from `from` (which it must read) to `to`.
+    fn rewire(&self, graph: &mut Graph, new_tensors: &[TensorId]) -> Result<(), PatchError> {
         for rw in &self.rewires {
-            let to = resolve(rw.to)?;
+            let to = self.resolve(new_tensors, rw.to)?;
             let actual = graph.node(rw.node).inputs.get(rw.slot).copied().flatten();
             if actual != Some(rw.from) {
                 return Err(PatchError::RewireMismatch {
@@ -326,21 +337,30 @@ impl Patch {
             graph.disconnect(rw.from, rw.node);
             graph.connect(to, rw.node);
         }
-        self.apply_guards(graph, &mut declared, &mut applied)?;
-        if !self.forget_value_info.is_empty() {
-            let names: std::collections::HashSet<&str> = self
-                .forget_value_info
-                .iter()
-                .map(|&t| graph.tensor(t).name.as_str())
-                .collect();
-            let mut model = (*graph.model).clone();
-            if let Some(g) = model.graph.as_mut() {
-                g.value_info
-                    .retain(|vi| !vi.name.as_deref().is_some_and(|n| names.contains(n)));
-            }
-            graph.model = std::sync::Arc::new(model);
-            graph.model_decls = Default::default();
+        Ok(())
+    }
+
+    /// The model's value_info entries of the tensors in `forget_value_info`, dropped.
+    fn forget_value_info(&self, graph: &mut Graph) {
+        if self.forget_value_info.is_empty() {
+            return;
         }
+        let names: HashSet<&str> = self
+            .forget_value_info
+            .iter()
+            .map(|&t| graph.tensor(t).name.as_str())
+            .collect();
+        let mut model = (*graph.model).clone();
+        if let Some(g) = model.graph.as_mut() {
+            g.value_info
+                .retain(|vi| !vi.name.as_deref().is_some_and(|n| names.contains(n)));
+        }
+        graph.model = std::sync::Arc::new(model);
+        graph.model_decls = Default::default();
+    }
+
+    /// The patch's metadata entries, set over the model's (a key already there keeps its place).
+    fn set_metadata(&self, graph: &mut Graph) {
         for (k, v) in &self.metadata {
             let props = &mut std::sync::Arc::make_mut(&mut graph.model).metadata_props;
             match props.iter_mut().find(|e| e.key.as_deref() == Some(k)) {
@@ -351,8 +371,51 @@ impl Patch {
                 }),
             }
         }
-        Ok(applied)
     }
+}
+
+/// A node to place in file order and the anchor it goes before.
+type Placement = (NodeId, NodeId);
+/// A moved node to place: after how many of the new nodes, the node, its anchor.
+type MovePlacement = (usize, NodeId, NodeId);
+
+/// Places the new and moved nodes in file order: before their anchors, in patch order, each
+/// move after the first `after_new` new nodes; a moved node leaves its old place.
+fn place_in_order(
+    graph: &mut Graph,
+    new_inserts: Vec<Placement>,
+    mut move_inserts: Vec<MovePlacement>,
+    moved: &HashSet<NodeId>,
+) {
+    // One sequence: each move after the first `after_new` new nodes.
+    move_inserts.sort_by_key(|m| m.0);
+    let mut inserts: Vec<Placement> = Vec::with_capacity(new_inserts.len() + move_inserts.len());
+    let mut pending = move_inserts.into_iter().peekable();
+    for (k, ins) in new_inserts.into_iter().enumerate() {
+        while let Some(&(at, n, b)) = pending.peek() {
+            if at > k {
+                break;
+            }
+            inserts.push((n, b));
+            pending.next();
+        }
+        inserts.push(ins);
+    }
+    inserts.extend(pending.map(|(_, n, b)| (n, b)));
+    let mut at_anchor: HashMap<NodeId, Vec<NodeId>> = Default::default();
+    for &(id, anchor) in &inserts {
+        at_anchor.entry(anchor).or_default().push(id);
+    }
+    let mut order = Vec::with_capacity(graph.order.len() + inserts.len());
+    for &n in &graph.order {
+        if let Some(ids) = at_anchor.get(&n) {
+            order.extend(ids);
+        }
+        if !moved.contains(&n) {
+            order.push(n);
+        }
+    }
+    graph.order = order;
 }
 
 impl Patch {

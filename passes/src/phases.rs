@@ -188,10 +188,9 @@ fn walk(graph: &Graph, start: impl IntoIterator<Item = NodeId>, up: bool) -> Vec
 /// Classify nodes and tensors. `loss` names the loss output (default: first float scalar).
 pub fn classify(graph: &Graph, loss: Option<&str>) -> Result<Classification, ClassifyError> {
     let loss = find_loss(graph, loss)?;
-    let bound = graph.node_bound();
     let forward = match graph.tensor(loss).producer() {
         Some(p) => walk(graph, [p], true),
-        None => vec![false; bound],
+        None => vec![false; graph.node_bound()],
     };
     let opt_roots: Vec<NodeId> = graph
         .nodes()
@@ -199,9 +198,24 @@ pub fn classify(graph: &Graph, loss: Option<&str>) -> Result<Classification, Cla
         .copied()
         .filter(|&n| optimizer_step(graph, n).is_some())
         .collect();
-    let optimizer = walk(graph, opt_roots.iter().copied(), false);
+    let mut phase = node_phases(graph, &forward, &opt_roots);
+    let (grads, buffers) = find_gradients(graph, loss, &phase, &opt_roots);
+    let param_grads = pair_parameters(graph, &forward, &grads, &buffers);
+    let kind = tensor_kinds(graph, &phase, &buffers, &param_grads, &grads);
+    mark_loss_phase(graph, &forward, &param_grads, &mut phase);
+    Ok(Classification {
+        loss,
+        phase,
+        kind,
+        param_grads,
+    })
+}
 
-    let mut phase = vec![Phase::Backward; bound];
+/// Each node's phase before the loss tail is told apart: recompute clones, the loss's
+/// ancestors (forward), what the optimizer steps reach (optimizer), backward for the rest.
+fn node_phases(graph: &Graph, forward: &[bool], opt_roots: &[NodeId]) -> Vec<Phase> {
+    let optimizer = walk(graph, opt_roots.iter().copied(), false);
+    let mut phase = vec![Phase::Backward; graph.node_bound()];
     for &n in graph.nodes() {
         phase[n.index()] = if matches!(graph.node(n).origin, NodeOrigin::Recompute { .. }) {
             Phase::Recompute
@@ -213,9 +227,18 @@ pub fn classify(graph: &Graph, loss: Option<&str>) -> Result<Classification, Cla
             Phase::Backward
         };
     }
+    phase
+}
 
-    // Gradients: backward-computed graph outputs, and values fed to accumulators.
-    let mut kind = vec![TensorKind::Transient; graph.tensor_count()];
+/// The gradients (backward-computed graph outputs but the loss, and the values fed to
+/// accumulators) and the optimizer state (accumulators' buffers, and every graph-input
+/// operand of an optimizer op).
+fn find_gradients(
+    graph: &Graph,
+    loss: TensorId,
+    phase: &[Phase],
+    opt_roots: &[NodeId],
+) -> (Vec<TensorId>, Vec<TensorId>) {
     let mut grads: Vec<TensorId> = Vec::new();
     for &t in graph.outputs() {
         if t != loss
@@ -228,7 +251,7 @@ pub fn classify(graph: &Graph, loss: Option<&str>) -> Result<Classification, Cla
         }
     }
     let mut buffers: Vec<TensorId> = Vec::new();
-    for &n in &opt_roots {
+    for &n in opt_roots {
         let node = graph.node(n);
         if optimizer_step(graph, n) == Some(OptimizerStep::Accumulate) {
             if let Some(Some(buf)) = node.inputs.first() {
@@ -245,8 +268,18 @@ pub fn classify(graph: &Graph, loss: Option<&str>) -> Result<Classification, Cla
             );
         }
     }
+    (grads, buffers)
+}
 
-    // Pair gradients with parameters.
+/// `(parameter, gradient)` pairs, in graph-input order: by the exporters' `<param>_grad`
+/// naming, else by a unique shape match among the float inputs and initializers read in
+/// forward (optimizer state excluded).
+fn pair_parameters(
+    graph: &Graph,
+    forward: &[bool],
+    grads: &[TensorId],
+    buffers: &[TensorId],
+) -> Vec<(TensorId, TensorId)> {
     let consumed_in_forward = |t: TensorId| {
         graph
             .tensor(t)
@@ -266,7 +299,7 @@ pub fn classify(graph: &Graph, loss: Option<&str>) -> Result<Classification, Cla
     let mut param_grads = Vec::new();
     let mut taken = vec![false; graph.tensor_count()];
     let mut unpaired = Vec::new();
-    for &g in &grads {
+    for &g in grads {
         let gname = &graph.tensor(g).name;
         let base = gname.split("_grad").next().unwrap_or(gname);
         match candidates
@@ -306,7 +339,19 @@ pub fn classify(graph: &Graph, loss: Option<&str>) -> Result<Classification, Cla
             .unwrap_or(usize::MAX)
     };
     param_grads.sort_by_key(|&(p, _)| (position(p), p));
+    param_grads
+}
 
+/// Each tensor's kind: by its source and phases (data, constant, saved activation,
+/// transient), then optimizer state, parameters and gradients over those.
+fn tensor_kinds(
+    graph: &Graph,
+    phase: &[Phase],
+    buffers: &[TensorId],
+    param_grads: &[(TensorId, TensorId)],
+    grads: &[TensorId],
+) -> Vec<TensorKind> {
+    let mut kind = vec![TensorKind::Transient; graph.tensor_count()];
     for t in graph.tensor_ids() {
         let tensor = graph.tensor(t);
         kind[t.index()] = match &tensor.source {
@@ -328,20 +373,28 @@ pub fn classify(graph: &Graph, loss: Option<&str>) -> Result<Classification, Cla
             }
         };
     }
-    for &b in &buffers {
+    for &b in buffers {
         kind[b.index()] = TensorKind::OptimizerState;
     }
-    for &(p, g) in &param_grads {
+    for &(p, g) in param_grads {
         kind[p.index()] = TensorKind::Parameter;
         if !graph.tensor(g).is_graph_input() {
             kind[g.index()] = TensorKind::Gradient;
         }
     }
-    for &g in &grads {
+    for &g in grads {
         kind[g.index()] = TensorKind::Gradient;
     }
+    kind
+}
 
-    // The loss phase: forward nodes downstream of a parameter consumer and upstream of none.
+/// The loss phase: forward nodes downstream of a parameter consumer and upstream of none.
+fn mark_loss_phase(
+    graph: &Graph,
+    forward: &[bool],
+    param_grads: &[(TensorId, TensorId)],
+    phase: &mut [Phase],
+) {
     let param_consumers: Vec<NodeId> = param_grads
         .iter()
         .flat_map(|&(p, _)| graph.tensor(p).consumers().to_vec())
@@ -357,10 +410,4 @@ pub fn classify(graph: &Graph, loss: Option<&str>) -> Result<Classification, Cla
             }
         }
     }
-    Ok(Classification {
-        loss,
-        phase,
-        kind,
-        param_grads,
-    })
 }

@@ -27,17 +27,22 @@
 //!   (bins, best fit, split rule, coalescing, power-of-two regions from 1 MiB).
 //!
 //! Graph inputs fed by the caller and initializers are ledger lines, not arena bytes.
+//!
+//! This module owns the schedule, the simulation and its replay of the run's steps;
+//! `plan.rs` owns the allocation plan the replay runs over.
+
+mod plan;
 
 use std::collections::BTreeMap;
 
-use ckpt_ir::{Bindings, Graph, NodeId, Shape, ShapeError, TensorId};
+use ckpt_ir::{Bindings, Graph, NodeId, ShapeError, TensorId};
 
 use crate::arena::{ArenaConfig, BfcArena};
 use crate::ort_view::{resolved_shapes, OrtShapes};
 use crate::phases::{Classification, Phase};
 use crate::schedule::{try_ort_default_order, OrderNode};
 use ckpt_ir::ops::kernel_scratch;
-use rustc_hash::FxHashMap;
+use plan::{plan_allocation, AllocationPlan};
 
 pub use crate::arena::{rounded, ALIGN};
 
@@ -379,190 +384,38 @@ pub fn simulate_threads(
 }
 
 /// [`simulate_threads`] given ORT's view of `graph`'s shapes (`ort`: [`resolved_shapes`], or
-/// [`crate::ort_view::resolved_shapes_after`] for a patched graph).
-pub fn simulate_resolved<'g>(
+/// [`crate::ort_view::resolved_shapes_after`] for a patched graph): ORT's allocation plan,
+/// decided once (`plan::plan_allocation`), then the run's steps replayed over it (`replay`).
+pub fn simulate_resolved(
     graph: &Graph,
     schedule: &Schedule,
     bindings: &Bindings,
     threads: u32,
-    ort: &'g OrtShapes,
+    ort: &OrtShapes,
 ) -> Result<Simulation, MemoryError> {
-    let nt = graph.tensor_count();
-    let mut bytes = vec![0u64; nt];
-    let mut computed = vec![false; nt];
-    for &n in &schedule.order {
-        for t in graph.node(n).output_tensors() {
-            bytes[t.index()] = tensor_bytes(graph, t, bindings)?;
-            computed[t.index()] = true;
-        }
-    }
+    let plan = plan_allocation(graph, schedule, bindings, ort)?;
+    replay(graph, schedule, bindings, threads, plan)
+}
 
-    // Use counts per value: readers (slots) + 1 produced + 1 graph output (+1 pre-existing).
-    let mut use_count = vec![0i64; nt];
-    for t in graph.tensor_ids() {
-        let tensor = graph.tensor(t);
-        if !computed[t.index()] {
-            use_count[t.index()] += 1; // inputs, initializers, Constant outputs: held for the caller
-        }
-        if tensor.is_output {
-            use_count[t.index()] += 1;
-        }
-    }
-    for &n in &schedule.order {
-        let node = graph.node(n);
-        for t in node.input_tensors() {
-            use_count[t.index()] += 1;
-        }
-        for t in node.output_tensors() {
-            use_count[t.index()] += 1;
-        }
-    }
-    let reads: Vec<i64> = {
-        let mut r = vec![0i64; nt];
-        for &n in &schedule.order {
-            for t in graph.node(n).input_tensors() {
-                r[t.index()] += 1;
-            }
-        }
-        r
-    };
-
-    // Planner. `origin[t]` = the value whose buffer t lives in (itself when it owns one).
-    let mut origin: Vec<TensorId> = graph.tensor_ids().collect();
-    // Indexed by origin value.
-    let mut buf_count = use_count.clone();
-    // The planner's free list, most recently freed first, kept as one stack per size
-    // (`OrtShapes::size_key`): the first free buffer of a request's size is the top of its
-    // stack. A buffer of no size key matches nothing and is never listed.
-    // (Looked up, never iterated: the hasher does not show in the result.)
-    let mut free_list: FxHashMap<(u64, &Shape), Vec<TensorId>> = FxHashMap::default();
-    let mut owns = vec![false; nt]; // origin values that are arena buffers
-    let mut is_output_buf = vec![false; nt];
-    for &n in &schedule.order {
-        let node = graph.node(n);
-        for (slot, out) in node.outputs.iter().enumerate() {
-            let Some(out) = *out else { continue };
-            if graph.tensor(out).is_output {
-                owns[out.index()] = true;
-                is_output_buf[out.index()] = true;
-                continue;
-            }
-            let input_for = |pair: Option<(usize, usize)>| {
-                pair.filter(|&(o, _)| o == slot)
-                    .and_then(|(_, i)| node.inputs.get(i).copied().flatten())
-            };
-            let mut reuse: Option<TensorId> = None;
-            if let Some(src) = input_for(ckpt_ir::ops::alias(graph, n)) {
-                reuse = Some(src);
-            } else if let Some(src) = input_for(ckpt_ir::ops::may_inplace(graph, n)) {
-                let o = origin[src.index()];
-                if computed[o.index()] && buf_count[o.index()] == 1 && ort.same_size(src, out) {
-                    reuse = Some(src);
-                }
-            }
-            let never_read = reads[out.index()] == 0;
-            let rank0 = ort.get(out).is_none_or(|(_, s)| s.rank() == 0);
-            if reuse.is_none() && !never_read && !rank0 {
-                reuse = ort
-                    .size_key(out)
-                    .and_then(|k| free_list.get_mut(&k))
-                    .and_then(|stack| stack.pop());
-            }
-            match reuse {
-                Some(r) => {
-                    let o = origin[r.index()];
-                    origin[out.index()] = o;
-                    buf_count[o.index()] += use_count[out.index()];
-                }
-                None => owns[out.index()] = true,
-            }
-        }
-        let release =
-            |t: TensorId,
-             buf_count: &mut Vec<i64>,
-             free_list: &mut FxHashMap<(u64, &'g Shape), Vec<TensorId>>| {
-                let o = origin[t.index()];
-                buf_count[o.index()] -= 1;
-                if buf_count[o.index()] == 0 && computed[o.index()] {
-                    if let Some(k) = ort.size_key(o) {
-                        free_list.entry(k).or_default().push(o);
-                    }
-                }
-            };
-        for t in node.input_tensors() {
-            release(t, &mut buf_count, &mut free_list);
-        }
-        for t in node.output_tensors() {
-            release(t, &mut buf_count, &mut free_list);
-        }
-    }
-
-    // Runtime: buffers, their allocation and release steps.
-    let mut buffer_index = vec![usize::MAX; nt];
-    let mut buffers: Vec<Buffer> = Vec::new();
-    let mut buffer_of = vec![None; nt];
-    for (s, &n) in schedule.order.iter().enumerate() {
-        for t in graph.node(n).output_tensors() {
-            let o = origin[t.index()];
-            if !owns[o.index()] {
-                continue; // alias of an input or initializer
-            }
-            if buffer_index[o.index()] == usize::MAX {
-                buffer_index[o.index()] = buffers.len();
-                buffers.push(Buffer {
-                    bytes: bytes[o.index()],
-                    values: Vec::new(),
-                    alloc_step: s,
-                    free_after: None,
-                });
-            }
-            let b = buffer_index[o.index()];
-            buffers[b].values.push(t);
-            buffer_of[t.index()] = Some(b);
-        }
-    }
-    for (s, &n) in schedule.order.iter().enumerate() {
-        for t in graph.node(n).input_tensors() {
-            if let Some(b) = buffer_of[t.index()] {
-                buffers[b].free_after = Some(buffers[b].free_after.map_or(s, |f| f.max(s)));
-            }
-        }
-    }
-    // Buffers are numbered in the order of their allocation steps; their releases, and the
-    // re-allocations below, are listed by step (then buffer).
-    let mut extra_allocs: Vec<(usize, usize)> = Vec::new();
-    for (b, buf) in buffers.iter_mut().enumerate() {
-        if buf.values.iter().any(|&v| is_output_buf[v.index()]) {
-            buf.free_after = None;
-        }
-        // A value planned into a buffer already released (never read): allocated again, kept.
-        if let Some(f) = buf.free_after {
-            let late = buf
-                .values
-                .iter()
-                .filter_map(|&v| graph.tensor(v).producer())
-                .filter_map(|p| schedule.step_of(p))
-                .max();
-            if let Some(l) = late.filter(|&l| l > f) {
-                extra_allocs.push((l, b));
-            }
-        }
-    }
-    let mut frees: Vec<(usize, usize)> = buffers
-        .iter()
-        .enumerate()
-        .filter_map(|(b, buf)| buf.free_after.map(|f| (f, b)))
-        .collect();
-    frees.sort_unstable();
-    extra_allocs.sort_unstable();
-    // Graph outputs that are initializers or Constant values: copied at the frame's creation.
-    let mut copied_outputs: Vec<u64> = Vec::new();
-    for &t in graph.outputs() {
-        let tensor = graph.tensor(t);
-        if !computed[t.index()] && !tensor.is_graph_input() {
-            copied_outputs.push(tensor_bytes(graph, t, bindings)?);
-        }
-    }
+/// The run's steps replayed over `plan`: the copied outputs at the frame's creation, then at
+/// each step its kernel scratch, the buffers it allocates, the re-allocations, the live bytes,
+/// and the releases; the peak, and the initializers a node reads.
+fn replay(
+    graph: &Graph,
+    schedule: &Schedule,
+    bindings: &Bindings,
+    threads: u32,
+    plan: AllocationPlan,
+) -> Result<Simulation, MemoryError> {
+    let AllocationPlan {
+        bytes,
+        buffer_of,
+        buffers,
+        holds_output,
+        frees,
+        extra_allocs,
+        copied_outputs,
+    } = plan;
     let nb = buffers.len() as u64;
     let mut live = vec![0u64; schedule.len()];
     let mut current: u64 = 0;
@@ -595,7 +448,7 @@ pub fn simulate_resolved<'g>(
             let b = next_alloc;
             next_alloc += 1;
             current += rounded(buffers[b].bytes);
-            let kind = if buffers[b].values.iter().any(|v| is_output_buf[v.index()]) {
+            let kind = if holds_output[b] {
                 EventKind::Output
             } else {
                 EventKind::Buffer
