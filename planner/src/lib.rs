@@ -19,6 +19,8 @@
 //! - `par.rs`: trials on threads, judged in order; the trial budget and the pass's steps.
 //! - `outcome.rs`: what a plan returns ([`Outcome`], [`Rewritten`], [`Diagnosis`],
 //!   [`IlpReport`]), `Serialize`.
+//! - `baselines.rs`: [`baselines`] (no recompute, per-block, per-layer, recompute-all) and
+//!   [`plan_at`], plans on the same axes.
 //! - `trace.rs`: the typed trace [`Event`]s and their [`Trace`] sink.
 //!
 //! The lower rooms (analysis, options, outcome, trace, par, oracle, leaves, blocks, search)
@@ -82,6 +84,7 @@
 //!   on user input. The CLI parses, orchestrates, writes and prints.
 
 mod analysis;
+mod baselines;
 mod blocks;
 mod error;
 mod leaves;
@@ -95,6 +98,10 @@ mod trace;
 mod variants;
 
 pub use analysis::{analyse, step_flops, with_inferred_types, AnalyseOptions, Analysis};
+pub use baselines::{
+    baselines, evaluate_plan, evaluate_set, per_block_plan, plan_at, KnownPlan, Planned,
+    NO_RECOMPUTE, PER_BLOCK, PER_LAYER, RECOMPUTE_ALL,
+};
 pub use error::PlanError;
 pub use options::{
     default_threads, recorded_metadata, variant_trials, Costs, PlanOptions, Progress,
