@@ -320,9 +320,8 @@ pub const MAX_TRIALS: usize = 4000;
 /// Simulations the search of a zero-FLOP variant may run once a plan is in hand: such a
 /// search only matters if it beats that plan, and where one did it took 300 (GPT-2 small at
 /// 70%: the guarded graph with its terms moved, 299 trials, +0.23% of a step against the
-/// first plan's +0.63%); on GPT-2 at 48 layers, 80%, the variants that found nothing better
-/// ran to the 30 s limit (31.4 s, now 21.9 s with the same plan). A count, so the plan is
-/// the same on any machine.
+/// first plan's +0.63%); on GPT-2 at 48 layers, 80%, variants without that bound that found
+/// nothing better ran to the 30 s limit. A count, so the plan is the same on any machine.
 pub const VARIANT_TRIALS: usize = 600;
 /// Schedule steps a variant searched once a plan is in hand may simulate in all
 /// ([`variant_trials`]): 600 trials of a 2,500-step graph. A trial simulates the whole
@@ -350,8 +349,8 @@ pub fn variant_trials(steps: usize) -> usize {
 /// allocator holds, so the plans the simulator accepts cost more than its optimum, not less:
 /// on GPT-2 small at 70% the searched plans cost 0.98x, 0.97x and 4.7x their first round's
 /// optimum (a cut can drop what the model thought needed); the factor leaves room for that.
-/// GPT-2 small: at 60% a variant whose optimum is 243 GFLOP, against 19 in hand, is no longer
-/// searched (3 s); at 70% one at 79 GFLOP against 5.5 (3.4 s).
+/// GPT-2 small: at 60% a variant whose optimum is 243 GFLOP, against 19 in hand, is not
+/// searched; at 70% neither is one at 79 GFLOP against 5.5.
 pub const OUTCLASSED_FACTOR: u64 = 2;
 
 #[cfg(test)]
