@@ -694,7 +694,7 @@ fn measure_bucket(
         found_at_ceiling_bytes: None,
         total_bytes: before.ledger.total_bytes,
         added_flops: 0,
-        added_ns: None,
+        added_cost: None,
         analysis: crate::optimize::analyse(before.graph.clone(), options)?,
     };
     let o = measure(&original, options, &inputs, runs)?;

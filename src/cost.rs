@@ -208,7 +208,7 @@ pub fn added_ns(graph: &Graph, cands: &Candidates, plan: &Plan, costs: &NodeCost
 
 /// The measured time of every node `patch` clones (moves add none).
 pub fn patch_ns(patch: &ckpt_ir::Patch, costs: &NodeCosts) -> u64 {
-    patch.nodes.iter().map(|n| costs.of(n.copy_of)).sum()
+    costs.planner_costs().of_patch(patch)
 }
 
 /// What the receipt says of a measured cost model.

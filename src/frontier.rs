@@ -24,231 +24,25 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use ckpt_ir::{Graph, Patch};
-use ckpt_passes::order::order_leaves;
-use ckpt_passes::recompute::{
-    backward_only_terms, candidates, lower_terms, per_block, problem, rewrite, Candidates,
-    Granularity,
-};
-use ckpt_solver::{Method, Plan};
+use ckpt_ir::Graph;
+use ckpt_passes::recompute::Candidates;
+use ckpt_planner::PlanOptions;
+
+pub use ckpt_planner::{KnownPlan, Planned, NO_RECOMPUTE, PER_BLOCK, PER_LAYER, RECOMPUTE_ALL};
 
 use crate::cost::NodeCosts;
-use crate::optimize::{
-    analyse, default_threads, plan_analysed, plan_costed, step_flops, AnalyseOptions, Analysis,
-    Job, Outcome,
-};
+use crate::optimize::{analyse, default_threads, step_flops, AnalyseOptions, Analysis, Job};
 use crate::size::{human, CeilingSpec};
 
-/// One plan: a rewrite of the graph (or the graph itself) with its predicted device total.
-pub struct KnownPlan {
-    /// How it was found: `no recompute`, a baseline's name, or the planner's method.
-    pub method: String,
-    /// The ceiling the planner found it for (`None`: a baseline).
-    pub found_at_ceiling_bytes: Option<u64>,
-    /// The predicted device total under the profile.
-    pub total_bytes: u64,
-    /// FLOPs the clones add (moves add none).
-    pub added_flops: u64,
-    /// With `--cost profile`: the measured kernel time the clones add, in nanoseconds.
-    pub added_ns: Option<u64>,
-    /// The analysed rewrite.
-    pub analysis: Analysis,
-}
-
-/// Block checkpointing at the graph's residual-stream boundaries ([`per_block`]) as a plan of
-/// `cands`; a graph without a residual stream falls back (at [`Granularity::Sublayer`] only)
-/// to the solver's every-⌈√n⌉-th candidate kept, each rebuilt on its own.
-pub fn per_block_plan(a: &Analysis, cands: &Candidates, granularity: Granularity) -> Option<Plan> {
-    let prob = problem(&a.sim, cands, 0);
-    match per_block(&a.graph, &a.class, &a.sim, cands, granularity) {
-        Some(pb) => {
-            let mut plan = Plan::for_set(&prob, pb.recompute, Method::PerBlock);
-            plan.remat_at = pb.remat_at;
-            Some(plan)
-        }
-        None if granularity == Granularity::Sublayer => Some(Plan::for_set(
-            &prob,
-            ckpt_solver::per_block_set(&prob),
-            Method::PerBlock,
-        )),
-        None => None,
-    }
-}
-
-/// Rewrite `before` for the recompute set `set`, apply, and analyse the result.
-pub fn evaluate_set(
-    before: &Analysis,
-    cands: &Candidates,
-    set: Vec<bool>,
-    options: &AnalyseOptions,
-    method: &str,
-) -> Result<KnownPlan> {
-    evaluate_set_costed(before, cands, set, options, method, None)
-}
-
-/// [`evaluate_set`], with the measured kernel time the clones add where `costs` are given.
-pub fn evaluate_set_costed(
-    before: &Analysis,
-    cands: &Candidates,
-    set: Vec<bool>,
-    options: &AnalyseOptions,
-    method: &str,
-    costs: Option<&NodeCosts>,
-) -> Result<KnownPlan> {
-    let prob = problem(&before.sim, cands, 0);
-    let plan = Plan::for_set(&prob, set, Method::RecomputeAll);
-    evaluate_plan_costed(before, cands, plan, options, method, costs)
-}
-
-/// Rewrite `before` for `plan` (its recompute set and rebuild steps), apply, and analyse the
-/// result; with the measured kernel time the clones add where `costs` are given.
-pub fn evaluate_plan_costed(
-    before: &Analysis,
-    cands: &Candidates,
-    plan: Plan,
-    options: &AnalyseOptions,
-    method: &str,
-    costs: Option<&NodeCosts>,
-) -> Result<KnownPlan> {
-    if !plan.recompute.iter().any(|&x| x) {
-        return Ok(KnownPlan {
-            method: method.into(),
-            found_at_ceiling_bytes: None,
-            total_bytes: before.ledger.total_bytes,
-            added_flops: 0,
-            added_ns: costs.map(|_| 0),
-            analysis: analyse(before.graph.clone(), options)?,
-        });
-    }
-    let patch = rewrite(&before.graph, cands, &plan, method);
-    let added_flops = ckpt_planner::patch_flops(before, &patch, &options.bindings);
-    let mut g = before.graph.clone();
-    patch
-        .apply(&mut g)
-        .with_context(|| format!("applying the {method} recompute patch"))?;
-    let analysis = analyse(g, options)?;
-    Ok(KnownPlan {
-        method: method.into(),
-        found_at_ceiling_bytes: None,
-        total_bytes: analysis.ledger.total_bytes,
-        added_flops,
-        added_ns: costs.map(|c| crate::cost::patch_ns(&patch, c)),
-        analysis,
-    })
-}
-
-/// The baselines of a graph, in this order: no recompute, per-block (every residual-stream
-/// value kept), per-layer (every other one: each transformer layer's input; only where the
-/// graph has a residual stream), recompute-all.
-pub fn baselines(before: &Analysis, options: &AnalyseOptions) -> Result<Vec<KnownPlan>> {
-    baselines_costed(before, options, None)
-}
-
-/// [`baselines`], each with its measured added kernel time where `costs` are given.
-pub fn baselines_costed(
-    before: &Analysis,
-    options: &AnalyseOptions,
-    costs: Option<&NodeCosts>,
-) -> Result<Vec<KnownPlan>> {
-    let cands = candidates(&before.graph, &before.sim, &before.types, &options.bindings);
-    let n = cands.list.len();
-    let set = |s: Vec<bool>, m: &str| evaluate_set_costed(before, &cands, s, options, m, costs);
-    let mut out = vec![set(vec![false; n], NO_RECOMPUTE)?];
-    // Block checkpointing on the graph as it is and on its zero-FLOP order variants (leaves in
-    // the order their inputs become ready, backward-only terms lowered, both): ORT's order
-    // decides when a block's rebuilt copy runs and how long it is held (a backward-only term
-    // that runs during forward rebuilds the block there; a weight gradient run at the end of
-    // backward holds its copy to the end). The lowest device total wins.
-    let mut bases: Vec<(Analysis, Candidates)> = Vec::new();
-    let ordered = moved(
-        before,
-        order_leaves(&before.graph, &before.sim.schedule, "leaf order"),
-        options,
-    )?;
-    for base in [Some(before), ordered.as_ref()].into_iter().flatten() {
-        let terms = backward_only_terms(&base.graph, &base.class);
-        let lowered = lower_terms(&base.graph, &terms, "backward-only terms");
-        if let Some(l) = moved(base, lowered, options)? {
-            bases.push(with_candidates(l, options));
-        }
-    }
-    if let Some(o) = ordered {
-        bases.push(with_candidates(o, options));
-    }
-    for (granularity, name) in [
-        (Granularity::Sublayer, PER_BLOCK),
-        (Granularity::Layer, PER_LAYER),
-    ] {
-        let mut best: Option<KnownPlan> = None;
-        let all = std::iter::once((before, &cands)).chain(bases.iter().map(|(a, c)| (a, c)));
-        for (base, cs) in all {
-            if let Some(plan) = per_block_plan(base, cs, granularity) {
-                let p = evaluate_plan_costed(base, cs, plan, options, name, costs)?;
-                if best.as_ref().is_none_or(|b| p.total_bytes < b.total_bytes) {
-                    best = Some(p);
-                }
-            }
-        }
-        out.extend(best);
-    }
-    out.push(set(vec![true; n], RECOMPUTE_ALL)?);
-    Ok(out)
-}
-
-/// `before` with the zero-FLOP moves of `patch` applied and analysed; `None` when there is
-/// nothing to move.
-fn moved(before: &Analysis, patch: Patch, options: &AnalyseOptions) -> Result<Option<Analysis>> {
-    if patch.is_empty() {
-        return Ok(None);
-    }
-    let mut g = before.graph.clone();
-    patch
-        .apply(&mut g)
-        .with_context(|| format!("applying the {} moves", patch.label))?;
-    Ok(Some(analyse(g, options)?))
-}
-
-/// An analysis with its candidates.
-fn with_candidates(a: Analysis, options: &AnalyseOptions) -> (Analysis, Candidates) {
-    let c = candidates(&a.graph, &a.sim, &a.types, &options.bindings);
-    (a, c)
-}
-
-pub const NO_RECOMPUTE: &str = "no recompute";
-pub const PER_BLOCK: &str = "per-block";
-pub const PER_LAYER: &str = "per-layer";
-pub const RECOMPUTE_ALL: &str = "recompute-all";
-
-/// What the planner says at one ceiling.
-pub enum Planned {
-    Plan(Box<KnownPlan>),
-    /// No plan: the lowest device total the planner reached.
-    CannotFit {
-        lowest_reachable_total_bytes: u64,
-    },
-}
-
-/// Run the main job's planner on `graph` at `ceiling` (no reserve).
-pub fn plan_at(
-    graph: &Graph,
-    options: &AnalyseOptions,
-    ceiling: u64,
-    time_limit: Duration,
-) -> Result<Planned> {
-    plan_at_costed(graph, options, ceiling, time_limit, None)
-}
-
-/// [`plan_at`], costing recompute by measured node times where `costs` are given (the main
-/// job's `--cost profile`).
-pub fn plan_at_costed(
-    graph: &Graph,
+/// The planner's options for the frontier's plans at `ceiling` (no reserve, no refusal
+/// probes, the main job's search steps), costing recompute by measured node times where
+/// `costs` are given (the main job's `--cost profile`); the time limit counts from now.
+fn plan_options(
     options: &AnalyseOptions,
     ceiling: u64,
     time_limit: Duration,
     costs: Option<&NodeCosts>,
-) -> Result<Planned> {
-    let t0 = Instant::now();
-    let before = analyse(graph.clone(), options)?;
+) -> PlanOptions {
     let job = Job {
         model: Default::default(),
         ceiling,
@@ -259,31 +53,38 @@ pub fn plan_at_costed(
         refusal_probes: 0,
         search_steps: ckpt_planner::PASS_STEPS,
     };
-    let outcome = match costs {
-        Some(c) => plan_costed(&job, before, t0, default_threads(), Some(c))?,
-        None => plan_analysed(&job, before, t0)?,
-    };
-    Ok(match outcome {
-        Outcome::AlreadyFits { before } => Planned::Plan(Box::new(KnownPlan {
-            method: NO_RECOMPUTE.into(),
-            found_at_ceiling_bytes: Some(ceiling),
-            total_bytes: before.ledger.total_bytes,
-            added_flops: 0,
-            added_ns: costs.map(|_| 0),
-            analysis: before,
-        })),
-        Outcome::CannotFit { diagnosis, .. } => Planned::CannotFit {
-            lowest_reachable_total_bytes: diagnosis.lowest_reachable_total_bytes,
-        },
-        Outcome::Rewritten(r) => Planned::Plan(Box::new(KnownPlan {
-            method: r.method_label(),
-            found_at_ceiling_bytes: Some(ceiling),
-            total_bytes: r.after.ledger.total_bytes,
-            added_flops: r.counts.added_flops,
-            added_ns: costs.map(|c| crate::cost::added_ns(&r.before.graph, &r.cands, &r.plan, c)),
-            analysis: r.after,
-        })),
-    })
+    job.plan_options(Instant::now(), default_threads(), costs)
+}
+
+/// Rewrite `before` for the recompute set `set`, apply, and analyse the result
+/// ([`ckpt_planner::evaluate_set`]).
+pub fn evaluate_set(
+    before: &Analysis,
+    cands: &Candidates,
+    set: Vec<bool>,
+    options: &AnalyseOptions,
+    method: &str,
+) -> Result<KnownPlan> {
+    let o = plan_options(options, 0, Duration::ZERO, None);
+    Ok(ckpt_planner::evaluate_set(before, cands, set, &o, method)?)
+}
+
+/// The baselines of a graph ([`ckpt_planner::baselines`]), costed by FLOPs.
+pub fn baselines(before: &Analysis, options: &AnalyseOptions) -> Result<Vec<KnownPlan>> {
+    let o = plan_options(options, 0, Duration::ZERO, None);
+    Ok(ckpt_planner::baselines(before, &o)?)
+}
+
+/// Run the main job's planner on `graph` at `ceiling` (no reserve;
+/// [`ckpt_planner::plan_at`]), costed by FLOPs.
+pub fn plan_at(
+    graph: &Graph,
+    options: &AnalyseOptions,
+    ceiling: u64,
+    time_limit: Duration,
+) -> Result<Planned> {
+    let o = plan_options(options, ceiling, time_limit, None);
+    Ok(ckpt_planner::plan_at(graph, &o)?)
 }
 
 /// The index of the cheapest plan of `pool` that fits `ceiling`: fewest added FLOPs (measured
@@ -292,7 +93,7 @@ pub fn plan_at_costed(
 pub fn cheapest_fitting(pool: &[KnownPlan], ceiling: u64) -> Option<usize> {
     let plans: Vec<(u64, u64)> = pool
         .iter()
-        .map(|p| (p.total_bytes, p.added_ns.unwrap_or(p.added_flops)))
+        .map(|p| (p.total_bytes, p.added_cost.unwrap_or(p.added_flops)))
         .collect();
     cheapest_index(&plans, ceiling)
 }
@@ -490,8 +291,9 @@ fn find_floor(
     time_limit: Duration,
     costs: Option<&NodeCosts>,
 ) -> Result<u64> {
-    let plan_at =
-        |g: &Graph, o: &AnalyseOptions, c: u64, t: Duration| plan_at_costed(g, o, c, t, costs);
+    let plan_at = |g: &Graph, o: &AnalyseOptions, c: u64, t: Duration| -> Result<Planned> {
+        Ok(ckpt_planner::plan_at(g, &plan_options(o, c, t, costs))?)
+    };
     let known = |pool: &[KnownPlan]| pool.iter().map(|p| p.total_bytes).min().unwrap_or(u64::MAX);
     let probe = before.ledger.fixed_bytes + 1;
     let Planned::CannotFit {
@@ -561,7 +363,8 @@ pub fn sweep(
 ) -> Result<Sweep> {
     let before = analyse(graph.clone(), options)?;
     let step = step_flops(&before, &options.bindings).max(1);
-    let mut pool = baselines_costed(&before, options, costs)?;
+    let mut pool =
+        ckpt_planner::baselines(&before, &plan_options(options, 0, Duration::ZERO, costs))?;
     let n_baselines = pool.len();
     let base_total = before.ledger.total_bytes;
     let floor = find_floor(graph, options, &before, &mut pool, time_limit, costs)?;
@@ -582,7 +385,8 @@ pub fn sweep(
         if c >= base_total {
             continue;
         }
-        if let Planned::Plan(p) = plan_at_costed(graph, options, c, time_limit, costs)? {
+        let o = plan_options(options, c, time_limit, costs);
+        if let Planned::Plan(p) = ckpt_planner::plan_at(graph, &o)? {
             pool.push(*p);
         }
     }
@@ -595,9 +399,9 @@ pub fn sweep(
     }
     let pct = |f: u64| 100.0 * f as f64 / step as f64;
     let step_ns = costs.map(|c| c.step_ns().max(1));
-    let ms = |p: &KnownPlan| p.added_ns.map(|ns| ns as f64 / 1e6);
+    let ms = |p: &KnownPlan| p.added_cost.map(|ns| ns as f64 / 1e6);
     let ms_pct = |p: &KnownPlan| {
-        p.added_ns
+        p.added_cost
             .zip(step_ns)
             .map(|(ns, s)| 100.0 * ns as f64 / s as f64)
     };

@@ -17,7 +17,7 @@ use ckpt_ir::{export_bytes, write_atomic, Graph};
 use ckpt_passes::ledger::Ledger;
 use ckpt_passes::recompute::Candidates;
 use ckpt_passes::TensorKind;
-use ckpt_planner::{IlpReport, IlpRound, PlanOptions};
+use ckpt_planner::{IlpReport, PlanOptions};
 use ckpt_solver::Plan;
 
 pub use ckpt_planner::{
@@ -70,7 +70,9 @@ impl Job {
             started: t0,
             threads,
             costs: costs.map(crate::cost::NodeCosts::planner_costs),
-            debug: std::env::var_os("CKPT_OPT_DEBUG").is_some(),
+            trace: std::env::var_os("CKPT_OPT_DEBUG")
+                .is_some()
+                .then(|| ckpt_planner::Trace::new(|e| eprintln!("{e}"))),
             progress: Some(progress),
             refusal_probes: self.refusal_probes,
             max_trials: ckpt_planner::MAX_TRIALS,
@@ -144,15 +146,7 @@ impl Rewritten {
     /// simulator in the loop (no optimality bound)`, or `order moves only` for a plan that
     /// recomputes nothing.
     pub fn method_label(&self) -> String {
-        if !self.plan.recompute.iter().any(|&r| r) {
-            match (self.lowered, self.guarded) {
-                (true, false) => return "order moves only".into(),
-                (false, true) => return "reuse guards only".into(),
-                (true, true) => return "order moves and reuse guards only".into(),
-                (false, false) => {}
-            }
-        }
-        self.plan.info.label()
+        ckpt_planner::method_label(&self.plan, self.lowered, self.guarded)
     }
 
     /// The graph the candidates and the plan index.
@@ -198,7 +192,7 @@ pub fn plan_costed(
     Ok(match ckpt_planner::plan(&before, &options)? {
         ckpt_planner::Outcome::AlreadyFits => Outcome::AlreadyFits { before },
         ckpt_planner::Outcome::CannotFit(d) => {
-            let diagnosis = diagnosis(&d, &before.ledger, job);
+            let diagnosis = diagnosis(&d);
             Outcome::CannotFit { before, diagnosis }
         }
         ckpt_planner::Outcome::Rewritten(r) => {
@@ -222,45 +216,13 @@ pub fn plan_costed(
     })
 }
 
-/// The planner's diagnosis in words, for the receipt (`ledger`: the given graph's).
-pub fn diagnosis(d: &ckpt_planner::Diagnosis, ledger: &Ledger, job: &Job) -> Diagnosis {
-    let (kind, message) = match d.kind {
-        ckpt_planner::DiagnosisKind::FixedExceedsCeiling => (
-            DiagnosisKind::FixedExceedsCeiling,
-            format!(
-                "parameters + optimizer state + data inputs = {} ({} + {} + {}) already exceed the ceiling of {} (after {}% reserve); recompute cannot help",
-                human(d.fixed_bytes),
-                human(ledger.parameters_bytes),
-                human(ledger.optimizer_state_bytes),
-                human(ledger.data_bytes),
-                human(d.effective_ceiling_bytes),
-                job.reserve_pct
-            ),
-        ),
-        ckpt_planner::DiagnosisKind::NoPlanFound => (
-            DiagnosisKind::NoPlanFound,
-            format!(
-                "no recompute plan fits: the lowest device total found under the deployment profile (recomputing every candidate, the search's best, or a plan found at a ceiling in between) is {} ({} fixed + {} arena), above the ceiling of {}; dominant ledger line: {}{}{}",
-                human(d.lowest_reachable_total_bytes),
-                human(d.fixed_bytes),
-                human(d.lowest_reachable_total_bytes.saturating_sub(d.fixed_bytes)),
-                human(d.effective_ceiling_bytes),
-                d.dominant_ledger_line,
-                if d.timed_out {
-                    format!(" (the search stopped at the time limit of {} s; a longer --time-limit may find a plan)", job.time_limit.as_secs_f64())
-                } else {
-                    String::new()
-                },
-                if d.steps_spent {
-                    format!(" (the searches spent their budget of {} schedule steps; a larger --search-steps may find a plan)", job.search_steps)
-                } else {
-                    String::new()
-                }
-            ),
-        ),
-    };
+/// The planner's diagnosis, for the receipt.
+pub fn diagnosis(d: &ckpt_planner::Diagnosis) -> Diagnosis {
     Diagnosis {
-        kind,
+        kind: match d.kind {
+            ckpt_planner::DiagnosisKind::FixedExceedsCeiling => DiagnosisKind::FixedExceedsCeiling,
+            ckpt_planner::DiagnosisKind::NoPlanFound => DiagnosisKind::NoPlanFound,
+        },
         effective_ceiling_bytes: d.effective_ceiling_bytes,
         fixed_bytes: d.fixed_bytes,
         lowest_reachable_total_bytes: d.lowest_reachable_total_bytes,
@@ -268,38 +230,13 @@ pub fn diagnosis(d: &ckpt_planner::Diagnosis, ledger: &Ledger, job: &Job) -> Dia
         timed_out: d.timed_out,
         steps_spent: d.steps_spent,
         ceilings_probed: d.ceilings_probed,
-        message,
+        message: d.message.clone(),
     }
 }
 
 /// What the ILP rounds did, as the receipt's `solver.ilp`.
 pub fn ilp_json(r: &IlpReport) -> serde_json::Value {
-    let rounds: Vec<serde_json::Value> = r
-        .rounds
-        .iter()
-        .map(|round| match round {
-            IlpRound::Unproven {
-                round,
-                status,
-                seconds,
-            } => json!({"round": round, "status": format!("{status:?}"), "seconds": seconds}),
-            IlpRound::NoPlan { round, error } => json!({"round": round, "error": error}),
-            IlpRound::Simulated {
-                round,
-                status,
-                objective,
-                seconds,
-                recomputed,
-                linear_model_peak_bytes,
-                simulated_peak_bytes,
-            } => json!({
-                "round": round, "status": format!("{status:?}"), "objective": objective,
-                "seconds": seconds, "recomputed": recomputed,
-                "linear_model_peak_bytes": linear_model_peak_bytes, "simulated_peak_bytes": simulated_peak_bytes,
-            }),
-        })
-        .collect();
-    json!({"rounds": rounds, "used": r.used})
+    serde_json::to_value(r).unwrap_or(serde_json::Value::Null)
 }
 
 /// `model.onnx` → `model.ckpt.onnx` beside it.

@@ -139,21 +139,7 @@ impl fmt::Display for CeilingSpec {
     }
 }
 
-/// `1.50 GiB`, `12.0 MiB`, `512 B`.
-pub fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
-}
+pub use ckpt_planner::human;
 
 #[cfg(test)]
 mod tests {

@@ -16,9 +16,13 @@ use ckpt_passes::recompute::{candidates, per_block, problem, Candidates, Granula
 use ckpt_solver::{Method, Plan, Problem};
 
 use crate::analysis::Analysis;
+use crate::options::{variant_trials, Deadline, PlanOptions};
 use crate::oracle::{patch_flops, Oracle, Simulator};
-use crate::plan::{par_map, swap_candidates, Budget, Deadline, IlpReport, Rewritten};
-use crate::{PlanError, PlanOptions};
+use crate::outcome::Rewritten;
+use crate::par::{par_map, Budget};
+use crate::search::swap_candidates;
+use crate::trace::Event;
+use crate::PlanError;
 
 /// Block checkpointing's plans of some zero-FLOP variants of a graph, each granularity's run
 /// under the profile: the start the planner cuts when the candidate search finds nothing
@@ -26,6 +30,9 @@ use crate::{PlanError, PlanOptions};
 pub(crate) struct BlockStart {
     starts: Vec<Start>,
 }
+
+/// What [`BlockStart::cut_best`] returns: the base's index and the cut plan, if one fits.
+pub(crate) type CutResult = Result<Option<(usize, Box<Rewritten>)>, PlanError>;
 
 /// One base graph's candidates and block plans.
 struct Start {
@@ -92,23 +99,27 @@ impl Start {
                 deeper.recompute[i] = true;
             }
             let (t, deeper_live) = self.oracle(base, o).total_and_live(&deeper)?;
-            if o.debug {
-                eprintln!(
-                    "blocks: base {k}, {granularity:?}, {} cheap extras: {deep_total} -> {t}",
-                    add.len()
-                );
-            }
+            o.emit(|| Event::BlockExtras {
+                base: k,
+                granularity,
+                extras: add.len(),
+                from_bytes: deep_total,
+                to_bytes: t,
+            });
             if t >= deep_total {
                 break;
             }
             (deep, deep_total, live) = (deeper, t, deeper_live);
         }
-        if o.debug {
-            eprintln!(
-                "blocks: base {k}, {granularity:?}, {} blocks: simulated total {total}",
-                pb.blocks
-            );
-            self.oracle(base, o).describe_plan(&plan)?;
+        if o.tracing() {
+            o.emit(|| Event::BlockSeed {
+                base: k,
+                granularity,
+                blocks: pb.blocks,
+                total_bytes: total,
+            });
+            let held = self.oracle(base, o).plan_peak_held(&plan)?;
+            o.emit(|| Event::PeakHeld(held));
         }
         let mut seeds = vec![(granularity, plan, total, false)];
         if deep_total < total {
@@ -175,7 +186,7 @@ impl BlockStart {
         bases: &[&Analysis],
         o: &PlanOptions,
         clock: &Deadline,
-    ) -> Result<Option<(usize, Box<Rewritten>)>, PlanError> {
+    ) -> CutResult {
         let started = std::time::Instant::now();
         let effective = o.effective_ceiling();
         let seeds = |extras: bool| -> Vec<(&Start, &Granularity, &Plan, u64)> {
@@ -203,7 +214,7 @@ impl BlockStart {
             }
             let base = bases[start.base];
             let oracle = start.oracle(base, o);
-            let budget = crate::plan::variant_trials(base.sim.schedule.len()) / CUTS;
+            let budget = variant_trials(base.sim.schedule.len()) / CUTS;
             let cutter = Cutter {
                 oracle: &oracle,
                 start,
@@ -213,12 +224,11 @@ impl BlockStart {
             };
             let cut = cutter.cut(plan.clone(), budget)?;
             let flops = added_flops(base, &start.cands, &cut, o);
-            if o.debug {
-                eprintln!(
-                    "blocks: base {}, {granularity:?} cut to {flops} FLOPs",
-                    start.base
-                );
-            }
+            o.emit(|| Event::BlockCut {
+                base: start.base,
+                granularity: *granularity,
+                flops,
+            });
             if best.as_ref().is_none_or(|b| flops < b.0) {
                 best = Some((flops, start, cut));
             }
@@ -230,30 +240,13 @@ impl BlockStart {
         plan.info.method = Method::BlockCut;
         plan.info.wall = started.elapsed();
         plan.cost = set_cost(&start.prob, &plan);
-        let (total, (after, patch_text, counts)) = start.oracle(base, o).realise(&plan)?;
+        let (total, realised) = start.oracle(base, o).realise(&plan)?;
         if total > effective {
             return Ok(None);
         }
-        Ok(Some((
-            start.base,
-            Box::new(Rewritten {
-                after,
-                cands: start.cands.clone(),
-                plan,
-                patch_text,
-                counts,
-                arena_ceiling: start.prob.ceiling,
-                solve_attempts: 0,
-                ilp: IlpReport {
-                    rounds: Vec::new(),
-                    used: false,
-                },
-                time_limit_hit: clock.hit(),
-                lowered: false,
-                guarded: false,
-                planned_graph: None,
-            }),
-        )))
+        let mut r = Rewritten::new(realised, start.cands.clone(), plan, start.prob.ceiling);
+        r.time_limit_hit = clock.hit();
+        Ok(Some((start.base, Box::new(r))))
     }
 }
 
@@ -340,19 +333,17 @@ impl Cutter<'_> {
             .collect();
         let judged;
         (plan, judged) = self.drops(plan, &groups, budget)?;
-        if o.debug {
-            let kept = plan
+        o.emit(|| Event::BlocksJudged {
+            judged,
+            blocks: groups.len(),
+            rebuilt: plan
                 .remat_at
                 .iter()
                 .flatten()
-                .collect::<std::collections::BTreeSet<_>>();
-            eprintln!(
-                "blocks: {judged} of {} blocks judged, {} still rebuilt, at {:.3} s",
-                groups.len(),
-                kept.len(),
-                o.started.elapsed().as_secs_f64()
-            );
-        }
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
+            at: o.at(),
+        });
         let mut singles: Vec<usize> = (0..plan.recompute.len())
             .filter(|&i| plan.recompute[i])
             .collect();
@@ -366,22 +357,18 @@ impl Cutter<'_> {
             .collect();
         let left = budget.saturating_sub(judged);
         let (plan, single_judged) = self.drops(plan, &singles, left)?;
-        if o.debug {
-            eprintln!(
-                "blocks: {single_judged} of {} single recomputes judged, {} left, at {:.3} s",
-                singles.len(),
-                plan.recompute.iter().filter(|&&r| r).count(),
-                o.started.elapsed().as_secs_f64()
-            );
-        }
+        o.emit(|| Event::SinglesJudged {
+            judged: single_judged,
+            singles: singles.len(),
+            left: plan.recompute.iter().filter(|&&r| r).count(),
+            at: o.at(),
+        });
         let left = left.saturating_sub(single_judged);
         let (plan, swapped) = self.swaps(plan, left)?;
-        if o.debug {
-            eprintln!(
-                "blocks: {swapped} swaps kept, at {:.3} s",
-                o.started.elapsed().as_secs_f64()
-            );
-        }
+        o.emit(|| Event::SwapsKept {
+            kept: swapped,
+            at: o.at(),
+        });
         Ok(plan)
     }
 

@@ -24,7 +24,9 @@ use ckpt_passes::memory::{schedule_of_sequence, simulate_resolved};
 use ckpt_passes::order::sequence_with_leaves;
 
 use crate::analysis::Analysis;
-use crate::plan::{par_map, PlanOptions};
+use crate::options::PlanOptions;
+use crate::par::par_map;
+use crate::trace::Event;
 use crate::PlanError;
 
 /// Schedule steps each climb may simulate (trials times the graph's steps): about 3,500
@@ -215,14 +217,13 @@ fn advance(c: &mut Climb, a: &Analysis, o: &PlanOptions) -> Result<(), PlanError
         at.order = moved(&targets[k]);
         at.best = Some(v);
         at.improved = true;
-        if o.debug {
-            eprintln!(
-                "leaf order: {} to place {} of {n}: arena {v} (trial {})",
-                g.node(at.order[targets[k]]).name,
-                targets[k],
-                c.trials
-            );
-        }
+        o.emit(|| Event::LeafMoved {
+            leaf: g.node(at.order[targets[k]]).name.clone(),
+            place: targets[k],
+            of: n,
+            arena_bytes: v,
+            trial: c.trials,
+        });
         c.points.push((at.order.clone(), v));
     }
     at.next += 1;

@@ -17,7 +17,10 @@ use ckpt_passes::recompute::{rewrite, Candidates};
 use ckpt_solver::{evaluate, Method, Plan, Problem};
 
 use crate::analysis::{analyse, Analysis};
-use crate::{PlanError, PlanOptions, RewriteCounts};
+use crate::options::{PlanOptions, Progress};
+use crate::outcome::RewriteCounts;
+use crate::trace::{Event, IdleBuffer, PeakHeld, Span};
+use crate::PlanError;
 
 /// What one recompute set's run says, in the original schedule's steps.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,9 +73,10 @@ pub trait Oracle: Sync {
     /// Make `plan` real (the final, verified rewrite) and return its device total with it.
     fn realise(&self, plan: &Plan) -> Result<(u64, Self::Realised), PlanError>;
 
-    /// A debug trace of what the run of `set` holds idle at its peak (stderr).
-    fn describe_peak(&self, _set: &[bool]) -> Result<(), PlanError> {
-        Ok(())
+    /// What the run of `set` holds at its peak, for the trace; `None` where the oracle cannot
+    /// say.
+    fn peak_held(&self, _set: &[bool]) -> Result<Option<PeakHeld>, PlanError> {
+        Ok(None)
     }
 }
 
@@ -210,9 +214,9 @@ impl Simulator<'_> {
         let patch = rewrite(&self.before.graph, self.cands, plan, "trial");
         let mut g2 = self.before.graph.clone();
         if let Err(e) = patch.apply_unverified(&mut g2) {
-            if self.options.debug {
-                eprintln!("{patch}");
-            }
+            self.options.emit(|| Event::PatchRefused {
+                patch: patch.to_string(),
+            });
             return Err(PlanError::Patch(e));
         }
         // Only the nodes the patch added or rewired are resolved again.
@@ -320,51 +324,46 @@ impl Oracle for Simulator<'_> {
         };
         let mut g2 = before.graph.clone();
         patch.apply(&mut g2).map_err(PlanError::Patch)?;
-        o.report(crate::Progress::Analysing);
+        o.report(Progress::Analysing);
         let after = analyse(g2, &o.analysis)?;
         let total = self.held_total(&after.sim, after.ledger.total_bytes);
         Ok((total, (after, text, counts)))
     }
 
-    fn describe_peak(&self, set: &[bool]) -> Result<(), PlanError> {
-        self.describe_plan(&plan_from_set(self.prob, set.to_vec()))
+    fn peak_held(&self, set: &[bool]) -> Result<Option<PeakHeld>, PlanError> {
+        self.plan_peak_held(&plan_from_set(self.prob, set.to_vec()))
+            .map(Some)
     }
 }
 
 impl Simulator<'_> {
-    /// [`Oracle::describe_peak`] of a plan with its own rebuild steps.
-    pub fn describe_plan(&self, plan: &Plan) -> Result<(), PlanError> {
+    /// [`Oracle::peak_held`] of a plan with its own rebuild steps: the idle buffers and the
+    /// values in use at its run's in-use peak.
+    pub fn plan_peak_held(&self, plan: &Plan) -> Result<PeakHeld, PlanError> {
         let (g, sim) = self.rewritten_run(plan)?;
+        let span = |t: TensorId| {
+            let (made, last) = sim.span(&g, t);
+            Span {
+                tensor: g.tensor(t).name.clone(),
+                made,
+                last,
+            }
+        };
         let idle = sim.idle_at(&g, sim.peak_step);
-        let total: u64 = idle.iter().map(|x| x.1).sum();
-        eprintln!(
-            "  peak step {} of {} ({}), {} idle in {} buffers:",
-            sim.peak_step,
-            sim.schedule.len(),
-            g.node(sim.schedule.order[sim.peak_step]).name,
-            total,
-            idle.len()
-        );
-        for &(b, bytes) in idle.iter().take(12) {
-            let buf = &sim.buffers[b];
-            let vals: Vec<String> = buf
-                .values
-                .iter()
-                .rev()
-                .take(6)
-                .map(|&t| {
-                    let (made, last) = sim.span(&g, t);
-                    format!("{}[{made}..{last}]", g.tensor(t).name)
-                })
-                .collect();
-            eprintln!(
-                "    {bytes} B, alloc {} free {:?}, {} values, last: {}",
-                buf.alloc_step,
-                buf.free_after,
-                buf.values.len(),
-                vals.join(", ")
-            );
-        }
+        let idle_buffers: Vec<IdleBuffer> = idle
+            .iter()
+            .take(12)
+            .map(|&(b, bytes)| {
+                let buf = &sim.buffers[b];
+                IdleBuffer {
+                    bytes,
+                    alloc_step: buf.alloc_step,
+                    free_after: buf.free_after,
+                    values: buf.values.len(),
+                    last: buf.values.iter().rev().take(6).map(|&t| span(t)).collect(),
+                }
+            })
+            .collect();
         let mut live: Vec<(u64, TensorId)> = sim
             .in_use_at(&g, sim.peak_step)
             .into_iter()
@@ -375,17 +374,23 @@ impl Simulator<'_> {
                 .then_with(|| g.tensor(a.1).name.cmp(&g.tensor(b.1).name))
         });
         let is_output = |t: TensorId| g.tensor(t).is_output;
-        let outputs: u64 = live.iter().filter(|x| is_output(x.1)).map(|x| x.0).sum();
-        let all: u64 = live.iter().map(|x| x.0).sum();
-        eprintln!(
-            "  live at the peak: {all} B in {} values, {outputs} B of them graph outputs; largest:",
-            live.len()
-        );
-        for &(bytes, t) in live.iter().filter(|x| !is_output(x.1)).take(16) {
-            let (made, last) = sim.span(&g, t);
-            eprintln!("    {bytes} B {}[{made}..{last}]", g.tensor(t).name);
-        }
-        Ok(())
+        Ok(PeakHeld {
+            peak_step: sim.peak_step,
+            steps: sim.schedule.len(),
+            node: g.node(sim.schedule.order[sim.peak_step]).name.clone(),
+            idle_bytes: idle.iter().map(|x| x.1).sum(),
+            idle_buffers: idle.len(),
+            idle: idle_buffers,
+            live_bytes: live.iter().map(|x| x.0).sum(),
+            live_values: live.len(),
+            output_bytes: live.iter().filter(|x| is_output(x.1)).map(|x| x.0).sum(),
+            largest: live
+                .iter()
+                .filter(|x| !is_output(x.1))
+                .take(16)
+                .map(|&(bytes, t)| (bytes, span(t)))
+                .collect(),
+        })
     }
 }
 

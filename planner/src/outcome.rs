@@ -1,0 +1,361 @@
+//! What [`crate::plan`] returns: an [`Outcome`] (already fits, a [`Diagnosis`] of why no plan
+//! fits, or a [`Rewritten`] plan made real), with what the ILP rounds did ([`IlpReport`]) and
+//! what the rewrite adds ([`RewriteCounts`]).
+//!
+//! Invariants: every type here is `Serialize`, with the field names and values the receipt
+//! records (kinds in `snake_case`, a solver status by its name); analyses, candidates, plans
+//! and graphs are the caller's to print and are skipped. A [`Diagnosis`] is worded
+//! ([`Diagnosis::message`]) from the given graph's ledger and the options it was planned with.
+
+use serde::{Serialize, Serializer};
+
+use ckpt_passes::ledger::Ledger;
+use ckpt_passes::recompute::Candidates;
+use ckpt_solver::{Plan, Problem, Status};
+
+use crate::analysis::Analysis;
+use crate::options::PlanOptions;
+
+/// Why no plan fits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiagnosisKind {
+    /// What the caller feeds alone (parameters, optimizer state, data) is over the ceiling.
+    FixedExceedsCeiling,
+    /// The lowest total found under the profile is over it.
+    NoPlanFound,
+}
+
+/// Why no plan fits, as data.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Diagnosis {
+    pub kind: DiagnosisKind,
+    /// The ceiling after the reserve.
+    pub effective_ceiling_bytes: u64,
+    pub fixed_bytes: u64,
+    /// The lowest device total the oracle gave any set the planner tried (recomputing every
+    /// candidate, the search's best, or no recompute): a total some set reaches, not a bound.
+    pub lowest_reachable_total_bytes: u64,
+    /// The largest ledger line.
+    pub dominant_ledger_line: String,
+    /// The time limit stopped the search (a longer one may find a plan).
+    pub timed_out: bool,
+    /// The steps the pass's searches may simulate ([`PlanOptions::pass_steps`]) ran out and
+    /// stopped a search (a larger budget may find a plan).
+    pub steps_spent: bool,
+    /// Ceilings between this one and the lowest total found that were planned again to lower
+    /// that total ([`PlanOptions::refusal_probes`]; none is started once the time left is
+    /// less than twice the longest planning pass so far).
+    pub ceilings_probed: usize,
+    /// The same in one sentence (empty until [`crate::plan`] words it).
+    pub message: String,
+}
+
+impl Diagnosis {
+    /// A refusal of a graph whose ledger is `ledger`, not yet worded.
+    pub(crate) fn new(
+        kind: DiagnosisKind,
+        effective: u64,
+        lowest_reachable_total_bytes: u64,
+        ledger: &Ledger,
+    ) -> Diagnosis {
+        Diagnosis {
+            kind,
+            effective_ceiling_bytes: effective,
+            fixed_bytes: ledger.fixed_bytes,
+            lowest_reachable_total_bytes,
+            dominant_ledger_line: ledger.dominant().to_string(),
+            timed_out: false,
+            steps_spent: false,
+            ceilings_probed: 0,
+            message: String::new(),
+        }
+    }
+
+    /// This refusal worded for the user: `ledger` is the given graph's, `o` the options it
+    /// was planned with.
+    pub(crate) fn worded(self, ledger: &Ledger, o: &PlanOptions) -> Diagnosis {
+        let message = match self.kind {
+            DiagnosisKind::FixedExceedsCeiling => format!(
+                "parameters + optimizer state + data inputs = {} ({} + {} + {}) already exceed the ceiling of {} (after {}% reserve); recompute cannot help",
+                human(self.fixed_bytes),
+                human(ledger.parameters_bytes),
+                human(ledger.optimizer_state_bytes),
+                human(ledger.data_bytes),
+                human(self.effective_ceiling_bytes),
+                o.reserve_pct
+            ),
+            DiagnosisKind::NoPlanFound => format!(
+                "no recompute plan fits: the lowest device total found under the deployment profile (recomputing every candidate, the search's best, or a plan found at a ceiling in between) is {} ({} fixed + {} arena), above the ceiling of {}; dominant ledger line: {}{}{}",
+                human(self.lowest_reachable_total_bytes),
+                human(self.fixed_bytes),
+                human(self.lowest_reachable_total_bytes.saturating_sub(self.fixed_bytes)),
+                human(self.effective_ceiling_bytes),
+                self.dominant_ledger_line,
+                if self.timed_out {
+                    format!(" (the search stopped at the time limit of {} s; a longer --time-limit may find a plan)", o.time_limit.as_secs_f64())
+                } else {
+                    String::new()
+                },
+                if self.steps_spent {
+                    format!(" (the searches spent their budget of {} schedule steps; a larger --search-steps may find a plan)", o.pass_steps)
+                } else {
+                    String::new()
+                }
+            ),
+        };
+        Diagnosis { message, ..self }
+    }
+}
+
+/// `1.50 GiB`, `12.0 MiB`, `512 B`.
+pub fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+/// What a rewrite adds to the graph.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RewriteCounts {
+    /// FLOPs the rewritten graph really adds: its clones (a node shared by several recompute
+    /// chains is cloned once; moves add nothing). `plan.cost`, the model's sum over
+    /// candidates, counts shared nodes once per chain.
+    pub added_flops: u64,
+    /// Nodes cloned, and nodes moved later instead (they run once).
+    pub cloned: usize,
+    pub moved: usize,
+}
+
+/// One round of the simulator-corrected ILP.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum IlpRound {
+    /// The ILP answered with a plan of no proven quality: the rounds stop.
+    Unproven {
+        round: usize,
+        #[serde(serialize_with = "status_name")]
+        status: Status,
+        seconds: f64,
+    },
+    /// The ILP found no plan (or proved there is none): the rounds stop.
+    NoPlan { round: usize, error: String },
+    /// A plan, simulated.
+    Simulated {
+        round: usize,
+        #[serde(serialize_with = "status_name")]
+        status: Status,
+        objective: u64,
+        seconds: f64,
+        recomputed: usize,
+        linear_model_peak_bytes: u64,
+        simulated_peak_bytes: u64,
+    },
+}
+
+/// A solver status by its name (`Optimal`, `WithinGap`, ...).
+fn status_name<S: Serializer>(status: &Status, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&format_args!("{status:?}"))
+}
+
+impl IlpRound {
+    /// A round's plan, simulated at `total` (`prob` is the uncorrected model the linear peak
+    /// is reported in, `fixed` what the caller feeds).
+    pub(crate) fn simulated(
+        round: usize,
+        plan: &Plan,
+        prob: &Problem,
+        fixed: u64,
+        total: u64,
+    ) -> IlpRound {
+        IlpRound::Simulated {
+            round,
+            status: plan.info.status,
+            objective: plan.info.objective,
+            seconds: plan.info.wall.as_secs_f64(),
+            recomputed: plan.recompute.iter().filter(|&&r| r).count(),
+            linear_model_peak_bytes: ckpt_solver::evaluate(prob, &plan.recompute).peak + fixed,
+            simulated_peak_bytes: total,
+        }
+    }
+}
+
+/// What the ILP rounds did, whether or not their plan was used.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct IlpReport {
+    pub rounds: Vec<IlpRound>,
+    /// The plan is a round's.
+    pub used: bool,
+}
+
+/// How a plan ended.
+#[derive(Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Already under the ceiling; nothing to do.
+    AlreadyFits,
+    /// No plan fits.
+    CannotFit(Diagnosis),
+    Rewritten(Box<Rewritten>),
+}
+
+/// A plan that fits, made real: `after` is the analysis of the rewritten graph.
+#[derive(Serialize)]
+pub struct Rewritten {
+    #[serde(skip)]
+    pub after: Analysis,
+    /// The candidates `plan` indexes (of the lowered graph, when `lowered`).
+    #[serde(skip)]
+    pub cands: Candidates,
+    #[serde(skip)]
+    pub plan: Plan,
+    /// The patch of the graph given to [`crate::plan`]: the order moves, if any, then the
+    /// recompute.
+    pub patch_text: String,
+    /// What the recompute patch does.
+    pub counts: RewriteCounts,
+    /// The ILP's arena budget: the ceiling less fixed bytes and the profile's overhead.
+    pub arena_ceiling: u64,
+    pub solve_attempts: usize,
+    pub ilp: IlpReport,
+    /// The time limit stopped some part of the search (an ILP round, the climb or the cut):
+    /// the plan is the best found by then, and may differ on a faster or less loaded machine.
+    pub time_limit_hit: bool,
+    /// The plan is of the graph with zero-FLOP order moves first (its leaves in the order
+    /// their inputs become ready, [`ckpt_passes::order`]; its backward-only terms lowered).
+    pub lowered: bool,
+    /// The plan is of the graph with its constant reshape targets guarded
+    /// ([`ckpt_passes::guards`]; the guards come before the recompute in the patch).
+    pub guarded: bool,
+    /// The graph `cands` and `plan` index when it is a variant (terms moved, targets
+    /// guarded: it may have nodes the given graph lacks); `None`: the given graph.
+    #[serde(skip)]
+    pub planned_graph: Option<ckpt_ir::Graph>,
+}
+
+impl Rewritten {
+    /// A plan of `cands` made real as `after` (its patch text and counts), with no ILP rounds
+    /// and no moves, the clock not hit.
+    pub(crate) fn new(
+        (after, patch_text, counts): (Analysis, String, RewriteCounts),
+        cands: Candidates,
+        plan: Plan,
+        arena_ceiling: u64,
+    ) -> Rewritten {
+        Rewritten {
+            after,
+            cands,
+            plan,
+            patch_text,
+            counts,
+            arena_ceiling,
+            solve_attempts: 0,
+            ilp: IlpReport::default(),
+            time_limit_hit: false,
+            lowered: false,
+            guarded: false,
+            planned_graph: None,
+        }
+    }
+
+    /// How the plan was found, as a reader says it ([`method_label`]).
+    pub fn method_label(&self) -> String {
+        method_label(&self.plan, self.lowered, self.guarded)
+    }
+
+    /// The graph the candidates and the plan index: the variant planned, else `given` (the
+    /// graph given to [`crate::plan`]).
+    pub fn planned<'a>(&'a self, given: &'a ckpt_ir::Graph) -> &'a ckpt_ir::Graph {
+        self.planned_graph.as_ref().unwrap_or(given)
+    }
+}
+
+/// How `plan` (of a graph with order moves first where `lowered`, with reuse guards first
+/// where `guarded`) was found, as a reader says it: `ILP, proven optimal`, `search with the
+/// simulator in the loop (no optimality bound)`, or `order moves only` for a plan that
+/// recomputes nothing.
+pub fn method_label(plan: &Plan, lowered: bool, guarded: bool) -> String {
+    if !plan.recompute.iter().any(|&r| r) {
+        match (lowered, guarded) {
+            (true, false) => return "order moves only".into(),
+            (false, true) => return "reuse guards only".into(),
+            (true, true) => return "order moves and reuse guards only".into(),
+            (false, false) => {}
+        }
+    }
+    plan.info.label()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ILP report serializes as the receipt records it: rounds without a tag, statuses
+    /// by name.
+    #[test]
+    fn the_ilp_report_serializes_as_the_receipt_records_it() {
+        let report = IlpReport {
+            rounds: vec![
+                IlpRound::Simulated {
+                    round: 0,
+                    status: Status::Optimal,
+                    objective: 7,
+                    seconds: 0.5,
+                    recomputed: 2,
+                    linear_model_peak_bytes: 100,
+                    simulated_peak_bytes: 120,
+                },
+                IlpRound::Unproven {
+                    round: 1,
+                    status: Status::FeasibleOnTimeout,
+                    seconds: 1.0,
+                },
+                IlpRound::NoPlan {
+                    round: 2,
+                    error: "infeasible".into(),
+                },
+            ],
+            used: false,
+        };
+        let json = serde_json::to_string(&report).unwrap();
+        assert_eq!(
+            json,
+            r#"{"rounds":[{"round":0,"status":"Optimal","objective":7,"seconds":0.5,"recomputed":2,"linear_model_peak_bytes":100,"simulated_peak_bytes":120},{"round":1,"status":"FeasibleOnTimeout","seconds":1.0},{"round":2,"error":"infeasible"}],"used":false}"#
+        );
+    }
+
+    /// Kinds serialize in `snake_case`; a refusal is worded from the given graph's ledger.
+    #[test]
+    fn a_diagnosis_serializes_its_kind_and_message() {
+        let d = Diagnosis {
+            kind: DiagnosisKind::NoPlanFound,
+            effective_ceiling_bytes: 3 << 29,
+            fixed_bytes: 512,
+            lowest_reachable_total_bytes: 2 << 30,
+            dominant_ledger_line: "saved activations".into(),
+            timed_out: true,
+            steps_spent: false,
+            ceilings_probed: 1,
+            message: String::new(),
+        };
+        let ledger = Ledger::default();
+        let o = PlanOptions::new(3 << 29, Default::default());
+        let d = d.worded(&ledger, &o);
+        assert!(d.message.starts_with(
+            "no recompute plan fits: the lowest device total found under the deployment profile"
+        ));
+        assert!(d.message.contains("is 2.00 GiB (512 B fixed + 2.00 GiB arena), above the ceiling of 1.50 GiB; dominant ledger line: saved activations (the search stopped at the time limit of 120 s;"));
+        let json = serde_json::to_value(&d).unwrap();
+        assert_eq!(json["kind"], "no_plan_found");
+        assert_eq!(json["message"], d.message.as_str());
+    }
+}
