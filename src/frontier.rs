@@ -32,12 +32,12 @@ use ckpt_passes::recompute::{
 };
 use ckpt_solver::{Method, Plan};
 
-use crate::cost::NodeCosts;
 use crate::optimize::{
     analyse, default_threads, plan_analysed, plan_costed, step_flops, AnalyseOptions, Analysis,
     Job, Outcome,
 };
 use crate::size::{human, CeilingSpec};
+use ckpt_validate::measured_cost::NodeCosts;
 
 /// One plan: a rewrite of the graph (or the graph itself) with its predicted device total.
 pub struct KnownPlan {
@@ -132,7 +132,7 @@ pub fn evaluate_plan_costed(
         found_at_ceiling_bytes: None,
         total_bytes: analysis.ledger.total_bytes,
         added_flops,
-        added_ns: costs.map(|c| crate::cost::patch_ns(&patch, c)),
+        added_ns: costs.map(|c| ckpt_validate::measured_cost::patch_ns(&patch, c)),
         analysis,
     })
 }
@@ -280,7 +280,9 @@ pub fn plan_at_costed(
             found_at_ceiling_bytes: Some(ceiling),
             total_bytes: r.after.ledger.total_bytes,
             added_flops: r.counts.added_flops,
-            added_ns: costs.map(|c| crate::cost::added_ns(&r.before.graph, &r.cands, &r.plan, c)),
+            added_ns: costs.map(|c| {
+                ckpt_validate::measured_cost::added_ns(&r.before.graph, &r.cands, &r.plan, c)
+            }),
             analysis: r.after,
         })),
     })
@@ -811,11 +813,11 @@ pub fn measurement_inputs(
         .class
         .of_kind(ckpt_passes::TensorKind::Parameter)
         .collect();
-    let (inputs, _) = crate::inputs::make_inputs(
+    let (inputs, _) = ckpt_validate::inputs::make_inputs(
         &before.graph,
         &options.bindings,
         seed,
-        &crate::inputs::InputOverrides::default(),
+        &ckpt_validate::inputs::InputOverrides::default(),
         &params,
     )?;
     Ok(inputs)
@@ -831,7 +833,7 @@ pub fn measure(
 ) -> Result<Measurement> {
     let a = &plan.analysis;
     let model = ckpt_ir::export(&a.graph);
-    let e = crate::validate::MemoryExpectation {
+    let e = ckpt_validate::memory::MemoryExpectation {
         profile: options.profile.clone(),
         fixed_bytes: a.ledger.fixed_bytes,
         load_bytes: a.ledger.load_bytes,
@@ -841,7 +843,7 @@ pub fn measure(
         original_dir: a.graph.dir().map(std::path::Path::to_path_buf),
         rewritten_dir: a.graph.dir().map(std::path::Path::to_path_buf),
     };
-    let d = crate::validate::measure_device(
+    let d = ckpt_validate::memory::measure_device(
         &plan.method,
         &model,
         a.graph.dir(),
@@ -853,7 +855,7 @@ pub fn measure(
     let t = ckpt_runtime::time_steps(
         ckpt_runtime::Model::new(&plan.method, &bytes).in_dir(a.graph.dir()),
         inputs,
-        &crate::profile::session_config(&options.profile),
+        &ckpt_validate::memory::session_config(&options.profile),
         2,
         runs.max(1),
     )
