@@ -17,8 +17,7 @@ use ckpt_passes::TensorKind;
 use ckpt_runtime::{Tol, Tolerances};
 use ckpt_validate::inputs::{make_inputs, InputOverrides};
 use ckpt_validate::measured_cost::{added_ns, CostKind, MeasuredCost, NodeCosts};
-use ckpt_validate::memory::session_config;
-use ckpt_validate::memory::{check_memory, MemoryCheck, MemoryExpectation};
+use ckpt_validate::memory::{check_memory, session_config, MemoryCheck, MemoryExpectation};
 use ckpt_validate::paired::{ValidateOptions, Validation};
 
 use crate::cli::{OptimizeArgs, RunArgs, ValidateArgs};
