@@ -37,15 +37,15 @@ use std::path::PathBuf;
 use anyhow::Result;
 use ckpt_ir::profile::{CallerOutputs, InitialChunk, OptLevel as Level, Profile};
 use ckpt_ir::{Bindings, Message};
-use ckpt_opt::inputs::{make_inputs, InputOverrides};
-use ckpt_opt::offline::optimize_for_level;
-use ckpt_opt::profile::session_config;
 use ckpt_passes::device::device_need;
 use ckpt_passes::memory::{schedule, simulate};
 use ckpt_runtime::training::TrainingRunner;
 use ckpt_runtime::{
     measure_need, measure_peak, time_steps, Arena, HostTensor, Model, OptLevel, SessionConfig,
 };
+use ckpt_validate::inputs::{make_inputs, InputOverrides};
+use ckpt_validate::memory::session_config;
+use ckpt_validate::offline::optimize_for_level;
 
 /// ORT's own defaults: level all, memory pattern on, a power-of-two arena from 1 MiB, CSE on.
 fn ort_defaults() -> Profile {
@@ -175,11 +175,11 @@ fn training_rows(
         let staged = runner.stage(
             Model::new(name, &bytes),
             &inputs,
-            &ckpt_opt::training::updated_inputs(&model),
+            &ckpt_validate::training::updated_inputs(&model),
         )?;
         for p in profiles {
             let p = Profile {
-                ort_version: ckpt_opt::training::ort_version_for(&g),
+                ort_version: ckpt_validate::training::ort_version_for(&g),
                 ..p.clone()
             };
             let pred = device_need(&sim, &p);

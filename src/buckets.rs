@@ -593,7 +593,7 @@ pub fn plan_buckets(
             "ceiling_bytes": job.ceiling_bytes,
             "reserve_percent": job.reserve_percent,
             "effective_ceiling_bytes": effective,
-            "profile": crate::profile::profile_json(&m.options.profile.resolved(job.ceiling_bytes.saturating_sub(fixed))),
+            "profile": ckpt_validate::memory::profile_json(&m.options.profile.resolved(job.ceiling_bytes.saturating_sub(fixed))),
             "profile_description": m.options.profile.describe(),
             "predicted_peak_bytes": {"before": rows[i].predicted_peak_bytes, "after": p.total_bytes},
             "added_flops": p.added_flops,
@@ -709,8 +709,8 @@ fn measure_bucket(
         });
     };
     let r = measure(p, options, &inputs, runs)?;
-    let opts = crate::validate::ValidateOptions {
-        cfg: crate::profile::session_config(&options.profile),
+    let opts = ckpt_validate::paired::ValidateOptions {
+        cfg: ckpt_validate::memory::session_config(&options.profile),
         tol: ckpt_runtime::Tolerances::default(),
         seed,
         warmup: 1,
@@ -720,7 +720,7 @@ fn measure_bucket(
         original_dir: before.graph.dir().map(std::path::Path::to_path_buf),
         rewritten_dir: p.analysis.graph.dir().map(std::path::Path::to_path_buf),
     };
-    let v = crate::validate::validate(
+    let v = ckpt_validate::check(
         &ckpt_ir::export(&before.graph),
         &ckpt_ir::export(&p.analysis.graph),
         &inputs,

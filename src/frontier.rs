@@ -30,7 +30,7 @@ use ckpt_planner::PlanOptions;
 
 pub use ckpt_planner::{KnownPlan, Planned, NO_RECOMPUTE, PER_BLOCK, PER_LAYER, RECOMPUTE_ALL};
 
-use crate::cost::NodeCosts;
+use ckpt_validate::measured_cost::NodeCosts;
 use crate::optimize::{analyse, default_threads, step_flops, AnalyseOptions, Analysis, Job};
 use crate::size::{human, CeilingSpec};
 
@@ -615,11 +615,11 @@ pub fn measurement_inputs(
         .class
         .of_kind(ckpt_passes::TensorKind::Parameter)
         .collect();
-    let (inputs, _) = crate::inputs::make_inputs(
+    let (inputs, _) = ckpt_validate::inputs::make_inputs(
         &before.graph,
         &options.bindings,
         seed,
-        &crate::inputs::InputOverrides::default(),
+        &ckpt_validate::inputs::InputOverrides::default(),
         &params,
     )?;
     Ok(inputs)
@@ -635,7 +635,7 @@ pub fn measure(
 ) -> Result<Measurement> {
     let a = &plan.analysis;
     let model = ckpt_ir::export(&a.graph);
-    let e = crate::validate::MemoryExpectation {
+    let e = ckpt_validate::memory::MemoryExpectation {
         profile: options.profile.clone(),
         fixed_bytes: a.ledger.fixed_bytes,
         load_bytes: a.ledger.load_bytes,
@@ -645,7 +645,7 @@ pub fn measure(
         original_dir: a.graph.dir().map(std::path::Path::to_path_buf),
         rewritten_dir: a.graph.dir().map(std::path::Path::to_path_buf),
     };
-    let d = crate::validate::measure_device(
+    let d = ckpt_validate::memory::measure_device(
         &plan.method,
         &model,
         a.graph.dir(),
@@ -657,7 +657,7 @@ pub fn measure(
     let t = ckpt_runtime::time_steps(
         ckpt_runtime::Model::new(&plan.method, &bytes).in_dir(a.graph.dir()),
         inputs,
-        &crate::profile::session_config(&options.profile),
+        &ckpt_validate::memory::session_config(&options.profile),
         2,
         runs.max(1),
     )

@@ -1,7 +1,7 @@
 //! `ckpt-opt inspect`: what a model is, at a glance (and as JSON).
 //!
 //! At `--ort-opt-level basic|extended|all` what is inspected is the graph ORT saves at that
-//! level (`ckpt_opt::offline`), under the profile it is loaded at (`disable`, optimized
+//! level (`ckpt_validate::offline`), under the profile it is loaded at (`disable`, optimized
 //! offline): the graph the main job plans and the output runs, with ORT's fusions.
 
 use serde_json::json;
@@ -122,7 +122,7 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
                 v["predicted_device_arena_bytes"] = json!(an.device.arena_bytes);
                 v["predicted_exact_arena_peak_bytes"] = json!(an.sim.peak_live);
                 v["predicted_default_arena_peak_bytes"] = json!(an.sim.arena_peak());
-                v["profile"] = ckpt_opt::profile::profile_json(&options.profile);
+                v["profile"] = ckpt_validate::memory::profile_json(&options.profile);
                 v["ledger"] = ckpt_opt::optimize::ledger_json(&an.ledger);
                 let trace = ckpt_opt::optimize::trace_json(an);
                 v["peak"] = trace["peak"].clone();
@@ -182,7 +182,7 @@ fn at_level(
     }
     let bytes = std::fs::read(&a.model)
         .map_err(|e| Failure::input(anyhow::anyhow!("reading {}: {e}", a.model.display())))?;
-    let optimized = ckpt_opt::offline::optimize_for_level(&bytes, &a.model, &options.profile)
+    let optimized = ckpt_validate::offline::optimize_for_level(&bytes, &a.model, &options.profile)
         .map_err(Failure::input)?
         .ok_or_else(|| Failure::input(anyhow::anyhow!("no offline graph at level disable")))?;
     options.profile = optimized.profile;

@@ -4,19 +4,13 @@
 
 pub mod buckets;
 pub mod capacity;
-pub mod cost;
 pub mod frontier;
 pub mod fuzz_paths;
-pub mod inputs;
 pub mod mutate;
-pub mod offline;
 pub mod optimize;
 pub mod plot;
-pub mod profile;
 pub mod progress;
 pub mod receipt;
 pub mod receipt_md;
 pub mod size;
 pub mod targets;
-pub mod training;
-pub mod validate;

@@ -7,20 +7,18 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use ckpt_opt::cost::{added_ns, CostKind, MeasuredCost, NodeCosts};
-use ckpt_opt::inputs::{make_inputs, InputOverrides};
 use ckpt_opt::optimize::{self, Job, Outcome};
-use ckpt_opt::profile::session_config;
 use ckpt_opt::receipt::{
     ArenaBinding, BeforeAfter, DataPlacement, FileHash, OutputData, RandomOpSeeds, Receipt, Status,
     Tool,
 };
 use ckpt_opt::size::human;
-use ckpt_opt::validate::{
-    check_memory, validate, MemoryCheck, MemoryExpectation, ValidateOptions, Validation,
-};
 use ckpt_passes::TensorKind;
 use ckpt_runtime::{Tol, Tolerances};
+use ckpt_validate::inputs::{make_inputs, InputOverrides};
+use ckpt_validate::measured_cost::{added_ns, CostKind, MeasuredCost, NodeCosts};
+use ckpt_validate::memory::{check_memory, session_config, MemoryCheck, MemoryExpectation};
+use ckpt_validate::paired::{ValidateOptions, Validation};
 
 use crate::cli::{OptimizeArgs, RunArgs, ValidateArgs};
 use crate::model_io::{bindings as parse_bindings, load};
@@ -72,7 +70,7 @@ fn run_validation(
         rewritten_dir: rewritten.dir().map(std::path::Path::to_path_buf),
         original_cfg: reference.map(|x| session_config(&x.profile)),
     };
-    let v = validate(
+    let v = ckpt_validate::check(
         &ckpt_ir::export(reference.map_or(original, |x| &x.graph)),
         &ckpt_ir::export(rewritten),
         &inputs,
@@ -85,11 +83,16 @@ fn run_validation(
 
 /// Exit 4 ("could not validate", or measure) when no usable ONNX Runtime was found, or it lacks
 /// the training ops or the CUDA provider the run needs; 1 for anything else.
-pub(crate) fn could_not_validate(e: anyhow::Error) -> Failure {
+pub(crate) fn could_not_validate(e: impl Into<anyhow::Error>) -> Failure {
     use ckpt_runtime::RuntimeError as R;
+    let e = e.into();
     let missing = e.chain().any(|c| {
+        let runtime = c.downcast_ref::<R>().or_else(|| {
+            c.downcast_ref::<ckpt_validate::ValidateError>()
+                .and_then(ckpt_validate::ValidateError::runtime)
+        });
         matches!(
-            c.downcast_ref::<R>(),
+            runtime,
             Some(
                 R::OrtNotFound { .. }
                     | R::OrtPathMissing { .. }
@@ -213,7 +216,7 @@ fn write_output(
     let mut proto = ckpt_ir::export(graph);
     match seed {
         Some(seed) => {
-            ckpt_opt::validate::seed_random_ops(&mut proto, seed);
+            ckpt_validate::paired::seed_random_ops(&mut proto, seed);
         }
         None => receipt.random_ops_shifted = shifted_random_ops(original, &proto),
     }
@@ -736,7 +739,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             .collect(),
         profile_description: recorded.describe(),
         session_config: profile.session_config.clone(),
-        rng_policy: ckpt_opt::validate::RNG_POLICY.into(),
+        rng_policy: ckpt_validate::paired::RNG_POLICY.into(),
         random_op_seeds: if args.seed_random_ops {
             RandomOpSeeds::Explicit
         } else {
@@ -982,7 +985,7 @@ struct Reference {
 }
 
 /// The graph to plan under the flags' profile: at level `disable` the model as given; at
-/// basic, extended or all the graph ORT runs at that level (`ckpt_opt::offline`), with
+/// basic, extended or all the graph ORT runs at that level (`ckpt_validate::offline`), with
 /// `options` switched to the profile it is loaded at (`disable`, optimized offline) and the
 /// original kept as the reference for validation.
 fn graph_at_level(
@@ -1001,7 +1004,7 @@ fn graph_at_level(
             .map_err(Failure::input)?;
     }
     let online = options.profile.clone();
-    let optimized = ckpt_opt::offline::optimize_for_level(bytes, model, &online)
+    let optimized = ckpt_validate::offline::optimize_for_level(bytes, model, &online)
         .map_err(Failure::input)?
         .ok_or_else(|| {
             Failure::input(anyhow!(
@@ -1033,7 +1036,7 @@ fn original_at_level(
     }
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let mut options = optimize::AnalyseOptions {
-        profile: ckpt_opt::offline::online_profile(recorded),
+        profile: ckpt_validate::offline::online_profile(recorded),
         ..optimize::AnalyseOptions::default()
     };
     graph_at_level(original, &bytes, path, &mut options, r)
@@ -1189,14 +1192,14 @@ fn profile_costs(
     r: &RunArgs,
     profile: &ckpt_ir::Profile,
 ) -> Result<NodeCosts, Failure> {
-    ckpt_opt::cost::profilable(before).map_err(Failure::input)?;
+    ckpt_validate::measured_cost::profilable(before).map_err(Failure::input)?;
     if let Some(lib) = &r.ort_lib {
         ckpt_runtime::init(Some(lib))
             .context("loading ONNX Runtime")
             .map_err(could_not_validate)?;
     }
     let overrides = InputOverrides::parse(&r.inputs, &r.int_ranges)?;
-    ckpt_opt::cost::measure(before, bindings, r.seed, &overrides, r.runs, profile)
+    ckpt_validate::measured_cost::measure(before, bindings, r.seed, &overrides, r.runs, profile)
         .map_err(could_not_validate)
 }
 

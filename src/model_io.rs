@@ -253,7 +253,7 @@ pub fn on_runtime_of(
     profile: &mut ckpt_ir::Profile,
     graph: &ckpt_ir::Graph,
 ) -> Result<(), Failure> {
-    profile.ort_version = ckpt_opt::training::ort_version_for(graph);
+    profile.ort_version = ckpt_validate::training::ort_version_for(graph);
     profile
         .offered(false)
         .map_err(|e| Failure::input(anyhow!(e)))

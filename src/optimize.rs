@@ -60,7 +60,7 @@ impl Job {
         &self,
         t0: Instant,
         threads: usize,
-        costs: Option<&crate::cost::NodeCosts>,
+        costs: Option<&ckpt_validate::measured_cost::NodeCosts>,
     ) -> PlanOptions {
         PlanOptions {
             analysis: self.analysis.clone(),
@@ -69,7 +69,7 @@ impl Job {
             time_limit: self.time_limit,
             started: t0,
             threads,
-            costs: costs.map(crate::cost::NodeCosts::planner_costs),
+            costs: costs.map(ckpt_validate::measured_cost::NodeCosts::planner_costs),
             trace: std::env::var_os("CKPT_OPT_DEBUG")
                 .is_some()
                 .then(|| ckpt_planner::Trace::new(|e| eprintln!("{e}"))),
@@ -179,14 +179,14 @@ pub fn plan_analysed_on(
 }
 
 /// [`plan_analysed_on`] costing recompute by `costs` (measured per-node times of `before`'s
-/// graph, see [`crate::cost`]) instead of FLOPs; `None`: FLOPs. [`ckpt_planner::plan`] does
+/// graph, see [`ckpt_validate::measured_cost`]) instead of FLOPs; `None`: FLOPs. [`ckpt_planner::plan`] does
 /// the work (with measured costs, no lowered-terms pass).
 pub fn plan_costed(
     job: &Job,
     before: Analysis,
     t0: Instant,
     threads: usize,
-    costs: Option<&crate::cost::NodeCosts>,
+    costs: Option<&ckpt_validate::measured_cost::NodeCosts>,
 ) -> Result<Outcome> {
     let options = job.plan_options(t0, threads, costs);
     Ok(match ckpt_planner::plan(&before, &options)? {

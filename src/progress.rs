@@ -3,7 +3,9 @@
 //!
 //! Rules: progress is shown only when stderr is a terminal and `--quiet` was not given
 //! ([`enable`]); it never goes to stdout, so `--json` and pipes stay clean. Library code
-//! reports with [`stage`] and [`trials`], which do nothing until the binary enables progress.
+//! reports with [`stage`] and [`trials`], which do nothing until the binary enables progress;
+//! validation's stages ([`ckpt_validate::progress::Stage`]) arrive through [`stage`] once it is
+//! enabled.
 //! One spinner line is redrawn in place and cleared when the job ends ([`finish`]).
 
 use std::io::IsTerminal;
@@ -33,6 +35,7 @@ pub fn enable(quiet: bool) -> bool {
     if let Ok(mut b) = BAR.lock() {
         *b = Some(bar);
     }
+    ckpt_validate::progress::report_to(|s| stage(s.to_string()));
     true
 }
 

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::validate::MemoryCheck;
+use ckpt_validate::memory::MemoryCheck;
 
 /// How the job ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
@@ -213,10 +213,10 @@ pub struct Receipt {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub added_flops_percent: Option<f64>,
     /// What the planner minimised (`--cost`).
-    pub cost_model: crate::cost::CostKind,
+    pub cost_model: ckpt_validate::measured_cost::CostKind,
     /// `--cost profile`: what was measured, and the milliseconds the rewrite adds.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub measured_cost: Option<crate::cost::MeasuredCost>,
+    pub measured_cost: Option<ckpt_validate::measured_cost::MeasuredCost>,
     /// Why each recompute exists, what it costs.
     pub segments: Vec<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]

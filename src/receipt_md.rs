@@ -8,9 +8,9 @@
 
 use std::fmt::Write;
 
-use crate::cost::CostKind;
 use crate::receipt::{Receipt, Status};
 use crate::size::human;
+use ckpt_validate::measured_cost::CostKind;
 
 /// The Markdown summary of `r`.
 pub fn render(r: &Receipt) -> String {

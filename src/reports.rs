@@ -74,9 +74,9 @@ pub fn run_frontier(a: &FrontierArgs) -> Result<(), Failure> {
     let costs = match a.cost.as_str() {
         "profile" => {
             let before = ckpt_opt::optimize::analyse(graph.clone(), &o)?;
-            ckpt_opt::cost::profilable(&before).map_err(Failure::input)?;
+            ckpt_validate::measured_cost::profilable(&before).map_err(Failure::input)?;
             Some(
-                ckpt_opt::cost::measure(
+                ckpt_validate::measured_cost::measure(
                     &before,
                     &o.bindings,
                     a.report.seed,

@@ -13,10 +13,10 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use ckpt_ir::{export_bytes, parse_graph, Bindings, Graph, NodeId};
-use ckpt_opt::cost::{added_ns, apply, node_costs, NodeCosts};
 use ckpt_opt::optimize::{analyse, plan_costed, AnalyseOptions, Outcome, Rewritten};
 use ckpt_passes::recompute::candidates;
 use ckpt_runtime::NodeEvent;
+use ckpt_validate::measured_cost::{added_ns, apply, node_costs, NodeCosts};
 use common::*;
 
 /// Two activations of one size saved across a middle stretch that peaks: `a` from a MatMul

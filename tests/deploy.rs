@@ -289,9 +289,9 @@ fn rust_and_python_runners_agree_on_the_arena_cap() {
         let d = deployment(&out);
         let b = ckpt_ir::Bindings::new();
         let overrides =
-            ckpt_opt::inputs::InputOverrides::parse(&[], &["attention_mask=1:2".to_string()])
+            ckpt_validate::inputs::InputOverrides::parse(&[], &["attention_mask=1:2".to_string()])
                 .unwrap();
-        let inputs = ckpt_opt::inputs::make_inputs(&g, &b, 7, &overrides, &[])
+        let inputs = ckpt_validate::inputs::make_inputs(&g, &b, 7, &overrides, &[])
             .unwrap()
             .0;
         let feeds = dir.path().join("feeds");
@@ -302,7 +302,7 @@ fn rust_and_python_runners_agree_on_the_arena_cap() {
         }
         let bytes = std::fs::read(&out).unwrap();
         let m = ckpt_runtime::Model::new(name, &bytes);
-        let cfg = ckpt_opt::profile::session_config(&profile);
+        let cfg = ckpt_validate::memory::session_config(&profile);
         let steps = profile.steps as usize;
         let mut answers = Vec::new();
         // The recorded cap, just below it (the measured need is conservative: the steps may

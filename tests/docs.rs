@@ -7,9 +7,9 @@
 //!   repository (`src/receipt.rs`, `tests/fixtures/full/`, `docs/design/planner.md:12`), or a
 //!   top-level `*.md` file; it must name a file or folder, relative to the root.
 //! - An item path is `ckpt_ir::…`, `ckpt_passes::…`, `ckpt_solver::…`, `ckpt_planner::…`,
-//!   `ckpt_runtime::…` or `ckpt_opt::…`, or `module::…` where `module` is a source file of a
-//!   crate (`main_job::run`, `device::fits`). Each module segment must be a module of the
-//!   crate and the last segment a definition (`fn`, `struct`, `enum`, `trait`, `const`,
+//!   `ckpt_runtime::…`, `ckpt_validate::…` or `ckpt_opt::…`, or `module::…` where `module` is a
+//!   source file of a crate (`main_job::run`, `device::fits`). Each module segment must be a
+//!   module of the crate and the last segment a definition (`fn`, `struct`, `enum`, `trait`, `const`,
 //!   `static`, `type`, `mod`, `macro_rules!`) or a field or variant, found by text in the
 //!   crate's sources.
 
@@ -27,13 +27,14 @@ const CRATES: &[(&str, &str)] = &[
     ("ckpt_solver", "solver/src"),
     ("ckpt_planner", "planner/src"),
     ("ckpt_runtime", "runtime/src"),
+    ("ckpt_validate", "validate/src"),
     ("ckpt_opt", "src"),
 ];
 
 /// Top-level folders whose paths are checked (build outputs under `target/` are not).
 const TOP: &[&str] = &[
-    "src", "tests", "docs", "scripts", "ir", "passes", "solver", "planner", "runtime", "examples",
-    "python", "benches",
+    "src", "tests", "docs", "scripts", "ir", "passes", "solver", "planner", "runtime", "validate",
+    "examples", "python", "benches",
 ];
 
 fn doc_files(root: &Path) -> Vec<PathBuf> {

@@ -411,8 +411,8 @@ fn sigterm_and_sigint_leave_no_file() {
 /// told reads the decoy (so the decoy really is in the way).
 #[test]
 fn sessions_read_external_data_from_the_model_directory_not_the_cwd() {
-    use ckpt_opt::inputs::{make_inputs, InputOverrides};
     use ckpt_runtime::{run, Model, SessionConfig};
+    use ckpt_validate::inputs::{make_inputs, InputOverrides};
     let src = tempfile::tempdir().unwrap();
     // Kept: the cwd of this test process must outlive it.
     let cwd = tempfile::tempdir().unwrap().keep();

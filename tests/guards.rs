@@ -4,8 +4,8 @@
 use ckpt_ir::build::{attr_i, attr_ints, ModelBuilder};
 use ckpt_ir::profile::Profile;
 use ckpt_ir::{Bindings, DType, Graph, NodeOrigin};
-use ckpt_opt::inputs::InputOverrides;
 use ckpt_passes::guards::reuse_guards;
+use ckpt_validate::inputs::InputOverrides;
 
 mod common;
 
@@ -129,7 +129,9 @@ fn in_use_peak(g: &Graph) -> (u64, u64) {
     let sim =
         ckpt_passes::memory::simulate(g, &ckpt_passes::memory::schedule(g).unwrap(), &b).unwrap();
     let o = InputOverrides::parse(&[], &[]).unwrap();
-    let inputs = ckpt_opt::inputs::make_inputs(g, &b, 7, &o, &[]).unwrap().0;
+    let inputs = ckpt_validate::inputs::make_inputs(g, &b, 7, &o, &[])
+        .unwrap()
+        .0;
     let cfg = SessionConfig {
         opt_level: OptLevel::Disable,
         arena: Arena::Exact,

@@ -298,8 +298,10 @@ fn exact_peaks(bytes: &[u8], label: &str) -> (u64, u64, ckpt_ir::Graph) {
     let (g, _) = ckpt_opt::optimize::with_inferred_types(g).unwrap();
     let b = ckpt_ir::Bindings::new();
     let sim = simulate(&g, &schedule(&g).unwrap(), &b).unwrap();
-    let o = ckpt_opt::inputs::InputOverrides::parse(&[], &[]).unwrap();
-    let inputs = ckpt_opt::inputs::make_inputs(&g, &b, 7, &o, &[]).unwrap().0;
+    let o = ckpt_validate::inputs::InputOverrides::parse(&[], &[]).unwrap();
+    let inputs = ckpt_validate::inputs::make_inputs(&g, &b, 7, &o, &[])
+        .unwrap()
+        .0;
     let cfg = ckpt_runtime::SessionConfig {
         opt_level: ckpt_runtime::OptLevel::Disable,
         arena: ckpt_runtime::Arena::Exact,
@@ -427,7 +429,7 @@ fn nchwc_layout_at_level_all_is_named_in_the_error() {
         graph_optimization_level: OptLevel::All,
         ..Profile::default()
     };
-    let cfg = ckpt_opt::profile::session_config(&online);
+    let cfg = ckpt_validate::memory::session_config(&online);
     let saved =
         ckpt_runtime::optimize_offline(ckpt_runtime::Model::new("conv_const", &given), &cfg)
             .unwrap();
@@ -435,8 +437,8 @@ fn nchwc_layout_at_level_all_is_named_in_the_error() {
     let nchwc = g
         .nodes()
         .iter()
-        .any(|&n| g.node(n).domain == ckpt_opt::offline::NCHWC_DOMAIN);
-    match ckpt_opt::offline::optimize_for_level(&given, &path, &online) {
+        .any(|&n| g.node(n).domain == ckpt_validate::offline::NCHWC_DOMAIN);
+    match ckpt_validate::offline::optimize_for_level(&given, &path, &online) {
         Err(e) => {
             let e = format!("{e:#}");
             assert!(nchwc, "an error without NCHWc ops: {e}");

@@ -4,9 +4,9 @@
 mod common;
 
 use ckpt_ir::{import_file, Bindings};
-use ckpt_opt::inputs::{make_inputs, InputOverrides};
 use ckpt_passes::memory::{schedule, simulate};
 use ckpt_runtime::{measure_peak, profile_order, Arena, Model, OptLevel, SessionConfig};
+use ckpt_validate::inputs::{make_inputs, InputOverrides};
 use common::*;
 
 fn inputs_for(g: &ckpt_ir::Graph) -> Vec<ckpt_runtime::HostTensor> {

@@ -5,11 +5,11 @@
 mod common;
 
 use ckpt_ir::{export_bytes, import_file, Bindings};
-use ckpt_opt::inputs::{make_inputs, InputOverrides};
 use ckpt_opt::optimize::analyse;
 use ckpt_passes::memory::{schedule, simulate};
 use ckpt_passes::recompute::{candidates, problem, rewrite};
 use ckpt_runtime::{measure_peak, Arena, Model, OptLevel, SessionConfig};
+use ckpt_validate::inputs::{make_inputs, InputOverrides};
 use common::*;
 
 fn plan_of(prob: &ckpt_solver::Problem, set: Vec<bool>) -> ckpt_solver::Plan {

@@ -6,12 +6,12 @@
 use ckpt_ir::build::{attr_i, attr_ints, ModelBuilder};
 use ckpt_ir::profile::{CallerOutputs, Profile};
 use ckpt_ir::{Bindings, DType};
-use ckpt_opt::inputs::{make_inputs, InputOverrides};
-use ckpt_opt::profile::session_config;
 use ckpt_passes::device::device_need;
 use ckpt_passes::memory::{schedule, simulate};
 use ckpt_passes::ort_view::resolved_shapes;
 use ckpt_runtime::{measure_need, Model};
+use ckpt_validate::inputs::{make_inputs, InputOverrides};
+use ckpt_validate::memory::session_config;
 
 /// (predicted, measured) arena need under the default profile, and the graph as analysed
 /// with its simulated live peak (the always-splitting arena's).

@@ -207,7 +207,7 @@ fn random_op_seeds_are_kept_or_written_on_request() {
             let shifted = r["random_ops_shifted"].as_array().unwrap();
             if flag.is_some() {
                 let mut expect = original.clone();
-                ckpt_opt::validate::seed_random_ops(&mut expect, 5);
+                ckpt_validate::paired::seed_random_ops(&mut expect, 5);
                 assert_eq!(after, random_ops(&expect), "{fixture} {want}");
                 assert!(after.iter().all(|(_, i, f)| i.is_some() || f.is_some()));
                 assert!(shifted.is_empty());

@@ -7,11 +7,11 @@ mod common;
 
 use ckpt_ir::profile::{CallerOutputs, ExtendStrategy, InitialChunk, Profile};
 use ckpt_ir::Bindings;
-use ckpt_opt::inputs::{make_inputs, InputOverrides};
-use ckpt_opt::profile::session_config;
 use ckpt_passes::device::device_need;
 use ckpt_passes::memory::{schedule, simulate};
 use ckpt_runtime::{measure_need, Model};
+use ckpt_validate::inputs::{make_inputs, InputOverrides};
+use ckpt_validate::memory::session_config;
 use common::*;
 
 /// (predicted, measured) arena need of `path` under `profile`.

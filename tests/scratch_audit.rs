@@ -6,9 +6,9 @@
 use ckpt_ir::build::{attr_i, attr_ints, ModelBuilder};
 use ckpt_ir::onnx::AttributeProto;
 use ckpt_ir::{Bindings, DType};
-use ckpt_opt::inputs::{make_inputs, InputOverrides};
 use ckpt_passes::memory::{schedule, simulate};
 use ckpt_runtime::{measure_peak, Arena, Model, OptLevel, SessionConfig};
+use ckpt_validate::inputs::{make_inputs, InputOverrides};
 
 /// (predicted peak, measured peak, predicted scratch bytes of the one node).
 fn peaks(m: ModelBuilder) -> (u64, u64, u64) {

@@ -9,12 +9,12 @@ use common::*;
 
 use ckpt_ir::profile::{CallerOutputs, ExtendStrategy, InitialChunk, Profile};
 use ckpt_ir::{Bindings, Message};
-use ckpt_opt::inputs::{make_inputs, InputOverrides};
-use ckpt_opt::profile::session_config;
 use ckpt_passes::device::{device_need, fits, replay};
 use ckpt_passes::memory::{schedule, simulate};
 use ckpt_runtime::training::TrainingRunner;
 use ckpt_runtime::{Arena, Model, OptLevel, SessionConfig};
+use ckpt_validate::inputs::{make_inputs, InputOverrides};
+use ckpt_validate::memory::session_config;
 
 fn runner() -> Option<TrainingRunner> {
     match TrainingRunner::start() {
@@ -47,7 +47,7 @@ fn stage(
     r.stage(
         Model::new(name, bytes),
         inputs,
-        &ckpt_opt::training::updated_inputs(&model),
+        &ckpt_validate::training::updated_inputs(&model),
     )
     .unwrap()
 }
@@ -71,7 +71,7 @@ fn runner_round_trip_and_need_by_bisection() {
     assert_eq!(r.ort_version, "1.19.2");
     let (bytes, inputs) = mlp_inputs();
     let model = ckpt_ir::onnx::ModelProto::decode(bytes.as_slice()).unwrap();
-    let updated = ckpt_opt::training::updated_inputs(&model);
+    let updated = ckpt_validate::training::updated_inputs(&model);
     assert_eq!(updated.len(), 6, "{updated:?}");
     assert!(updated
         .iter()
@@ -192,7 +192,7 @@ fn training_artifact_need_is_predicted_to_the_byte() {
     b.insert("batch".to_string(), 8);
     let sim = simulate(&g, &schedule(&g).unwrap(), &b).unwrap();
     let staged = stage(&mut r, "mlp", &bytes, &inputs);
-    let version = ckpt_opt::training::ort_version_for(&g);
+    let version = ckpt_validate::training::ort_version_for(&g);
     assert_eq!(version, "1.19.2");
     let mut profiles = vec![Profile::default()];
     for extend in [
@@ -299,7 +299,7 @@ fn gpt2_artifact_need_is_predicted_under_the_default_profile() {
     let Some(mut r) = runner() else { return };
     let (bytes, g, sim, inputs) = gpt2();
     let p = Profile {
-        ort_version: ckpt_opt::training::ort_version_for(&g),
+        ort_version: ckpt_validate::training::ort_version_for(&g),
         ..Profile::default()
     };
     assert_eq!(p.ort_version, "1.19.2");

@@ -270,16 +270,16 @@ pub fn profile_need(g: &ckpt_ir::Graph, name: &str, p: &ckpt_ir::Profile) -> (u6
     let b = ckpt_ir::Bindings::new();
     let sched = ckpt_passes::memory::schedule(g).expect("schedule");
     let sim = ckpt_passes::memory::simulate(g, &sched, &b).expect("simulate");
-    let o = ckpt_opt::inputs::InputOverrides::parse(&[], &["attention_mask=1:2".to_string()])
+    let o = ckpt_validate::inputs::InputOverrides::parse(&[], &["attention_mask=1:2".to_string()])
         .expect("overrides");
-    let inputs = ckpt_opt::inputs::make_inputs(g, &b, 7, &o, &[])
+    let inputs = ckpt_validate::inputs::make_inputs(g, &b, 7, &o, &[])
         .expect("inputs")
         .0;
     let bytes = ckpt_ir::export_bytes(g);
     let measured = ckpt_runtime::measure_need(
         ckpt_runtime::Model::new(name, &bytes),
         &inputs,
-        &ckpt_opt::profile::session_config(p),
+        &ckpt_validate::memory::session_config(p),
         p.steps as usize,
         p.caller_outputs == CallerOutputs::Held,
     )

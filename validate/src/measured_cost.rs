@@ -14,7 +14,6 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{Context, Result};
 use schemars::JsonSchema;
 use serde::Serialize;
 
@@ -22,6 +21,11 @@ use ckpt_ir::{Graph, Message, NodeId};
 use ckpt_passes::recompute::{rewrite, Candidates};
 use ckpt_runtime::{HostTensor, Model, NodeEvent, SessionConfig};
 use ckpt_solver::Plan;
+
+use crate::error::ValidateError;
+use crate::progress::{report, Stage};
+
+type Result<T, E = ValidateError> = std::result::Result<T, E>;
 
 /// How recompute is costed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, JsonSchema)]
@@ -143,28 +147,27 @@ pub fn profile_node_costs(
     cfg: &SessionConfig,
     runs: usize,
 ) -> Result<NodeCosts> {
-    let bytes = crate::validate::ort_ready(&ckpt_ir::export(graph), graph.dir()).encode_to_vec();
+    let bytes = crate::paired::ort_ready(&ckpt_ir::export(graph), graph.dir()).encode_to_vec();
     let model = Model::new("profiled", &bytes).in_dir(graph.dir());
     let events = ckpt_runtime::profile_runs(model, inputs, cfg, runs.max(1) + 1)
-        .context("profiling the graph on ONNX Runtime (--cost profile)")?;
+        .map_err(ValidateError::Profile)?;
     let costs = node_costs(graph, &events, 1);
     if costs.measured_nodes == 0 {
-        anyhow::bail!(
-            "ONNX Runtime's profile of {} names none of its {} nodes: --cost profile has no times to use",
-            graph.dir().map_or_else(|| "the graph".to_string(), |d| d.display().to_string()),
-            graph.node_count()
-        );
+        return Err(ValidateError::ProfileNamesNoNode {
+            graph: graph
+                .dir()
+                .map_or_else(|| "the graph".to_string(), |d| d.display().to_string()),
+            nodes: graph.node_count(),
+        });
     }
     Ok(costs)
 }
 
 /// Whether `--cost profile` can run `before`'s graph: plain ONNX Runtime cannot run one that
 /// needs the training runtime.
-pub fn profilable(before: &crate::optimize::Analysis) -> Result<()> {
+pub fn profilable(before: &ckpt_planner::Analysis) -> Result<()> {
     if crate::training::needs_training_runtime(before.graph.model()) {
-        anyhow::bail!(
-            "--cost profile runs the graph on plain ONNX Runtime, and this graph needs the training runtime (com.microsoft training ops); use --cost flops"
-        );
+        return Err(ValidateError::ProfileNeedsTrainingRuntime);
     }
     Ok(())
 }
@@ -173,14 +176,14 @@ pub fn profilable(before: &crate::optimize::Analysis) -> Result<()> {
 /// `runs` timed runs, on inputs made as validation makes them (`seed`, `overrides`). Callers
 /// check [`profilable`] first (a refusal there is a usage error; a failure here is ORT's).
 pub fn measure(
-    before: &crate::optimize::Analysis,
+    before: &ckpt_planner::Analysis,
     bindings: &ckpt_ir::Bindings,
     seed: u64,
     overrides: &crate::inputs::InputOverrides,
     runs: usize,
     profile: &ckpt_ir::Profile,
 ) -> Result<NodeCosts> {
-    crate::progress::stage("profiling the graph's nodes on ONNX Runtime (--cost profile)");
+    report(Stage::NodeCosts);
     let params: Vec<_> = before
         .class
         .of_kind(ckpt_passes::TensorKind::Parameter)
@@ -190,7 +193,7 @@ pub fn measure(
     profile_node_costs(
         &before.graph,
         &inputs,
-        &crate::profile::session_config(profile),
+        &crate::memory::session_config(profile),
         runs,
     )
 }

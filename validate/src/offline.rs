@@ -19,13 +19,14 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, Context, Result};
-
 use ckpt_ir::profile::OptLevel;
 use ckpt_ir::{Graph, Profile, ONNX_DOMAIN};
 use ckpt_runtime::Model;
 
-use crate::profile::session_config;
+use crate::error::ValidateError;
+use crate::memory::session_config;
+
+type Result<T, E = ValidateError> = std::result::Result<T, E>;
 
 /// The graph ORT runs under a profile at level basic, extended or all, ready to plan.
 pub struct Optimized {
@@ -74,18 +75,18 @@ pub fn optimize_for_level(
     }
     let label = path.display().to_string();
     let saved = ckpt_runtime::optimize_offline(Model::new(&label, bytes), &session_config(online))
-        .with_context(|| {
-            format!(
-                "letting ONNX Runtime optimize {} at level {level} (ORT's offline mode) to plan the graph it runs",
-                path.display()
-            )
+        .map_err(|source| ValidateError::OptimizeOffline {
+            path: path.to_path_buf(),
+            level,
+            source,
         })?;
     let saved_path = path.with_extension(format!("{level}.onnx"));
-    let graph = ckpt_ir::import_bytes(saved.into(), &saved_path, None).with_context(|| {
-        format!(
-            "importing the graph ONNX Runtime saved for {} at level {level}",
-            path.display()
-        )
+    let graph = ckpt_ir::import_bytes(saved.into(), &saved_path, None).map_err(|source| {
+        ValidateError::ImportOptimized {
+            path: path.to_path_buf(),
+            level,
+            source: Box::new(source),
+        }
     })?;
     check_modelled(&graph, level)?;
     Ok(Some(Optimized {
@@ -122,18 +123,19 @@ pub fn check_modelled(graph: &Graph, level: OptLevel) -> Result<()> {
     let nchwc = ops
         .iter()
         .any(|o| o.starts_with(&format!("{NCHWC_DOMAIN}::")));
-    let why = if nchwc {
+    let hint = if nchwc {
         "; these are ORT's NCHWc layout ops, which its NchwcTransformer writes at level all for Convs with constant weights on a CPU with NCHWc kernels (AVX2 or AVX-512: the channel block size is the CPU's); plan at --ort-opt-level extended, where ORT keeps the NCHW layout"
     } else {
         "; plan at a lower --ort-opt-level, or at `disable`"
     };
-    Err(anyhow!(
-        "at level {level} ONNX Runtime rewrote the graph with node `{}` ({}::{}), which ckpt-opt's op registry does not model (its memory cannot be predicted); unmodelled ops: {}{why}",
-        node.display_name(n),
-        node.domain,
-        node.op_type,
-        ops.join(", ")
-    ))
+    Err(ValidateError::Unmodelled {
+        level,
+        node: node.display_name(n),
+        domain: node.domain.clone(),
+        op: node.op_type.clone(),
+        ops,
+        hint,
+    })
 }
 
 #[cfg(test)]

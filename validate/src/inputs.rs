@@ -5,11 +5,13 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use anyhow::{anyhow, bail, Context, Result};
-
 use ckpt_ir::{Bindings, DType, Graph};
 use ckpt_passes::inputs::int_range;
 use ckpt_runtime::{derive_seed, generate, read_npy, Distribution, HostTensor};
+
+use crate::error::ValidateError;
+
+type Result<T, E = ValidateError> = std::result::Result<T, E>;
 
 /// What the user said about inputs.
 #[derive(Clone, Debug, Default)]
@@ -27,26 +29,25 @@ impl InputOverrides {
         for s in inputs {
             let (n, f) = s
                 .split_once('=')
-                .ok_or_else(|| anyhow!("--input `{s}`: expected NAME=file.npy"))?;
+                .ok_or_else(|| ValidateError::InputFlag { flag: s.clone() })?;
             o.files.insert(n.to_string(), PathBuf::from(f));
         }
         for s in ranges {
-            let (n, r) = s
-                .split_once('=')
-                .ok_or_else(|| anyhow!("--int-range `{s}`: expected NAME=LO:HI"))?;
-            let (lo, hi) = r
-                .split_once(':')
-                .ok_or_else(|| anyhow!("--int-range `{s}`: expected NAME=LO:HI"))?;
-            let lo: i64 = lo
-                .trim()
-                .parse()
-                .with_context(|| format!("--int-range `{s}`: LO"))?;
-            let hi: i64 = hi
-                .trim()
-                .parse()
-                .with_context(|| format!("--int-range `{s}`: HI"))?;
+            let malformed = || ValidateError::IntRangeFlag { flag: s.clone() };
+            let (n, r) = s.split_once('=').ok_or_else(malformed)?;
+            let (lo, hi) = r.split_once(':').ok_or_else(malformed)?;
+            let bound = |text: &str, bound| {
+                text.trim()
+                    .parse::<i64>()
+                    .map_err(|source| ValidateError::IntRangeBound {
+                        flag: s.clone(),
+                        bound,
+                        source,
+                    })
+            };
+            let (lo, hi) = (bound(lo, "LO")?, bound(hi, "HI")?);
             if hi <= lo {
-                bail!("--int-range `{s}`: HI must be greater than LO");
+                return Err(ValidateError::IntRangeEmpty { flag: s.clone() });
             }
             o.ranges.insert(n.to_string(), (lo, hi));
         }
@@ -91,7 +92,7 @@ pub fn make_inputs(
             .iter()
             .any(|&t| &graph.tensor(t).name == name)
         {
-            bail!("--input {name}: the model has no input named `{name}`");
+            return Err(ValidateError::NoSuchInput { name: name.clone() });
         }
     }
     for &t in graph.inputs() {
@@ -99,18 +100,20 @@ pub fn make_inputs(
         if tensor.is_initializer() {
             continue;
         }
-        let dtype = tensor
-            .dtype
-            .ok_or_else(|| anyhow!("input `{}` has no element type", tensor.name))?;
-        let rdt = runtime_dtype(dtype).ok_or_else(|| {
-            anyhow!(
-                "input `{}`: element type {dtype} is not supported",
-                tensor.name
-            )
+        let dtype = tensor.dtype.ok_or_else(|| ValidateError::InputNoDtype {
+            tensor: tensor.name.clone(),
+        })?;
+        let rdt = runtime_dtype(dtype).ok_or_else(|| ValidateError::InputDtype {
+            tensor: tensor.name.clone(),
+            dtype,
         })?;
         if let Some(path) = overrides.files.get(&tensor.name) {
-            let h = read_npy(path, &tensor.name, Some(rdt))
-                .with_context(|| format!("--input {}", tensor.name))?;
+            let h = read_npy(path, &tensor.name, Some(rdt)).map_err(|source| {
+                ValidateError::ReadInput {
+                    tensor: tensor.name.clone(),
+                    source,
+                }
+            })?;
             out.push(h);
             how.push(format!("{}: from {}", tensor.name, path.display()));
             continue;
@@ -118,10 +121,15 @@ pub fn make_inputs(
         let shape = tensor
             .shape
             .as_ref()
-            .ok_or_else(|| anyhow!("input `{}` has no shape", tensor.name))?;
+            .ok_or_else(|| ValidateError::InputNoShape {
+                tensor: tensor.name.clone(),
+            })?;
         let dims: Vec<usize> = shape
             .eval(bindings)
-            .with_context(|| format!("input `{}`", tensor.name))?
+            .map_err(|source| ValidateError::InputShape {
+                tensor: tensor.name.clone(),
+                source,
+            })?
             .into_iter()
             .map(|d| d as usize)
             .collect();
@@ -141,12 +149,10 @@ pub fn make_inputs(
                 format!("integers in [{}, {}): {}", r.lo, r.hi, r.why),
             )
         } else {
-            bail!(
-                "input `{}` ({dtype}): no consumer implies a valid range; give one with --int-range {}=LO:HI or --input {}=file.npy",
-                tensor.name,
-                tensor.name,
-                tensor.name
-            );
+            return Err(ValidateError::InputRange {
+                tensor: tensor.name.clone(),
+                dtype,
+            });
         };
         out.push(generate(
             &tensor.name,
@@ -158,4 +164,40 @@ pub fn make_inputs(
         how.push(format!("{}: {why}", tensor.name));
     }
     Ok((out, how))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(inputs: &[&str], ranges: &[&str]) -> String {
+        let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        InputOverrides::parse(&own(inputs), &own(ranges))
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn malformed_flags_are_named() {
+        assert_eq!(
+            refusal(&["x.npy"], &[]),
+            "--input `x.npy`: expected NAME=file.npy"
+        );
+        assert_eq!(
+            refusal(&[], &["ids=3"]),
+            "--int-range `ids=3`: expected NAME=LO:HI"
+        );
+        assert_eq!(refusal(&[], &["ids=a:3"]), "--int-range `ids=a:3`: LO");
+        assert_eq!(
+            refusal(&[], &["ids=3:3"]),
+            "--int-range `ids=3:3`: HI must be greater than LO"
+        );
+    }
+
+    #[test]
+    fn flags_parse() {
+        let o = InputOverrides::parse(&["x=x.npy".into()], &["ids= 0:5".into()]).unwrap();
+        assert_eq!(o.files["x"], PathBuf::from("x.npy"));
+        assert_eq!(o.ranges["ids"], (0, 5));
+    }
 }

@@ -1,22 +1,21 @@
 //! Validation of models with ORT training ops (`generate_artifacts`' `training_model.onnx`) on the training
-//! runtime, onnxruntime-training [`ckpt_ir::ort::TRAINING_ORT_VERSION`] ([`ckpt_runtime::training`]): the same
-//! checks as [`crate::validate`] (paired values, a broken control, the device need under the profile by
-//! bisection on `max_mem`, the capped run at the ceiling), through the runner.
+//! runtime, onnxruntime-training [`ckpt_ir::ort::TRAINING_ORT_VERSION`] ([`ckpt_runtime::training`]): the pair
+//! run as [`crate::paired`] runs it (paired values, a broken control, peaks and step times), through the runner;
+//! [`crate::memory`] measures the device need there too.
 //!
 //! That runtime's Python API has no allocator statistics, so what only statistics give is not measured there:
 //! `measured_in_use_bytes` and `measured_reserved_bytes` are 0, the default-arena peak is 0, and the CSE check is
 //! not made. The one-step peak (`peak_bytes`) is the smallest exact-arena cap one step runs in.
 
-use anyhow::{Context, Result};
 use ckpt_ir::onnx;
 use ckpt_ir::Message;
 use ckpt_runtime::training::{Staged, TrainingRunner};
-use ckpt_runtime::{compare, Arena, HostTensor, Model, SessionConfig};
+use ckpt_runtime::{Arena, HostTensor, Model, SessionConfig};
 
-use crate::validate::{
-    broken_control, seed_random_ops, DeviceMemory, Measured, MemoryExpectation, ValidateOptions,
-    Validation, RNG_POLICY,
-};
+use crate::error::ValidateError;
+use crate::paired::{broken_control, deterministic, seed_pair, Measured, Runs, ValidateOptions};
+
+type Result<T, E = ValidateError> = std::result::Result<T, E>;
 
 /// Whether `model` has an op only ORT's training build runs, so it validates on the training runtime.
 pub fn needs_training_runtime(model: &onnx::ModelProto) -> bool {
@@ -67,8 +66,9 @@ pub fn updated_inputs(model: &onnx::ModelProto) -> Vec<String> {
     out
 }
 
-fn start() -> Result<TrainingRunner> {
-    TrainingRunner::start().context("starting the training runtime")
+/// The training runtime's runner, started.
+pub(crate) fn start() -> Result<TrainingRunner> {
+    TrainingRunner::start().map_err(ValidateError::StartTraining)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -106,18 +106,17 @@ fn measure(runner: &mut TrainingRunner, staged: &Staged, o: &ValidateOptions) ->
     })
 }
 
-/// [`crate::validate::validate`] on the training runtime.
-pub fn validate(
+/// [`crate::paired::run_pair`] on the training runtime: the three graphs staged in one runner,
+/// run for their values, then both graphs measured.
+pub(crate) fn run_pair(
     original: &onnx::ModelProto,
     rewritten: &onnx::ModelProto,
     inputs: &[HostTensor],
-    input_generation: Vec<String>,
     o: &ValidateOptions,
-) -> Result<Validation> {
+) -> Result<Runs> {
     let mut a = original.clone();
     let mut b = rewritten.clone();
-    let seeded = seed_random_ops(&mut a, o.seed);
-    seed_random_ops(&mut b, o.seed);
+    let seeded = seed_pair(&mut a, &mut b, o.seed);
     let (control, control_tensor) = broken_control(&b, None)?;
     let (a_bytes, b_bytes, c_bytes) = (
         a.encode_to_vec(),
@@ -129,27 +128,22 @@ pub fn validate(
     let sa = runner.stage(Model::new("original", &a_bytes), inputs, &updated)?;
     let sb = runner.stage(Model::new("rewritten", &b_bytes), inputs, &updated)?;
     let sc = runner.stage(Model::new("control", &c_bytes), inputs, &updated)?;
-    let values_cfg = crate::validate::deterministic(&o.cfg);
-    let ref_out = runner
-        .run(&sa, &values_cfg)
-        .context("running the original graph")?;
-    let cand_out = runner
-        .run(&sb, &values_cfg)
-        .context("running the rewritten graph")?;
-    let control_out = runner
-        .run(&sc, &values_cfg)
-        .context("running the control")?;
-    let cmp = compare(&ref_out, &cand_out, &o.tol);
-    let control_rejected = !compare(&ref_out, &control_out, &o.tol).passed;
+    let values_cfg = deterministic(&o.cfg);
+    let run = |runner: &mut TrainingRunner, staged: &Staged, graph: &'static str| {
+        runner
+            .run(staged, &values_cfg)
+            .map_err(|source| ValidateError::Run { graph, source })
+    };
+    let reference = run(&mut runner, &sa, "original graph")?;
+    let candidate = run(&mut runner, &sb, "rewritten graph")?;
+    let control = run(&mut runner, &sc, "control")?;
     let original_m = measure(&mut runner, &sa, o)?;
     let rewritten_m = measure(&mut runner, &sb, o)?;
-    Ok(Validation {
-        passed: cmp.passed && control_rejected,
-        outputs: cmp.outputs,
-        control_rejected,
+    Ok(Runs {
+        reference,
+        candidate,
+        control,
         control_tensor,
-        deterministic_compute: true,
-        rng_policy: RNG_POLICY,
         random_ops_seeded: seeded,
         original: original_m,
         rewritten: rewritten_m,
@@ -160,46 +154,5 @@ pub fn validate(
             "version": runner.ort_version,
         }),
         session: serde_json::to_value(&o.cfg).unwrap_or_default(),
-        input_generation,
-    })
-}
-
-/// [`crate::validate::measure_device`] on the training runtime: the need by bisection on `max_mem`, and with a
-/// ceiling the run capped at its arena budget.
-pub fn measure_device(
-    label: &str,
-    model: &onnx::ModelProto,
-    inputs: &[HostTensor],
-    e: &MemoryExpectation,
-    predicted_arena_bytes: u64,
-) -> Result<DeviceMemory> {
-    let cfg = crate::profile::session_config(&e.profile);
-    let steps = e.profile.steps as usize;
-    let hold = e.profile.caller_outputs == ckpt_ir::profile::CallerOutputs::Held;
-    let bytes = model.encode_to_vec();
-    let mut runner = start()?;
-    let staged = runner.stage(Model::new(label, &bytes), inputs, &[])?;
-    let need = runner
-        .measure_need(&staged, &cfg, steps, hold, Some(predicted_arena_bytes))
-        .with_context(|| {
-            format!("measuring the {label} graph's device need on the training runtime")
-        })?;
-    let budget = e.arena_budget();
-    let runs_under_ceiling = match budget {
-        Some(b) => Some(runner.runs_under(&staged, &cfg, steps, hold, e.load_bytes, b)?),
-        None => None,
-    };
-    Ok(DeviceMemory {
-        predicted_total_bytes: e.fixed_bytes + predicted_arena_bytes,
-        measured_total_bytes: e.outside_arena_bytes() + need.load_bytes + need.arena_bytes,
-        predicted_load_bytes: e.load_bytes,
-        measured_load_bytes: need.load_bytes,
-        predicted_arena_bytes,
-        measured_arena_bytes: need.arena_bytes,
-        relative_error: predicted_arena_bytes as f64 / need.arena_bytes.max(1) as f64 - 1.0,
-        measured_in_use_bytes: 0,
-        measured_reserved_bytes: 0,
-        runs_under_ceiling,
-        sessions: need.trials + usize::from(budget.is_some()),
     })
 }

@@ -1,0 +1,367 @@
+//! Memory under the deployment profile, through the runner: the ONNX Runtime session a profile
+//! means ([`session_config`]), each graph's device need measured under it (bisection on the
+//! arena cap, [`measure_device`]) and judged against the prediction and the ceiling
+//! ([`check_memory`]).
+//!
+//! Rules: a graph with ORT training ops is measured on the training runtime, any other on ONNX
+//! Runtime, under the same session; the device total is what is held outside the arena (the
+//! caller's bytes, constants outside it) + what loading takes from the arena + the steps' arena
+//! need; a prediction passes within [`MEMORY_TOLERANCE`] of the measurement.
+
+use serde::Serialize;
+
+use ckpt_ir::onnx;
+use ckpt_ir::profile::{
+    ExecutionProvider, ExtendStrategy, InitialChunk, OptLevel as Level, Profile,
+};
+use ckpt_ir::Message;
+use ckpt_runtime::{Arena, HostTensor, Model, OptLevel, Provider, SessionConfig};
+
+use crate::error::ValidateError;
+use crate::paired::ort_ready;
+use crate::progress::{report, Stage};
+use crate::training::{needs_training_runtime, start};
+
+type Result<T, E = ValidateError> = std::result::Result<T, E>;
+
+/// The session that runs a model under `profile`: its provider, level and memory pattern, CSE
+/// off when the profile's session config says so, and (CPU) an environment BFC arena with the
+/// profile's extend strategy and initial chunk, so that a cap (`arena_limit`) applies.
+pub fn session_config(profile: &Profile) -> SessionConfig {
+    let cse_off = profile
+        .session_config
+        .get(ckpt_ir::profile::DISABLE_OPTIMIZERS_KEY)
+        .is_some_and(|v| {
+            v.split(',')
+                .any(|o| o.trim() == ckpt_ir::profile::CSE_OPTIMIZER)
+        });
+    SessionConfig {
+        provider: match profile.execution_provider {
+            ExecutionProvider::Cpu => Provider::Cpu,
+            ExecutionProvider::Cuda => Provider::Cuda,
+        },
+        opt_level: match profile.graph_optimization_level {
+            Level::Disable => OptLevel::Disable,
+            Level::Basic => OptLevel::Basic,
+            Level::Extended => OptLevel::Extended,
+            Level::All => OptLevel::All,
+        },
+        disable_cse: cse_off,
+        memory_pattern: profile.enable_mem_pattern,
+        // CPU: an environment arena capped with `max_mem`; CUDA: the EP's arena capped with
+        // `gpu_mem_limit` (its options take no initial chunk).
+        arena: Arena::Bfc {
+            power_of_two: profile.arena_extend_strategy == ExtendStrategy::NextPowerOfTwo,
+            initial_chunk: match profile.initial_chunk {
+                InitialChunk::Bytes(b) => Some(b),
+                InitialChunk::OrtDefault | InitialChunk::ArenaBudget => None,
+            },
+            initial_chunk_is_cap: profile.initial_chunk == InitialChunk::ArenaBudget,
+        },
+        intra_threads: Some(profile.intra_op_num_threads as usize),
+        bind_outputs: profile.caller_outputs == ckpt_ir::profile::CallerOutputs::Bound,
+        // Every other entry the profile records, as the runner sets them (CSE's is
+        // `disable_cse`'s).
+        config_entries: profile
+            .session_config
+            .iter()
+            .filter(|(k, _)| k.as_str() != ckpt_ir::profile::DISABLE_OPTIMIZERS_KEY)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        ..SessionConfig::default()
+    }
+}
+
+/// The profile as the receipt and `inspect --json` write it: the metadata keys' short names.
+pub fn profile_json(profile: &Profile) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    for (k, v) in profile.metadata() {
+        m.insert(k, serde_json::Value::String(v));
+    }
+    serde_json::Value::Object(m)
+}
+
+/// Memory of one graph under the deployment profile: predicted and measured.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct DeviceMemory {
+    /// Predicted device total: what is held outside the arena (the caller's bytes, constants
+    /// outside it) + what loading takes from the arena + the steps' arena need.
+    pub predicted_total_bytes: u64,
+    /// Measured device total: the same bytes outside the arena + what loading took from the
+    /// arena (measured) + the measured steps' arena need.
+    pub measured_total_bytes: u64,
+    /// What loading takes from the arena's allocator before the first step, predicted.
+    pub predicted_load_bytes: u64,
+    /// The same, measured (ORT's `InUse` after session creation; the training runtime: the
+    /// smallest cap loading runs in).
+    pub measured_load_bytes: u64,
+    /// The smallest arena cap the profile's steps run in, predicted by the replay.
+    pub predicted_arena_bytes: u64,
+    /// The same, measured on ONNX Runtime by bisection on `max_mem` (to 256 B).
+    pub measured_arena_bytes: u64,
+    /// `predicted / measured - 1` of the arena need.
+    pub relative_error: f64,
+    /// ORT's `MaxInUse` over the steps, above what loading left (uncapped).
+    pub measured_in_use_bytes: u64,
+    /// ORT's `TotalAllocated` after the steps (uncapped): the regions reserved.
+    pub measured_reserved_bytes: u64,
+    /// Whether every step ran with the arena capped at the ceiling's arena budget
+    /// (`None`: no ceiling given).
+    pub runs_under_ceiling: Option<bool>,
+    /// Sessions the bisection took.
+    pub sessions: usize,
+}
+
+/// The memory verdict of a validation.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct MemoryCheck {
+    /// The deployment profile the graphs ran under, in words.
+    pub profile: String,
+    pub steps: u32,
+    pub ceiling_bytes: Option<u64>,
+    /// Bytes the caller feeds and holds outside the arena (ledger: parameters, data, declared
+    /// optimizer state).
+    pub fixed_bytes: u64,
+    /// Largest allowed |relative error| of a prediction.
+    pub tolerance: f64,
+    pub original: DeviceMemory,
+    pub rewritten: DeviceMemory,
+    pub passed: bool,
+    /// Why it failed, one line each.
+    pub failures: Vec<String>,
+}
+
+/// The largest |relative error| of a predicted arena need a validation accepts.
+pub const MEMORY_TOLERANCE: f64 = 0.01;
+
+/// Measure one graph's device memory (its external data in `dir`) under the expectation's
+/// profile for its steps and compare it with `predicted_arena_bytes`; with a ceiling, also run
+/// it with the arena capped at the ceiling less what the caller feeds.
+pub fn measure_device(
+    label: &str,
+    model: &onnx::ModelProto,
+    dir: Option<&std::path::Path>,
+    inputs: &[HostTensor],
+    e: &MemoryExpectation,
+    predicted_arena_bytes: u64,
+) -> Result<DeviceMemory> {
+    let need = if needs_training_runtime(model) {
+        need_on_training_runtime(label, model, inputs, e, predicted_arena_bytes)?
+    } else {
+        need_on_ort(label, model, dir, inputs, e)?
+    };
+    Ok(need.against(e, predicted_arena_bytes))
+}
+
+/// What one graph was measured to need under the profile.
+struct Need {
+    /// What loading took from the arena.
+    load_bytes: u64,
+    /// The smallest arena cap the steps run in.
+    arena_bytes: u64,
+    /// ORT's `MaxInUse` and `TotalAllocated` over the uncapped steps (0 where the runtime has
+    /// no allocator statistics).
+    in_use_bytes: u64,
+    reserved_bytes: u64,
+    runs_under_ceiling: Option<bool>,
+    sessions: usize,
+}
+
+impl Need {
+    /// The measurement beside the prediction.
+    fn against(self, e: &MemoryExpectation, predicted_arena_bytes: u64) -> DeviceMemory {
+        DeviceMemory {
+            predicted_total_bytes: e.fixed_bytes + predicted_arena_bytes,
+            measured_total_bytes: e.outside_arena_bytes() + self.load_bytes + self.arena_bytes,
+            predicted_load_bytes: e.load_bytes,
+            measured_load_bytes: self.load_bytes,
+            predicted_arena_bytes,
+            measured_arena_bytes: self.arena_bytes,
+            relative_error: predicted_arena_bytes as f64 / self.arena_bytes.max(1) as f64 - 1.0,
+            measured_in_use_bytes: self.in_use_bytes,
+            measured_reserved_bytes: self.reserved_bytes,
+            runs_under_ceiling: self.runs_under_ceiling,
+            sessions: self.sessions,
+        }
+    }
+}
+
+/// The need on ONNX Runtime: bisection on `max_mem`, and with a ceiling the run capped as the
+/// runner caps it (`max_mem` the ceiling less what is held outside the arena, the first region
+/// the steps' budget).
+fn need_on_ort(
+    label: &str,
+    model: &onnx::ModelProto,
+    dir: Option<&std::path::Path>,
+    inputs: &[HostTensor],
+    e: &MemoryExpectation,
+) -> Result<Need> {
+    let profile = &e.profile;
+    let cfg = &session_config(profile);
+    let arena_budget = e.arena_budget();
+    let bytes = ort_ready(model, dir).encode_to_vec();
+    let steps = profile.steps as usize;
+    let hold = profile.caller_outputs == ckpt_ir::profile::CallerOutputs::Held;
+    let m = Model::new(label, &bytes).in_dir(dir);
+    report(Stage::DeviceNeed(label));
+    let need = ckpt_runtime::measure_need(m, inputs, cfg, steps, hold).map_err(|source| {
+        ValidateError::MeasureNeed {
+            label: label.to_string(),
+            source,
+        }
+    })?;
+    let runs_under_ceiling = match arena_budget {
+        Some(budget) => Some(ckpt_runtime::runs_under(
+            m,
+            inputs,
+            cfg,
+            steps,
+            hold,
+            e.load_bytes,
+            budget,
+        )?),
+        None => None,
+    };
+    Ok(Need {
+        load_bytes: need.uncapped.reserved_after_load,
+        arena_bytes: need.arena_bytes,
+        in_use_bytes: need.uncapped.in_use_peak(),
+        reserved_bytes: need.uncapped.reserved(),
+        runs_under_ceiling,
+        sessions: need.runs + usize::from(arena_budget.is_some()),
+    })
+}
+
+/// The need on the training runtime ([`crate::training`]): the same bisection and capped run,
+/// through its runner, which has no allocator statistics.
+fn need_on_training_runtime(
+    label: &str,
+    model: &onnx::ModelProto,
+    inputs: &[HostTensor],
+    e: &MemoryExpectation,
+    predicted_arena_bytes: u64,
+) -> Result<Need> {
+    let cfg = session_config(&e.profile);
+    let steps = e.profile.steps as usize;
+    let hold = e.profile.caller_outputs == ckpt_ir::profile::CallerOutputs::Held;
+    let bytes = model.encode_to_vec();
+    let mut runner = start()?;
+    let staged = runner.stage(Model::new(label, &bytes), inputs, &[])?;
+    let need = runner
+        .measure_need(&staged, &cfg, steps, hold, Some(predicted_arena_bytes))
+        .map_err(|source| ValidateError::MeasureNeedTraining {
+            label: label.to_string(),
+            source,
+        })?;
+    let budget = e.arena_budget();
+    let runs_under_ceiling = match budget {
+        Some(b) => Some(runner.runs_under(&staged, &cfg, steps, hold, e.load_bytes, b)?),
+        None => None,
+    };
+    Ok(Need {
+        load_bytes: need.load_bytes,
+        arena_bytes: need.arena_bytes,
+        in_use_bytes: 0,
+        reserved_bytes: 0,
+        runs_under_ceiling,
+        sessions: need.trials + usize::from(budget.is_some()),
+    })
+}
+
+/// Predictions of both graphs' arena need under the profile, and the ceiling, for
+/// [`check_memory`].
+#[derive(Clone, Debug)]
+pub struct MemoryExpectation {
+    pub profile: ckpt_ir::Profile,
+    /// The ledger's bytes beside the steps' arena ([`ckpt_passes::ledger::Ledger::fixed_bytes`]).
+    pub fixed_bytes: u64,
+    /// Of those, what loading takes from the arena ([`ckpt_passes::ledger::Ledger::load_bytes`]).
+    pub load_bytes: u64,
+    pub original_arena_bytes: u64,
+    pub rewritten_arena_bytes: u64,
+    pub ceiling_bytes: Option<u64>,
+    /// The directory the original's external data resolves against.
+    pub original_dir: Option<std::path::PathBuf>,
+    /// The directory the rewritten graph's external data resolves against.
+    pub rewritten_dir: Option<std::path::PathBuf>,
+}
+
+impl MemoryExpectation {
+    /// What is held outside the arena's cap: the caller's bytes and constants outside it.
+    pub fn outside_arena_bytes(&self) -> u64 {
+        self.fixed_bytes.saturating_sub(self.load_bytes)
+    }
+
+    /// The steps' share of the ceiling: the ceiling less everything beside the steps' arena.
+    pub fn arena_budget(&self) -> Option<u64> {
+        self.ceiling_bytes
+            .map(|c| c.saturating_sub(self.fixed_bytes))
+    }
+}
+
+/// Measure both graphs under the profile and judge: the rewritten graph's measured total must
+/// stay under the ceiling and run in an arena capped at the ceiling's budget, and both
+/// predictions must be within [`MEMORY_TOLERANCE`] of the measurements.
+pub fn check_memory(
+    original: &onnx::ModelProto,
+    rewritten: &onnx::ModelProto,
+    inputs: &[HostTensor],
+    e: &MemoryExpectation,
+) -> Result<MemoryCheck> {
+    let budget = e.arena_budget();
+    let o = measure_device(
+        "original",
+        original,
+        e.original_dir.as_deref(),
+        inputs,
+        e,
+        e.original_arena_bytes,
+    )?;
+    let r = measure_device(
+        "rewritten",
+        rewritten,
+        e.rewritten_dir.as_deref(),
+        inputs,
+        e,
+        e.rewritten_arena_bytes,
+    )?;
+    let mut failures = Vec::new();
+    if let Some(c) = e.ceiling_bytes {
+        if r.measured_total_bytes > c {
+            failures.push(format!(
+                "the rewritten graph needs {} B on the device (measured), above the ceiling of {c} B",
+                r.measured_total_bytes
+            ));
+        }
+        if r.runs_under_ceiling == Some(false) {
+            failures.push(format!(
+                "the rewritten graph does not run {} steps in an arena capped at {} B (the ceiling less {} B fed by the caller)",
+                e.profile.steps,
+                budget.unwrap_or(0),
+                e.fixed_bytes
+            ));
+        }
+    }
+    for (name, m) in [("original", &o), ("rewritten", &r)] {
+        if m.relative_error.abs() > MEMORY_TOLERANCE {
+            failures.push(format!(
+                "the {name} graph's arena need was predicted at {} B but measured at {} B ({:+.2}%, tolerance {:.0}%)",
+                m.predicted_arena_bytes,
+                m.measured_arena_bytes,
+                100.0 * m.relative_error,
+                100.0 * MEMORY_TOLERANCE
+            ));
+        }
+    }
+    Ok(MemoryCheck {
+        profile: e.profile.describe(),
+        steps: e.profile.steps,
+        ceiling_bytes: e.ceiling_bytes,
+        fixed_bytes: e.fixed_bytes,
+        tolerance: MEMORY_TOLERANCE,
+        original: o,
+        rewritten: r,
+        passed: failures.is_empty(),
+        failures,
+    })
+}
