@@ -7,8 +7,8 @@
 //!   repository (`src/receipt.rs`, `tests/fixtures/full/`, `docs/design/planner.md:12`), or a
 //!   top-level `*.md` file; it must name a file or folder, relative to the root.
 //! - An item path is `ckpt_ir::…`, `ckpt_passes::…`, `ckpt_solver::…`, `ckpt_planner::…`,
-//!   `ckpt_runtime::…` or `ckpt_opt::…`, or `module::…` where `module` is a source file of a
-//!   crate (`main_job::run`, `device::fits`). Each module segment must be a module of the
+//!   `ckpt_runtime::…`, `ckpt_opt::…` or `ckpt_fuzz::…`, or `module::…` where `module` is a
+//!   source file of a crate (`main_job::run`, `device::fits`). Each module segment must be a module of the
 //!   crate and the last segment a definition (`fn`, `struct`, `enum`, `trait`, `const`,
 //!   `static`, `type`, `mod`, `macro_rules!`) or a field or variant, found by text in the
 //!   crate's sources.
@@ -28,12 +28,13 @@ const CRATES: &[(&str, &str)] = &[
     ("ckpt_planner", "planner/src"),
     ("ckpt_runtime", "runtime/src"),
     ("ckpt_opt", "src"),
+    ("ckpt_fuzz", "fuzz/src"),
 ];
 
 /// Top-level folders whose paths are checked (build outputs under `target/` are not).
 const TOP: &[&str] = &[
     "src", "tests", "docs", "scripts", "ir", "passes", "solver", "planner", "runtime", "examples",
-    "python", "benches",
+    "python", "benches", "fuzz",
 ];
 
 fn doc_files(root: &Path) -> Vec<PathBuf> {
