@@ -33,11 +33,12 @@ use ckpt_passes::recompute::{
 use ckpt_solver::{Method, Plan};
 
 use crate::cost::NodeCosts;
+use crate::job::{Ceiling, Job};
 use crate::optimize::{
     analyse, default_threads, plan_analysed, plan_costed, step_flops, AnalyseOptions, Analysis,
-    Job, Outcome,
+    Outcome,
 };
-use crate::size::{human, CeilingSpec};
+use crate::size::human;
 
 /// One plan: a rewrite of the graph (or the graph itself) with its predicted device total.
 pub struct KnownPlan {
@@ -315,7 +316,7 @@ pub enum Ceilings {
     /// lowest ceiling moves down to it ([`end_at_floor`]).
     Points(usize),
     /// Given ceilings (`90%` is of the no-recompute total).
-    List(Vec<CeilingSpec>),
+    List(Vec<Ceiling>),
 }
 
 /// One point of the frontier.

@@ -9,19 +9,19 @@ use serde_json::json;
 use ckpt_ir::{type_str, Graph};
 use ckpt_passes::{classify, TensorKind};
 
-use crate::cli::InspectArgs;
-use crate::model_io::{bindings, load, required_dims};
-use crate::Failure;
+use ckpt_opt::cli::InspectArgs;
+use ckpt_opt::exit::Failure;
+use ckpt_opt::model_io::{self, bindings, load, required_dims};
 use ckpt_opt::size::human;
 
 pub fn run(a: &InspectArgs) -> Result<(), Failure> {
     let given = load(&a.model)?;
     let bindings = bindings(&a.model_args.dims, &given)?;
-    let mut options = crate::model_io::analyse_options(&a.model_args, &bindings)?;
+    let mut options = model_io::analyse_options(&a.model_args, &bindings)?;
     let graph = at_level(given, a, &mut options)?;
     // The runtime the model needs (training ops: onnxruntime-training) is the one predicted.
-    crate::model_io::on_runtime_of(&mut options.profile, &graph)?;
-    crate::model_io::warn_thread_race(&options.profile, &graph);
+    model_io::on_runtime_of(&mut options.profile, &graph)?;
+    model_io::warn_thread_race(&options.profile, &graph);
     let class = classify(&graph, a.model_args.loss.as_deref());
 
     let kind_of = |t| class.as_ref().ok().map(|c| c.kind(t).name()).unwrap_or("?");
@@ -68,8 +68,7 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
         .map(|(d, v)| (d, json!(v)))
         .collect();
     // What the profile's provider cannot run, and the graph ORT runs for it.
-    let (runs, fallback, missing) = match crate::model_io::ort_runs(graph.clone(), &options.profile)
-    {
+    let (runs, fallback, missing) = match model_io::ort_runs(graph.clone(), &options.profile) {
         Ok((runs, fallback)) => (runs, fallback, Vec::new()),
         Err(ckpt_passes::ort_casts::FallbackError::NoKernel { nodes, .. }) => {
             (graph.clone(), None, nodes)
@@ -132,7 +131,7 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
         }
         println!(
             "{}",
-            serde_json::to_string_pretty(&v).map_err(Failure::input)?
+            serde_json::to_string_pretty(&v).map_err(Failure::internal)?
         );
         return Ok(());
     }

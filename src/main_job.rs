@@ -1,6 +1,6 @@
 //! The main job and `validate`, at the CLI edge: flags in, files and reports out, exit codes.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{anyhow, Context};
 use std::collections::BTreeMap;
@@ -8,8 +8,10 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use ckpt_opt::cost::{added_ns, CostKind, MeasuredCost, NodeCosts};
+use ckpt_opt::exit::{Failure, CANNOT_FIT, VALIDATION_FAILED};
 use ckpt_opt::inputs::{make_inputs, InputOverrides};
-use ckpt_opt::optimize::{self, Job, Outcome};
+use ckpt_opt::job::Job;
+use ckpt_opt::optimize::{self, Outcome};
 use ckpt_opt::profile::session_config;
 use ckpt_opt::receipt::{
     ArenaBinding, BeforeAfter, DataPlacement, FileHash, OutputData, RandomOpSeeds, Receipt, Status,
@@ -22,9 +24,8 @@ use ckpt_opt::validate::{
 use ckpt_passes::TensorKind;
 use ckpt_runtime::{Tol, Tolerances};
 
-use crate::cli::{OptimizeArgs, RunArgs, ValidateArgs};
-use crate::model_io::{bindings as parse_bindings, load};
-use crate::Failure;
+use ckpt_opt::cli::{OptimizeArgs, RunArgs, ValidateArgs};
+use ckpt_opt::model_io::{self, bindings as parse_bindings, load};
 
 fn tolerances(r: &RunArgs) -> Tolerances {
     let mut t = Tolerances::default();
@@ -57,10 +58,11 @@ fn run_validation(
     if let Some(lib) = &r.ort_lib {
         ckpt_runtime::init(Some(lib))
             .context("loading ONNX Runtime")
-            .map_err(could_not_validate)?;
+            .map_err(Failure::could_not_validate)?;
     }
-    let overrides = InputOverrides::parse(&r.inputs, &r.int_ranges)?;
-    let (inputs, how) = make_inputs(original, bindings, r.seed, &overrides, params)?;
+    let overrides = InputOverrides::parse(&r.inputs, &r.int_ranges).map_err(Failure::input)?;
+    let (inputs, how) =
+        make_inputs(original, bindings, r.seed, &overrides, params).map_err(Failure::input)?;
     let opts = ValidateOptions {
         cfg: session_config(profile),
         tol: tolerances(r),
@@ -79,30 +81,8 @@ fn run_validation(
         how,
         &opts,
     )
-    .map_err(could_not_validate)?;
+    .map_err(Failure::could_not_validate)?;
     Ok((v, inputs))
-}
-
-/// Exit 4 ("could not validate", or measure) when no usable ONNX Runtime was found, or it lacks
-/// the training ops or the CUDA provider the run needs; 1 for anything else.
-pub(crate) fn could_not_validate(e: anyhow::Error) -> Failure {
-    use ckpt_runtime::RuntimeError as R;
-    let missing = e.chain().any(|c| {
-        matches!(
-            c.downcast_ref::<R>(),
-            Some(
-                R::OrtNotFound { .. }
-                    | R::OrtPathMissing { .. }
-                    | R::MissingTrainingOps { .. }
-                    | R::CudaUnavailable { .. }
-                    | R::TrainingRuntime { .. }
-            )
-        )
-    });
-    Failure {
-        code: if missing { 4 } else { 1 },
-        error: e,
-    }
 }
 
 /// Validate `after` against `before` under the profile: the paired values and the control
@@ -193,7 +173,7 @@ fn record_validation(
 ) -> Result<Option<Failure>, Failure> {
     let failed = verdict(v, &m).err();
     receipt.ort = Some(v.ort.clone());
-    receipt.validation = Some(serde_json::to_value(v).map_err(Failure::input)?);
+    receipt.validation = Some(serde_json::to_value(v).map_err(Failure::internal)?);
     receipt.memory = Some(m);
     Ok(failed)
 }
@@ -219,7 +199,8 @@ fn write_output(
     }
     let written = staging
         .stage_model(proto, graph.dir(), out, Some(model))
-        .with_context(|| format!("writing {}", out.display()))?;
+        .with_context(|| format!("writing {}", out.display()))
+        .map_err(Failure::input)?;
     receipt.output = Some(FileHash {
         path: out.display().to_string(),
         sha256: optimize::sha256_hex(&written.bytes),
@@ -241,17 +222,20 @@ fn write_output(
 
 /// The output staged for `out`, read back from its temporary files and imported under the
 /// rules every input meets (opsets, ops, attributes, initializer and external-data sizes):
-/// an output that breaks them is never published.
+/// an output that breaks them is never published, and is an internal error (the input met
+/// them).
 fn read_back(staging: &ckpt_ir::Staging, out: &std::path::Path) -> Result<ckpt_ir::Graph, Failure> {
     let proto = staging
         .read_back(out)
-        .with_context(|| format!("reading back {}", out.display()))?;
+        .with_context(|| format!("reading back {}", out.display()))
+        .map_err(Failure::input)?;
     let dir = match out.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => std::path::Path::new("."),
     };
     let graph = ckpt_ir::import_model(proto, out, Some(dir))
-        .with_context(|| format!("the output staged for {} does not read back", out.display()))?;
+        .with_context(|| format!("the output staged for {} does not read back", out.display()))
+        .map_err(Failure::internal)?;
     Ok(graph)
 }
 
@@ -340,12 +324,13 @@ fn run_memory_check(
         original_dir: before.graph.dir().map(std::path::Path::to_path_buf),
         rewritten_dir: after.graph.dir().map(std::path::Path::to_path_buf),
     };
-    Ok(check_memory(
+    check_memory(
         &ckpt_ir::export(&before.graph),
         &ckpt_ir::export(&after.graph),
         inputs,
         &e,
-    )?)
+    )
+    .map_err(Failure::input)
 }
 
 fn print_memory_check(m: &MemoryCheck) {
@@ -500,31 +485,24 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
     let rewritten = load(&a.rewritten)?;
     same_interface(&original, &rewritten, a)?;
     let b = parse_bindings(&a.model_args.dims, &original)?;
-    crate::model_io::require_bound(&original, &b)?;
-    let mut options = crate::model_io::analyse_options(&a.model_args, &b)?;
-    crate::model_io::on_runtime_of(&mut options.profile, &original)?;
+    model_io::require_bound(&original, &b)?;
+    let mut options = model_io::analyse_options(&a.model_args, &b)?;
+    model_io::on_runtime_of(&mut options.profile, &original)?;
     // The profile the rewritten model records is the one it promises to hold under.
     let recorded = ckpt_ir::Profile::from_model(rewritten.model())
-        .with_context(|| format!("reading the profile recorded in {}", a.rewritten.display()))?;
+        .with_context(|| format!("reading the profile recorded in {}", a.rewritten.display()))
+        .map_err(Failure::input)?;
     if let Some(p) = recorded {
         options.profile = p;
     }
     // The rewrite holds ORT's float16 Casts already; the original is predicted as ORT runs it.
-    let (original, _) = crate::model_io::as_ort_runs(original, &options.profile, 4)?;
-    crate::model_io::warn_thread_race(&options.profile, &original);
-    let ceiling = a
-        .ceiling
-        .as_deref()
-        .map(|c| {
-            ckpt_opt::size::CeilingSpec::parse(c)
-                .map_err(|e| Failure::input(anyhow!("--ceiling {e}")))
-        })
-        .transpose()?;
+    let (original, _) = model_io::as_ort_runs(original, &options.profile, 4)?;
+    model_io::warn_thread_race(&options.profile, &original);
     let (original, reference) = original_at_level(original, &a.original, &options.profile, &a.run)?;
-    let before = optimize::analyse(original, &options)?;
+    let before = optimize::analyse(original, &options).map_err(Failure::planning)?;
     // A percentage is of the original's predicted device total, as in the main job.
-    let ceiling = ceiling.map(|c| c.resolve(before.ledger.total_bytes));
-    let after = optimize::analyse(rewritten, &options)?;
+    let ceiling = a.ceiling.map(|c| c.resolve(before.ledger.total_bytes));
+    let after = optimize::analyse(rewritten, &options).map_err(Failure::planning)?;
     options
         .profile
         .one_region(after.device.arena_bytes)
@@ -543,7 +521,7 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
         let out = json!({"validation": v, "memory": m});
         println!(
             "{}",
-            serde_json::to_string_pretty(&out).map_err(Failure::input)?
+            serde_json::to_string_pretty(&out).map_err(Failure::internal)?
         );
     } else {
         print_validation(&v, a.output_args.verbose);
@@ -610,7 +588,7 @@ fn verdict(v: &Validation, m: &MemoryCheck) -> Result<(), Failure> {
         Ok(())
     } else {
         Err(Failure {
-            code: 3,
+            code: VALIDATION_FAILED,
             error: anyhow!("validation failed: {}", why.join("; ")),
         })
     }
@@ -634,14 +612,11 @@ fn input_shapes(g: &ckpt_ir::Graph, b: &ckpt_ir::Bindings) -> BTreeMap<String, V
 
 pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
     let t0 = Instant::now();
-    let model = args.model.clone().ok_or_else(|| {
-        Failure::input(anyhow!(
-            "no model given: ckpt-opt MODEL --ceiling SIZE (see --help)"
-        ))
-    })?;
-    let ceiling_spec = args
-        .ceiling
-        .ok_or_else(|| Failure::input(anyhow!("--ceiling is required, e.g. --ceiling 69GiB")))?;
+    let model = args
+        .model_path()
+        .map_err(|e| Failure::input(anyhow!(e)))?
+        .to_path_buf();
+    let ceiling_spec = args.ceiling().map_err(|e| Failure::input(anyhow!(e)))?;
     // Refuse an output the rename would replace (a symlink, FIFO or device) before any work.
     for target in [
         args.output.as_deref(),
@@ -654,8 +629,9 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         ckpt_ir::check_output_target(target).map_err(Failure::input)?;
     }
     ckpt_opt::progress::stage(format!("importing {}", model.display()));
-    let input_bytes =
-        std::fs::read(&model).with_context(|| format!("reading {}", model.display()))?;
+    let input_bytes = std::fs::read(&model)
+        .with_context(|| format!("reading {}", model.display()))
+        .map_err(Failure::input)?;
     let graph = load(&model)?;
     let reads = match graph.dir() {
         Some(dir) => ckpt_ir::external_data_files(graph.model(), dir),
@@ -664,31 +640,23 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
     check_targets(&args, &model, &reads)?;
     let model_data = hash_files(&reads)?;
     let bindings = parse_bindings(&args.model_args.dims, &graph)?;
-    crate::model_io::require_bound(&graph, &bindings)?;
-    let mut options = crate::model_io::analyse_options(&args.model_args, &bindings)?;
-    crate::model_io::on_runtime_of(&mut options.profile, &graph)?;
-    crate::model_io::warn_thread_race(&options.profile, &graph);
+    model_io::require_bound(&graph, &bindings)?;
+    let mut options = model_io::analyse_options(&args.model_args, &bindings)?;
+    model_io::on_runtime_of(&mut options.profile, &graph)?;
+    model_io::warn_thread_race(&options.profile, &graph);
     let (graph, reference) = graph_at_level(graph, &input_bytes, &model, &mut options, &args.run)?;
-    let (graph, fallback) = crate::model_io::as_ort_runs(graph, &options.profile, 1)?;
+    let (graph, fallback) = model_io::as_ort_runs(graph, &options.profile, 1)?;
     if let Some(f) = fallback {
         eprintln!("note: {f}");
     }
     let profile = options.profile.clone();
     // A percentage ceiling is of the unmodified graph's predicted device total: analyse first.
     let t_plan = Instant::now();
-    let before = optimize::analyse(graph, &options)?;
+    let before = optimize::analyse(graph, &options).map_err(Failure::planning)?;
     require_training_graph(&before)?;
-    let ceiling = ceiling_spec.resolve(before.ledger.total_bytes);
-    let job = Job {
-        model: model.clone(),
-        ceiling,
-        output: args.output.clone(),
-        analysis: options,
-        reserve_pct: args.reserve,
-        time_limit: Duration::from_secs_f64(args.time_limit),
-        refusal_probes: 3,
-        search_steps: args.search_steps,
-    };
+    let job = Job::from_args(&args, options, before.ledger.total_bytes)
+        .map_err(|e| Failure::input(anyhow!(e)))?;
+    let ceiling = job.ceiling;
     let costs = match args.cost.as_str() {
         "profile" => Some(profile_costs(&before, &bindings, &args.run, &profile)?),
         _ => None,
@@ -700,7 +668,8 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         t_plan,
         optimize::default_threads(),
         costs.as_ref(),
-    )?;
+    )
+    .map_err(Failure::planning)?;
     let before = match &outcome {
         Outcome::AlreadyFits { before } | Outcome::CannotFit { before, .. } => before,
         Outcome::Rewritten(r) => &r.before,
@@ -816,7 +785,7 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             receipt.seconds = t0.elapsed().as_secs_f64();
             emit(&args, &receipt, staging)?;
             Err(Failure {
-                code: 2,
+                code: CANNOT_FIT,
                 error: anyhow!("the ceiling of {} cannot be met: {message}", human(ceiling)),
             })
         }
@@ -1031,7 +1000,9 @@ fn original_at_level(
     if recorded.offline_optimization_level.is_none() {
         return Ok((original, None));
     }
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("reading {}", path.display()))
+        .map_err(Failure::input)?;
     let mut options = optimize::AnalyseOptions {
         profile: ckpt_opt::offline::online_profile(recorded),
         ..optimize::AnalyseOptions::default()
@@ -1094,7 +1065,8 @@ fn check_targets(
     check(model, reads, &targets).map_err(Failure::input)
 }
 
-/// Record the deployment (the profile and its byte counts) in an unchanged graph's metadata.
+/// Record the deployment (the profile and its byte counts) in an unchanged graph's metadata
+/// (a patch of metadata only: one that fails is an internal error).
 fn record_profile(g: &mut ckpt_ir::Graph, metadata: Vec<(String, String)>) -> Result<(), Failure> {
     let patch = ckpt_ir::Patch {
         label: "record the deployment profile".into(),
@@ -1103,7 +1075,8 @@ fn record_profile(g: &mut ckpt_ir::Graph, metadata: Vec<(String, String)>) -> Re
     };
     patch
         .apply(g)
-        .context("recording the deployment profile in the model's metadata")?;
+        .context("recording the deployment profile in the model's metadata")
+        .map_err(Failure::internal)?;
     Ok(())
 }
 
@@ -1193,11 +1166,11 @@ fn profile_costs(
     if let Some(lib) = &r.ort_lib {
         ckpt_runtime::init(Some(lib))
             .context("loading ONNX Runtime")
-            .map_err(could_not_validate)?;
+            .map_err(Failure::could_not_validate)?;
     }
-    let overrides = InputOverrides::parse(&r.inputs, &r.int_ranges)?;
+    let overrides = InputOverrides::parse(&r.inputs, &r.int_ranges).map_err(Failure::input)?;
     ckpt_opt::cost::measure(before, bindings, r.seed, &overrides, r.runs, profile)
-        .map_err(could_not_validate)
+        .map_err(Failure::could_not_validate)
 }
 
 /// `--cost profile`: the plan's cost in milliseconds, and each segment's FLOPs (the planner's
@@ -1260,21 +1233,24 @@ fn emit(
     mut staging: ckpt_ir::Staging,
 ) -> Result<(), Failure> {
     ckpt_opt::progress::finish();
-    let text = serde_json::to_string_pretty(receipt).map_err(Failure::input)?;
+    let text = serde_json::to_string_pretty(receipt).map_err(Failure::internal)?;
     if let Some(path) = &args.receipt {
         staging
             .stage(path, text.as_bytes(), args.model.as_deref())
-            .with_context(|| format!("writing receipt {}", path.display()))?;
+            .with_context(|| format!("writing receipt {}", path.display()))
+            .map_err(Failure::input)?;
     }
     if let Some(path) = &args.receipt_md {
         let md = ckpt_opt::receipt_md::render(receipt);
         staging
             .stage(path, md.as_bytes(), args.model.as_deref())
-            .with_context(|| format!("writing receipt summary {}", path.display()))?;
+            .with_context(|| format!("writing receipt summary {}", path.display()))
+            .map_err(Failure::input)?;
     }
     staging
         .publish()
-        .context("publishing the output, its data file and the receipts")?;
+        .context("publishing the output, its data file and the receipts")
+        .map_err(Failure::input)?;
     if args.output_args.json {
         println!("{text}");
     }

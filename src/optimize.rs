@@ -1,96 +1,34 @@
-//! The main job's planning, CLI side: the [`Job`] the flags describe, the planner
-//! ([`ckpt_planner`]) run on it, and what the CLI writes and prints of the result (files,
-//! JSON, the diagnosis in words).
+//! The main job's planning, CLI side: the planner ([`ckpt_planner`]) run on a
+//! [`crate::job::Job`], and what the CLI writes and prints of the result (files, the
+//! diagnosis in words).
 //!
 //! The planning itself (analysis, ILP rounds, search, cut, lowered terms) is
 //! [`ckpt_planner`]'s; this module only turns a job into [`ckpt_planner::PlanOptions`] and the
 //! planner's typed outcome into the CLI's.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Result;
 use serde_json::json;
 
-use ckpt_ir::Profile;
 use ckpt_ir::{export_bytes, write_atomic, Graph};
 use ckpt_passes::ledger::Ledger;
 use ckpt_passes::recompute::Candidates;
 use ckpt_passes::TensorKind;
-use ckpt_planner::{IlpReport, IlpRound, PlanOptions};
+use ckpt_planner::{IlpReport, IlpRound};
 use ckpt_solver::Plan;
 
 pub use ckpt_planner::{
     default_threads, step_flops, with_inferred_types, AnalyseOptions, Analysis, RewriteCounts,
 };
 
+use crate::job::Job;
 use crate::receipt::{Diagnosis, DiagnosisKind};
 use crate::size::human;
 
-/// Inputs of the main job.
-#[derive(Clone, Debug)]
-pub struct Job {
-    pub model: PathBuf,
-    pub ceiling: u64,
-    pub output: Option<PathBuf>,
-    /// Bindings, loss, optimizer and deployment profile: how every graph of the job is
-    /// analysed (the original and each rewrite).
-    pub analysis: AnalyseOptions,
-    pub reserve_pct: f64,
-    pub time_limit: Duration,
-    /// On a refusal, ceilings between the ceiling and the lowest total found planned to lower
-    /// that total ([`ckpt_planner::PlanOptions::refusal_probes`]; the main job's 3, else 0).
-    pub refusal_probes: usize,
-    /// Schedule steps the plan's searches may simulate in all
-    /// ([`ckpt_planner::PlanOptions::pass_steps`]; `--search-steps`).
-    pub search_steps: usize,
-}
-
-impl Job {
-    /// The profile the output records: an arena sized to the budget becomes the ceiling less
-    /// what the caller feeds (`fixed_bytes`), in bytes.
-    pub fn recorded_profile(&self, fixed_bytes: u64) -> Profile {
-        self.analysis
-            .profile
-            .resolved(self.ceiling.saturating_sub(fixed_bytes))
-    }
-
-    /// The planner's options for this job: the time limit counts from `t0`.
-    pub fn plan_options(
-        &self,
-        t0: Instant,
-        threads: usize,
-        costs: Option<&crate::cost::NodeCosts>,
-    ) -> PlanOptions {
-        PlanOptions {
-            analysis: self.analysis.clone(),
-            ceiling: self.ceiling,
-            reserve_pct: self.reserve_pct,
-            time_limit: self.time_limit,
-            started: t0,
-            threads,
-            costs: costs.map(crate::cost::NodeCosts::planner_costs),
-            debug: std::env::var_os("CKPT_OPT_DEBUG").is_some(),
-            progress: Some(progress),
-            refusal_probes: self.refusal_probes,
-            max_trials: ckpt_planner::MAX_TRIALS,
-            pass_steps: self.search_steps,
-        }
-    }
-}
-
-/// The planner's progress, on the progress line.
-fn progress(p: ckpt_planner::Progress) {
-    match p {
-        ckpt_planner::Progress::Analysing => analysing(),
-        ckpt_planner::Progress::Trials {
-            count,
-            best_total_bytes,
-        } => crate::progress::trials(count, best_total_bytes),
-    }
-}
-
-fn analysing() {
+/// The analysis stage, on the progress line.
+pub(crate) fn analysing() {
     crate::progress::stage("analysing: shape inference, ORT's schedule, the simulated arena");
 }
 

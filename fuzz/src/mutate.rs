@@ -335,7 +335,7 @@ pub fn exercise(bytes: &[u8], depth: Depth, plan_time_limit: Duration) -> Reache
     if depth == Depth::Candidates {
         return Reached::Through;
     }
-    let job = ckpt_opt::optimize::Job {
+    let job = ckpt_opt::job::Job {
         model: path.to_path_buf(),
         ceiling: a.ledger.total_bytes / 10 * 9,
         output: None,
