@@ -19,7 +19,6 @@ pub mod plot;
 pub mod profile;
 pub mod progress;
 pub mod receipt;
-pub mod receipt_md;
 pub mod size;
 pub mod targets;
 pub mod training;

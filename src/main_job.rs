@@ -3,20 +3,15 @@
 use std::time::Instant;
 
 use anyhow::{anyhow, Context};
-use std::collections::BTreeMap;
 
-use serde_json::json;
-
-use ckpt_opt::cost::{added_ns, CostKind, MeasuredCost, NodeCosts};
+use ckpt_opt::cost::{MeasuredCost, NodeCosts};
 use ckpt_opt::exit::{Failure, CANNOT_FIT, VALIDATION_FAILED};
 use ckpt_opt::inputs::{make_inputs, InputOverrides};
 use ckpt_opt::job::Job;
 use ckpt_opt::optimize::{self, Outcome};
 use ckpt_opt::profile::session_config;
-use ckpt_opt::receipt::{
-    ArenaBinding, BeforeAfter, DataPlacement, FileHash, OutputData, RandomOpSeeds, Receipt, Status,
-    Tool,
-};
+use ckpt_opt::receipt::build::JobRecord;
+use ckpt_opt::receipt::{DataPlacement, FileHash, OutputData, RandomOpSeeds, Receipt, Status};
 use ckpt_opt::size::human;
 use ckpt_opt::validate::{
     check_memory, validate, MemoryCheck, MemoryExpectation, ValidateOptions, Validation,
@@ -150,7 +145,10 @@ fn validate_into(
                 }
                 print_memory_check(&m);
             }
-            let failed = record_validation(receipt, &v, m)?;
+            let failed = verdict(&v, &m).err();
+            receipt
+                .record_validation(&v, m)
+                .map_err(Failure::internal)?;
             if let Some(f) = &failed {
                 receipt.status = Status::ValidationFailed;
                 receipt.reason = Some(format!("{:#}", f.error));
@@ -163,19 +161,6 @@ fn validate_into(
             Ok(Some(f))
         }
     }
-}
-
-/// Put a validation into the receipt; the failure, if it failed.
-fn record_validation(
-    receipt: &mut Receipt,
-    v: &Validation,
-    m: MemoryCheck,
-) -> Result<Option<Failure>, Failure> {
-    let failed = verdict(v, &m).err();
-    receipt.ort = Some(v.ort.clone());
-    receipt.validation = Some(serde_json::to_value(v).map_err(Failure::internal)?);
-    receipt.memory = Some(m);
-    Ok(failed)
 }
 
 /// Write `graph` to `out` (never over `model`) with its external data, into the receipt: its
@@ -518,7 +503,16 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
     ckpt_opt::progress::finish();
     let (v, m) = result?;
     if a.output_args.json {
-        let out = json!({"validation": v, "memory": m});
+        /// `validate --json`: the values and the memory check.
+        #[derive(serde::Serialize)]
+        struct Report<'a> {
+            validation: &'a Validation,
+            memory: &'a MemoryCheck,
+        }
+        let out = Report {
+            validation: &v,
+            memory: &m,
+        };
         println!(
             "{}",
             serde_json::to_string_pretty(&out).map_err(Failure::internal)?
@@ -594,22 +588,6 @@ fn verdict(v: &Validation, m: &MemoryCheck) -> Result<(), Failure> {
     }
 }
 
-/// Graph input shapes under the bindings (`None`: a dim left symbolic).
-fn input_shapes(g: &ckpt_ir::Graph, b: &ckpt_ir::Bindings) -> BTreeMap<String, Vec<Option<u64>>> {
-    g.inputs()
-        .iter()
-        .filter(|&&t| !g.tensor(t).is_initializer())
-        .filter_map(|&t| {
-            let tensor = g.tensor(t);
-            let shape = tensor.shape.as_ref()?;
-            Some((
-                tensor.name.clone(),
-                shape.dims().iter().map(|d| d.eval(b).ok()).collect(),
-            ))
-        })
-        .collect()
-}
-
 pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
     let t0 = Instant::now();
     let model = args
@@ -683,11 +661,9 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             .map_err(|e| Failure::input(anyhow!(e)))?;
     }
     let random_seed = args.seed_random_ops.then_some(args.run.seed);
-    let mut receipt = Receipt {
-        tool: Tool {
-            name: "ckpt-opt".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-        },
+    let record = JobRecord {
+        job: &job,
+        ceiling: ceiling_spec,
         command_line: std::env::args().collect(),
         seed: args.run.seed,
         model: FileHash {
@@ -695,102 +671,30 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             sha256: optimize::sha256_hex(&input_bytes),
         },
         model_data,
-        bindings: bindings.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-        input_shapes: input_shapes(&before.graph, &bindings),
-        ceiling: ceiling_spec.to_string(),
-        ceiling_bytes: ceiling,
-        reserve_percent: args.reserve,
-        profile: ckpt_planner::recorded_metadata(&profile, ceiling, &before.ledger)
-            .into_iter()
-            .collect(),
-        profile_description: recorded.describe(),
-        session_config: profile.session_config.clone(),
-        rng_policy: ckpt_opt::validate::RNG_POLICY.into(),
         random_op_seeds: if args.seed_random_ops {
             RandomOpSeeds::Explicit
         } else {
             RandomOpSeeds::OrtDerived
         },
-        random_ops_shifted: Vec::new(),
-        status: Status::AlreadyFits,
-        reason: None,
-        diagnosis: None,
-        lowest_reachable_total_bytes: None,
-        output: None,
-        output_data: None,
-        predicted_peak_bytes: None,
-        predicted_device_arena_bytes: None,
-        predicted_in_use_bytes: None,
-        predicted_arena_peak_bytes: None,
-        arena_binding: None,
-        predicted_default_arena_peak_bytes: None,
-        ledger: BeforeAfter {
-            before: optimize::ledger_json(&before.ledger),
-            after: optimize::ledger_json(&before.ledger),
-        },
-        trace: None,
-        added_flops: 0,
-        model_added_flops: None,
-        nodes_cloned: 0,
-        nodes_moved: 0,
-        step_flops: None,
-        added_flops_percent: None,
-        cost_model: if costs.is_some() {
-            CostKind::Profile
-        } else {
-            CostKind::Flops
-        },
-        measured_cost: costs.as_ref().map(|c| MeasuredCost::new(c, 0)),
-        segments: Vec::new(),
-        candidates: None,
-        excluded: Vec::new(),
-        solver: None,
-        patch: None,
-        validation: None,
-        memory: None,
-        ort: None,
-        seconds: 0.0,
+        costs: costs.as_ref(),
     };
-    let pair =
-        |a: &optimize::Analysis, b: &optimize::Analysis, f: fn(&optimize::Analysis) -> u64| {
-            Some(BeforeAfter {
-                before: f(a),
-                after: f(b),
-            })
-        };
-    let fill_peaks = |receipt: &mut Receipt, a: &optimize::Analysis, b: &optimize::Analysis| {
-        receipt.predicted_peak_bytes = pair(a, b, |x| x.ledger.total_bytes);
-        receipt.predicted_device_arena_bytes = pair(a, b, |x| x.device.arena_bytes);
-        receipt.predicted_in_use_bytes = pair(a, b, |x| x.device.uncapped.in_use_peak);
-        receipt.predicted_arena_peak_bytes = pair(a, b, |x| x.sim.peak_live);
-        receipt.predicted_default_arena_peak_bytes = pair(a, b, |x| x.sim.arena_peak());
-        // A refusal or a graph that already fits reports one analysis on both sides.
-        let before = ArenaBinding::of(a, &profile);
-        let after = if std::ptr::eq(a, b) {
-            before.clone()
-        } else {
-            ArenaBinding::of(b, &profile)
-        };
-        receipt.arena_binding = Some(BeforeAfter { before, after });
-    };
+    let mut receipt = ckpt_opt::receipt::build::receipt(&record, &outcome);
     // The output, its data file and the receipts, published together by `emit`.
     let mut staging = ckpt_ir::Staging::default();
     match outcome {
-        Outcome::CannotFit { before, diagnosis } => {
-            receipt.status = Status::CeilingCannotBeMet;
-            receipt.lowest_reachable_total_bytes = Some(diagnosis.lowest_reachable_total_bytes);
-            let message = diagnosis.message.clone();
-            receipt.diagnosis = Some(diagnosis);
-            fill_peaks(&mut receipt, &before, &before);
+        Outcome::CannotFit { diagnosis, .. } => {
             receipt.seconds = t0.elapsed().as_secs_f64();
             emit(&args, &receipt, staging)?;
             Err(Failure {
                 code: CANNOT_FIT,
-                error: anyhow!("the ceiling of {} cannot be met: {message}", human(ceiling)),
+                error: anyhow!(
+                    "the ceiling of {} cannot be met: {}",
+                    human(ceiling),
+                    diagnosis.message
+                ),
             })
         }
         Outcome::AlreadyFits { before } => {
-            fill_peaks(&mut receipt, &before, &before);
             let validation_failed = if args.validate {
                 // Nothing was rewritten: what is validated is that the unchanged graph holds
                 // under the ceiling on ONNX Runtime (the values are compared with themselves).
@@ -806,7 +710,6 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             } else {
                 None
             };
-            record_measured_added(&mut receipt);
             if validation_failed.is_none() {
                 if let Some(out) = &args.output {
                     let mut g = before.graph.clone();
@@ -853,46 +756,6 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 .clone()
                 .unwrap_or_else(|| optimize::default_output(&model));
             let step = optimize::step_flops(&r.before, &bindings).max(1);
-            let info = &r.plan.info;
-            receipt.status = Status::Rewritten;
-            fill_peaks(&mut receipt, &r.before, &r.after);
-            receipt.ledger = BeforeAfter {
-                before: optimize::ledger_json(&r.before.ledger),
-                after: optimize::ledger_json(&r.after.ledger),
-            };
-            receipt.trace = Some(BeforeAfter {
-                before: optimize::trace_json(&r.before),
-                after: optimize::trace_json(&r.after),
-            });
-            receipt.added_flops = r.counts.added_flops;
-            receipt.model_added_flops = Some(r.plan.cost);
-            receipt.nodes_cloned = r.counts.cloned;
-            receipt.nodes_moved = r.counts.moved;
-            receipt.step_flops = Some(step);
-            receipt.added_flops_percent = Some(100.0 * r.counts.added_flops as f64 / step as f64);
-            receipt.segments = optimize::segments_json(&r);
-            if let Some(c) = &costs {
-                restate_measured_cost(&mut receipt, &r, c, &bindings);
-            }
-            receipt.candidates = Some(r.cands.list.len());
-            receipt.excluded = r.cands.excluded.iter().map(|e| json!({
-                "tensor": r.before.graph.tensor(e.tensor).name, "node": r.before.graph.node(e.node).name, "op": e.op, "reason": e.reason
-            })).collect();
-            receipt.solver = Some(json!({
-                "method": format!("{:?}", info.method),
-                "label": r.method_label(),
-                "status": format!("{:?}", info.status),
-                "objective": info.objective,
-                "bound": info.bound,
-                "gap": info.gap,
-                "seconds": info.wall.as_secs_f64(),
-                "fallback": info.fallback.as_ref().map(|f| format!("{f:?}")),
-                "attempts": r.solve_attempts,
-                "time_limit_hit": r.time_limit_hit,
-                "arena_ceiling_bytes": r.arena_ceiling,
-                "ilp": r.ilp,
-            }));
-            receipt.patch = Some(r.patch_text.clone());
             // The output is written under temporary names first; what is validated is those
             // files read back, and they are published only if it passes.
             write_output(
@@ -918,12 +781,9 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             } else {
                 None
             };
-            record_measured_added(&mut receipt);
             if validation_failed.is_some() {
                 staging = ckpt_ir::Staging::default(); // the staged files are removed
-                receipt.output = None;
-                receipt.output_data = None;
-                receipt.random_ops_shifted.clear();
+                receipt.withdraw_output();
             }
             receipt.seconds = t0.elapsed().as_secs_f64();
             emit(&args, &receipt, staging)?;
@@ -1173,58 +1033,6 @@ fn profile_costs(
         .map_err(Failure::could_not_validate)
 }
 
-/// `--cost profile`: the plan's cost in milliseconds, and each segment's FLOPs (the planner's
-/// per-candidate cost is then nanoseconds) beside its milliseconds.
-fn restate_measured_cost(
-    receipt: &mut Receipt,
-    r: &optimize::Rewritten,
-    costs: &NodeCosts,
-    bindings: &ckpt_ir::Bindings,
-) {
-    receipt.measured_cost = Some(MeasuredCost::new(
-        costs,
-        added_ns(&r.before.graph, &r.cands, &r.plan, costs),
-    ));
-    let chosen = r
-        .cands
-        .list
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| r.plan.recompute.get(*i).copied().unwrap_or(false))
-        .map(|(_, c)| c);
-    let mut model_flops = 0u64;
-    for (segment, c) in receipt.segments.iter_mut().zip(chosen) {
-        let flops: u64 = c
-            .nodes
-            .iter()
-            .filter(|n| !c.moved.contains(n))
-            .filter_map(|&n| {
-                ckpt_ir::ops::flops(&r.before.graph, n, &r.before.types, bindings).ok()
-            })
-            .sum();
-        model_flops += flops;
-        segment["flops_added"] = json!(flops);
-        segment["ms_added"] = json!(c.model.cost as f64 / 1e6);
-    }
-    receipt.model_added_flops = Some(model_flops);
-}
-
-/// With `--validate` and `--cost profile`: the measured p50 step-time increase beside the
-/// predicted one.
-fn record_measured_added(receipt: &mut Receipt) {
-    let p50 = |side: &str| {
-        receipt
-            .validation
-            .as_ref()
-            .and_then(|v| v[side]["p50_ms"].as_f64())
-    };
-    if let (Some(a), Some(b)) = (p50("original"), p50("rewritten")) {
-        if let Some(m) = receipt.measured_cost.as_mut() {
-            m.measured_added_ms = Some(b - a);
-        }
-    }
-}
-
 /// Stage the receipt (`--receipt`, `--receipt-md`) beside whatever `staging` holds (the
 /// output and its data file), publish them as one set, and print the receipt (`--json`).
 fn emit(
@@ -1241,7 +1049,7 @@ fn emit(
             .map_err(Failure::input)?;
     }
     if let Some(path) = &args.receipt_md {
-        let md = ckpt_opt::receipt_md::render(receipt);
+        let md = ckpt_opt::receipt::markdown::render(receipt);
         staging
             .stage(path, md.as_bytes(), args.model.as_deref())
             .with_context(|| format!("writing receipt summary {}", path.display()))
