@@ -4,8 +4,6 @@
 //!
 //! Stage by stage, from `main` to the receipt: `docs/design/pipeline.md`.
 
-pub mod buckets;
-pub mod capacity;
 pub mod cli;
 pub mod cost;
 pub mod exit;
@@ -15,10 +13,10 @@ pub mod job;
 pub mod model_io;
 pub mod offline;
 pub mod optimize;
-pub mod plot;
 pub mod profile;
 pub mod progress;
 pub mod receipt;
+pub mod reports;
 pub mod size;
 pub mod targets;
 pub mod training;

@@ -6,11 +6,10 @@
 //! carries its code from where it is detected; nothing converts an error into one.
 //!
 //! Modules import one way: `main` → `inspect`, `main_job` → the library's `model_io` → `cli`
-//! (flag types); the library's `reports` (frontier, capacity, buckets) → `model_io`.
+//! (flag types); `main` → the library's `reports` (frontier, capacity, buckets) → `model_io`.
 
 mod inspect;
 mod main_job;
-mod reports;
 
 use std::process::ExitCode;
 
@@ -107,6 +106,7 @@ fn error_text(e: &anyhow::Error) -> String {
 
 fn run(cli: cli::Cli) -> Result<(), Failure> {
     use ckpt_opt::model_io::load;
+    use ckpt_opt::reports;
     use cli::Command;
     match cli.command {
         Some(Command::Inspect(a)) => inspect::run(&a),

@@ -1,20 +1,28 @@
-//! The decision reports at the CLI edge: `frontier`, `capacity` and `buckets`. Flags in, files
-//! out (JSON beside a Markdown summary; the frontier's SVG), exit codes.
+//! The decision reports: `frontier` (the sweep is [`crate::frontier`]'s), [`capacity`] and
+//! [`buckets`], with the frontier's [`plot`]; and their commands at the CLI edge
+//! ([`run_frontier`], [`run_capacity`], [`run_buckets`]): flags in, files out (JSON beside a
+//! Markdown summary; the frontier's SVG), exit codes.
+
+pub mod buckets;
+pub mod capacity;
+pub mod plot;
 
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 
-use ckpt_opt::buckets::{self, BucketModel, Bucketing, BucketsJob};
-use ckpt_opt::capacity::{self, CapacityQuery};
-use ckpt_opt::frontier::{self, Ceilings};
-use ckpt_opt::size::human;
+use buckets::plan::{plan_buckets, BucketModel, BucketsJob};
+use buckets::trace::{self, Bucketing};
+use buckets::Manifest;
+use capacity::CapacityQuery;
 
-use ckpt_opt::cli::{BucketsArgs, CapacityArgs, FrontierArgs, ReportArgs};
-use ckpt_opt::exit::Failure;
-use ckpt_opt::job::Ceiling;
-use ckpt_opt::model_io::{self, analyse_options, bindings, load};
+use crate::cli::{BucketsArgs, CapacityArgs, FrontierArgs, ReportArgs};
+use crate::exit::Failure;
+use crate::frontier::{self, Ceilings};
+use crate::job::Ceiling;
+use crate::model_io::{self, analyse_options, bindings, load};
+use crate::size::human;
 
 fn write(dir: &Path, name: &str, text: &str) -> Result<(), Failure> {
     let p = dir.join(name);
@@ -35,7 +43,7 @@ fn options(
     r: &ReportArgs,
     graph: &ckpt_ir::Graph,
     bare_ok: bool,
-) -> Result<(ckpt_opt::optimize::AnalyseOptions, Vec<String>), Failure> {
+) -> Result<(crate::optimize::AnalyseOptions, Vec<String>), Failure> {
     let (m, bare) = r.model_args().map_err(|e| Failure::input(anyhow!(e)))?;
     if !bare_ok {
         if let Some(b) = bare.first() {
@@ -51,7 +59,7 @@ fn options(
 }
 
 /// Refuse a profile the planner cannot plan for (as the main job does).
-fn plannable(o: &ckpt_opt::optimize::AnalyseOptions) -> Result<(), Failure> {
+fn plannable(o: &crate::optimize::AnalyseOptions) -> Result<(), Failure> {
     if o.profile.graph_optimization_level != ckpt_ir::profile::OptLevel::Disable {
         return Err(Failure::input(anyhow!(
             "--ort-opt-level {}: plans are made for the graph ORT runs at level disable",
@@ -75,11 +83,10 @@ pub fn run_frontier(a: &FrontierArgs) -> Result<(), Failure> {
     let name = a.model.display().to_string();
     let costs = match a.cost.as_str() {
         "profile" => {
-            let before =
-                ckpt_opt::optimize::analyse(graph.clone(), &o).map_err(Failure::planning)?;
-            ckpt_opt::cost::profilable(&before).map_err(Failure::input)?;
+            let before = crate::optimize::analyse(graph.clone(), &o).map_err(Failure::planning)?;
+            crate::cost::profilable(&before).map_err(Failure::input)?;
             Some(
-                ckpt_opt::cost::measure(
+                crate::cost::measure(
                     &before,
                     &o.bindings,
                     a.report.seed,
@@ -111,8 +118,8 @@ pub fn run_frontier(a: &FrontierArgs) -> Result<(), Failure> {
         "frontier.json",
         &serde_json::to_string_pretty(f).map_err(Failure::internal)?,
     )?;
-    let svg = ckpt_opt::plot::frontier_svg(f)
-        .map_err(|e| Failure::internal(anyhow!("drawing the plot: {e}")))?;
+    let svg =
+        plot::frontier_svg(f).map_err(|e| Failure::internal(anyhow!("drawing the plot: {e}")))?;
     write(&a.out, "frontier.svg", &svg)?;
     let md = frontier::markdown(f);
     write(&a.out, "frontier.md", &md)?;
@@ -162,12 +169,12 @@ pub fn run_capacity(a: &CapacityArgs) -> Result<(), Failure> {
         spec => {
             let mut b = o.bindings.clone();
             b.insert(dim.clone(), 1);
-            let oo = ckpt_opt::optimize::AnalyseOptions {
+            let oo = crate::optimize::AnalyseOptions {
                 bindings: b,
                 ..o.clone()
             };
             spec.resolve(
-                ckpt_opt::optimize::analyse(graph.clone(), &oo)
+                crate::optimize::analyse(graph.clone(), &oo)
                     .map_err(Failure::planning)?
                     .ledger
                     .total_bytes,
@@ -226,14 +233,13 @@ fn dim_map(s: &str) -> Result<Vec<(String, String)>, Failure> {
 }
 
 pub fn run_buckets(a: &BucketsArgs) -> Result<(), Failure> {
-    let rows = buckets::read_trace(&a.trace).map_err(Failure::input)?;
+    let rows = trace::read_trace(&a.trace).map_err(Failure::input)?;
     let how = match (&a.boundaries, &a.quantiles) {
         (Some(b), _) => Bucketing::Boundaries(
-            buckets::parse_boundaries(b)
-                .map_err(|e| Failure::input(anyhow!("--boundaries {e}")))?,
+            trace::parse_boundaries(b).map_err(|e| Failure::input(anyhow!("--boundaries {e}")))?,
         ),
         (None, q) => Bucketing::Quantiles(
-            buckets::parse_quantiles(q.as_deref().unwrap_or("p50,p90,p99,max"))
+            trace::parse_quantiles(q.as_deref().unwrap_or("p50,p90,p99,max"))
                 .map_err(|e| Failure::input(anyhow!("--quantiles {e}")))?,
         ),
     };
@@ -265,7 +271,7 @@ pub fn run_buckets(a: &BucketsArgs) -> Result<(), Failure> {
         }
         let columns: Vec<String> = map.iter().map(|m| m.1.clone()).collect();
         let key = a.by.clone().unwrap_or_else(|| columns[0].clone());
-        let ranges = buckets::bucket(&rows, &key, &columns, &how).map_err(Failure::input)?;
+        let ranges = trace::bucket(&rows, &key, &columns, &how).map_err(Failure::input)?;
         let models = ranges
             .iter()
             .map(|r| {
@@ -300,7 +306,7 @@ pub fn run_buckets(a: &BucketsArgs) -> Result<(), Failure> {
         max_p50_regression: a.max_p50_regression,
         max_p99_regression: a.max_p99_regression,
     };
-    let report = buckets::plan_buckets(&job, &ranges, models).map_err(|e| {
+    let report = plan_buckets(&job, &ranges, models).map_err(|e| {
         if a.validate {
             Failure::could_not_validate(e)
         } else {
@@ -315,8 +321,7 @@ pub fn run_buckets(a: &BucketsArgs) -> Result<(), Failure> {
     write(
         &a.out,
         "manifest.json",
-        &serde_json::to_string_pretty(&buckets::manifest_json(&report))
-            .map_err(Failure::internal)?,
+        &serde_json::to_string_pretty(&Manifest::of(&report)).map_err(Failure::internal)?,
     )?;
     let md = buckets::markdown(&report);
     write(&a.out, "buckets.md", &md)?;
@@ -335,9 +340,9 @@ pub fn run_buckets(a: &BucketsArgs) -> Result<(), Failure> {
 /// a model with symbolic dims, binds them for that bucket), the buckets cut at the `up_to`s.
 fn manifest_models(
     path: &Path,
-    rows: &[buckets::Row],
+    rows: &[trace::Row],
     r: &ReportArgs,
-) -> Result<(Vec<buckets::Range>, Vec<BucketModel>, String), Failure> {
+) -> Result<(Vec<trace::Range>, Vec<BucketModel>, String), Failure> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading {}", path.display()))
         .map_err(Failure::input)?;
@@ -387,7 +392,7 @@ fn manifest_models(
             bounds.last().unwrap_or(&0.0)
         )));
     }
-    let all = buckets::bucket(
+    let all = trace::bucket(
         rows,
         &key,
         std::slice::from_ref(&key),
