@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 
 use ckpt_ir::ops::infer;
 use ckpt_ir::{import_file, Bindings};
-use ckpt_opt::optimize::{analyse, plan, Job, Outcome};
+use ckpt_opt::job::Job;
+use ckpt_opt::optimize::{analyse, plan, Outcome};
 use ckpt_opt::size::human;
 use ckpt_passes::classify;
 use ckpt_passes::ledger::{ledger, Optimizer};

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use ckpt_ir::import_file;
-use ckpt_opt::optimize::{analyse, plan_analysed, step_flops, AnalyseOptions, Job, Outcome};
+use ckpt_opt::job::Job;
+use ckpt_opt::optimize::{analyse, plan_analysed, step_flops, AnalyseOptions, Outcome};
 use ckpt_opt::size::human;
 
 fn main() -> Result<()> {

@@ -1,15 +1,16 @@
-//! Command-line surface: the main job (`ckpt-opt MODEL --ceiling SIZE`) and subcommands.
+//! Command-line surface: the main job (`ckpt-opt MODEL --ceiling SIZE`) and subcommands, and
+//! the exit codes every `--help` lists ([`crate::exit`]).
 //!
 //! Every value is checked here, by clap value parsers, so that a bad flag exits 1 with a
 //! message naming it (numeric flags take hyphen values, so `--ceiling -5GiB` reaches its
 //! parser and is refused there); what needs the model (`--dim` names, `--ceiling 90%`) is checked after
-//! import, in `model_io` and the main job.
+//! import, in [`crate::model_io`] and the job ([`crate::job::Job::from_args`]).
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use ckpt_opt::size::CeilingSpec;
+use crate::job::Ceiling;
 
 /// The exit codes, as every `--help` lists them.
 const EXIT_CODES: &str = "\
@@ -18,7 +19,8 @@ Exit codes:
   1  bad input or usage (a flag, a model file, a --dim binding)
   2  the ceiling cannot be met (the diagnosis is printed and written to the receipt)
   3  validation failed (outputs differ, or the broken control was not rejected)
-  4  could not validate (no ONNX Runtime, or one without the model's training ops)";
+  4  could not validate (no ONNX Runtime, or one without the model's training ops)
+  70 internal error (a bug in ckpt-opt, not a fault of the input)";
 
 const MAIN_HELP: &str = "\
 Examples:
@@ -125,9 +127,10 @@ pub struct ValidateArgs {
     pub original: PathBuf,
     pub rewritten: PathBuf,
     /// Also fail (exit 3) when the rewritten graph's measured device total is above this ceiling
-    /// or it does not run in an arena capped at it.
-    #[arg(long)]
-    pub ceiling: Option<String>,
+    /// or it does not run in an arena capped at it: a size, or `90%` of the original's
+    /// predicted device total.
+    #[arg(long, value_parser = Ceiling::parse, allow_hyphen_values = true)]
+    pub ceiling: Option<Ceiling>,
     #[command(flatten)]
     pub model_args: ModelArgs,
     #[command(flatten)]
@@ -223,8 +226,8 @@ pub struct OptimizeArgs {
     pub model: Option<PathBuf>,
     /// The memory ceiling: `69GiB`, `70GB`, `512MiB`, `1.5GiB`, a byte count, or `90%` of the
     /// predicted footprint of the unmodified graph.
-    #[arg(long, value_parser = CeilingSpec::parse, allow_hyphen_values = true)]
-    pub ceiling: Option<CeilingSpec>,
+    #[arg(long, value_parser = Ceiling::parse, allow_hyphen_values = true)]
+    pub ceiling: Option<Ceiling>,
     /// Output path (default: `<model>.ckpt.onnx` beside the input).
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
@@ -271,6 +274,21 @@ pub struct OptimizeArgs {
     pub run: RunArgs,
     #[command(flatten)]
     pub output_args: OutputArgs,
+}
+
+impl OptimizeArgs {
+    /// The model, which the main job needs.
+    pub fn model_path(&self) -> Result<&std::path::Path, String> {
+        self.model
+            .as_deref()
+            .ok_or_else(|| "no model given: ckpt-opt MODEL --ceiling SIZE (see --help)".into())
+    }
+
+    /// The ceiling as given, which the main job needs.
+    pub fn ceiling(&self) -> Result<Ceiling, String> {
+        self.ceiling
+            .ok_or_else(|| "--ceiling is required, e.g. --ceiling 69GiB".into())
+    }
 }
 
 /// How much is printed.
@@ -374,8 +392,8 @@ pub struct FrontierArgs {
     #[arg(long, conflicts_with = "ceilings", value_parser = clap::value_parser!(u32).range(2..=200))]
     pub points: Option<u32>,
     /// Ceilings to sweep, e.g. `95%,90%,80%` (of the no-recompute total) or sizes.
-    #[arg(long, value_delimiter = ',', value_parser = CeilingSpec::parse, allow_hyphen_values = true)]
-    pub ceilings: Vec<CeilingSpec>,
+    #[arg(long, value_delimiter = ',', value_parser = Ceiling::parse, allow_hyphen_values = true)]
+    pub ceilings: Vec<Ceiling>,
     /// Measure each plan's device total and step time on ONNX Runtime under the profile.
     #[arg(long)]
     pub validate: bool,
@@ -395,8 +413,8 @@ pub struct FrontierArgs {
 pub struct CapacityArgs {
     pub model: PathBuf,
     /// The device ceiling (a size, or a percentage of the footprint at the searched dim = 1).
-    #[arg(long, value_parser = CeilingSpec::parse, allow_hyphen_values = true)]
-    pub ceiling: CeilingSpec,
+    #[arg(long, value_parser = Ceiling::parse, allow_hyphen_values = true)]
+    pub ceiling: Ceiling,
     /// The largest value searched.
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
     pub max: u64,
@@ -418,8 +436,8 @@ pub struct BucketsArgs {
     #[arg(long)]
     pub trace: PathBuf,
     /// The device ceiling every admitted bucket must fit (a size).
-    #[arg(long, value_parser = CeilingSpec::parse, allow_hyphen_values = true)]
-    pub ceiling: CeilingSpec,
+    #[arg(long, value_parser = Ceiling::parse, allow_hyphen_values = true)]
+    pub ceiling: Ceiling,
     /// Output folder: manifest.json, buckets.json, buckets.md, a model and receipt per planned bucket.
     #[arg(long)]
     pub out: PathBuf,
@@ -552,7 +570,7 @@ fn parse_initial_chunk(s: &str) -> Result<String, String> {
     match s {
         "budget" => Ok("arena_budget".into()),
         "default" => Ok("default".into()),
-        _ => match ckpt_opt::size::parse_size(s)? {
+        _ => match crate::size::parse_size(s)? {
             0 => Err("the arena's first region must be at least 1 byte".into()),
             v if v > ckpt_ir::ort::MAX_INITIAL_CHUNK => Err(format!(
                 "ORT's arena takes a first region of at most {} bytes (`initial_chunk_size_bytes` is a C int); larger budgets grow further regions after it",

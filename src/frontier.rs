@@ -30,9 +30,10 @@ use ckpt_planner::PlanOptions;
 
 pub use ckpt_planner::{KnownPlan, Planned, NO_RECOMPUTE, PER_BLOCK, PER_LAYER, RECOMPUTE_ALL};
 
+use crate::job::{Ceiling, Job};
+use crate::optimize::{analyse, default_threads, step_flops, AnalyseOptions, Analysis};
+use crate::size::human;
 use ckpt_validate::measured_cost::NodeCosts;
-use crate::optimize::{analyse, default_threads, step_flops, AnalyseOptions, Analysis, Job};
-use crate::size::{human, CeilingSpec};
 
 /// The planner's options for the frontier's plans at `ceiling` (no reserve, no refusal
 /// probes, the main job's search steps), costing recompute by measured node times where
@@ -116,7 +117,7 @@ pub enum Ceilings {
     /// lowest ceiling moves down to it ([`end_at_floor`]).
     Points(usize),
     /// Given ceilings (`90%` is of the no-recompute total).
-    List(Vec<CeilingSpec>),
+    List(Vec<Ceiling>),
 }
 
 /// One point of the frontier.

@@ -7,48 +7,139 @@
 use serde_json::json;
 
 use ckpt_ir::{type_str, Graph};
-use ckpt_passes::{classify, TensorKind};
+use ckpt_passes::ort_casts::NoKernel;
+use ckpt_passes::{classify, Classification, ClassifyError, TensorKind};
 
-use crate::cli::InspectArgs;
-use crate::model_io::{bindings, load, required_dims};
-use crate::Failure;
+use ckpt_opt::cli::InspectArgs;
+use ckpt_opt::exit::Failure;
+use ckpt_opt::model_io::{self, bindings, load, required_dims, OrtFallback};
+use ckpt_opt::optimize::Analysis;
+use ckpt_opt::receipt::{Ledger, Trace};
 use ckpt_opt::size::human;
+
+/// The phases of a graph, or why they could not be found.
+type Phases = Result<Classification, ClassifyError>;
 
 pub fn run(a: &InspectArgs) -> Result<(), Failure> {
     let given = load(&a.model)?;
     let bindings = bindings(&a.model_args.dims, &given)?;
-    let mut options = crate::model_io::analyse_options(&a.model_args, &bindings)?;
+    let mut options = model_io::analyse_options(&a.model_args, &bindings)?;
     let graph = at_level(given, a, &mut options)?;
     // The runtime the model needs (training ops: onnxruntime-training) is the one predicted.
-    crate::model_io::on_runtime_of(&mut options.profile, &graph)?;
-    crate::model_io::warn_thread_race(&options.profile, &graph);
+    model_io::on_runtime_of(&mut options.profile, &graph)?;
+    model_io::warn_thread_race(&options.profile, &graph);
     let class = classify(&graph, a.model_args.loss.as_deref());
+    let params = Parameters::of(&graph, &class, &bindings);
+    // What the profile's provider cannot run, and the graph ORT runs for it.
+    let (runs, fallback, missing) = match model_io::ort_runs(graph.clone(), &options.profile) {
+        Ok((runs, fallback)) => (runs, fallback, Vec::new()),
+        Err(ckpt_passes::ort_casts::FallbackError::NoKernel { nodes, .. }) => {
+            (graph.clone(), None, nodes)
+        }
+        Err(e) => return Err(Failure::input(anyhow::anyhow!(e))),
+    };
+    let analysis = if missing.is_empty() {
+        ckpt_opt::optimize::analyse(runs, &options)
+    } else {
+        Err(anyhow::anyhow!(
+            "ONNX Runtime {}'s CPU provider has no kernel for {} node(s)",
+            options.profile.ort_version,
+            missing.len()
+        ))
+    };
+    let found = Found {
+        graph: &graph,
+        class: &class,
+        params: &params,
+        fallback,
+        missing: &missing,
+        analysis: &analysis,
+    };
+    if a.json {
+        let v = json_of(a, &found, &bindings, &options.profile);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).map_err(Failure::internal)?
+        );
+        return Ok(());
+    }
+    print_human(&graph, a, &bindings, &class, &params);
+    print_missing(&missing, &options.profile);
+    if let Some(f) = fallback {
+        println!("{f}");
+    }
+    match &analysis {
+        Ok(an) => print_memory(an, &options.profile),
+        Err(e) => println!("memory model: unavailable ({e:#})"),
+    }
+    Ok(())
+}
 
-    let kind_of = |t| class.as_ref().ok().map(|c| c.kind(t).name()).unwrap_or("?");
-    let mut params = 0u64;
-    let mut param_elems = 0u64;
-    let mut param_bytes: Result<u64, String> = Ok(0);
-    if let Ok(c) = &class {
-        for p in c.of_kind(TensorKind::Parameter) {
-            params += 1;
-            let t = graph.tensor(p);
+/// What `inspect` found of a model.
+struct Found<'a> {
+    graph: &'a Graph,
+    class: &'a Phases,
+    params: &'a Parameters,
+    fallback: Option<OrtFallback>,
+    missing: &'a [NoKernel],
+    analysis: &'a anyhow::Result<Analysis>,
+}
+
+/// The model's parameters: how many tensors, elements and bytes (or why the bytes are unknown).
+struct Parameters {
+    count: u64,
+    elements: u64,
+    bytes: Result<u64, String>,
+}
+
+impl Parameters {
+    fn of(graph: &Graph, class: &Phases, bindings: &ckpt_ir::Bindings) -> Parameters {
+        let mut p = Parameters {
+            count: 0,
+            elements: 0,
+            bytes: Ok(0),
+        };
+        let Ok(c) = class else {
+            return p;
+        };
+        for t in c.of_kind(TensorKind::Parameter) {
+            p.count += 1;
+            let t = graph.tensor(t);
             let (Some(shape), Some(dtype)) = (&t.shape, t.dtype) else {
                 continue;
             };
             match (
-                shape.numel_under(&bindings),
-                shape.bytes_under(dtype.bits(), &bindings),
+                shape.numel_under(bindings),
+                shape.bytes_under(dtype.bits(), bindings),
             ) {
                 (Ok(n), Ok(b)) => {
-                    param_elems += n;
-                    if let Ok(total) = &mut param_bytes {
+                    p.elements += n;
+                    if let Ok(total) = &mut p.bytes {
                         *total += b;
                     }
                 }
-                (Err(e), _) | (_, Err(e)) => param_bytes = Err(format!("{}: {e}", t.name)),
+                (Err(e), _) | (_, Err(e)) => p.bytes = Err(format!("{}: {e}", t.name)),
             }
         }
+        p
     }
+}
+
+/// `inspect --json`.
+fn json_of(
+    a: &InspectArgs,
+    f: &Found,
+    bindings: &ckpt_ir::Bindings,
+    profile: &ckpt_ir::Profile,
+) -> serde_json::Value {
+    let graph = f.graph;
+    let kind_of = |t| {
+        f.class
+            .as_ref()
+            .ok()
+            .map(|c| c.kind(t).name())
+            .unwrap_or("?")
+    };
     let io = |ts: &[ckpt_ir::TensorId]| -> Vec<serde_json::Value> {
         ts.iter()
             .map(|&t| {
@@ -67,107 +158,67 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
         .into_iter()
         .map(|(d, v)| (d, json!(v)))
         .collect();
-    // What the profile's provider cannot run, and the graph ORT runs for it.
-    let (runs, fallback, missing) = match crate::model_io::ort_runs(graph.clone(), &options.profile)
-    {
-        Ok((runs, fallback)) => (runs, fallback, Vec::new()),
-        Err(ckpt_passes::ort_casts::FallbackError::NoKernel { nodes, .. }) => {
-            (graph.clone(), None, nodes)
-        }
-        Err(e) => return Err(Failure::input(anyhow::anyhow!(e))),
-    };
-    let analysis = if missing.is_empty() {
-        ckpt_opt::optimize::analyse(runs, &options)
-    } else {
-        Err(anyhow::anyhow!(
-            "ONNX Runtime {}'s CPU provider has no kernel for {} node(s)",
-            options.profile.ort_version,
-            missing.len()
-        ))
-    };
-    let missing_json: Vec<serde_json::Value> = missing
+    let missing: Vec<serde_json::Value> = f
+        .missing
         .iter()
         .map(|m| json!({"node": m.node, "op": m.op, "input_types": m.types}))
         .collect();
-    if a.json {
-        let v = json!({
-            "model": a.model.display().to_string(),
-            "ir_version": graph.ir_version(),
-            "opsets": opsets,
-            "nodes": graph.node_count(),
-            "tensors": graph.tensor_count(),
-            "inputs": io(graph.inputs()),
-            "outputs": io(graph.outputs()),
-            "loss": class.as_ref().ok().map(|c| graph.tensor(c.loss).name.clone()),
-            "parameters": {
-                "count": params,
-                "elements": param_elems,
-                "bytes": param_bytes.as_ref().ok(),
-            },
-            "symbolic_dims": graph.symbols(),
-            "required_dims": required_dims(&graph),
-            "bindings": bindings,
-            "ort_version": options.profile.ort_version,
-            "missing_kernels": missing_json,
-            "ort_fallback": fallback.map(|f| json!({
-                "converted_nodes": f.converted,
-                "inserted_casts": f.inserted,
-                "removed_casts": f.removed,
-            })),
-        });
-        let mut v = v;
-        match &analysis {
-            Ok(an) => {
-                v["predicted_peak_bytes"] = json!(an.ledger.total_bytes);
-                v["predicted_device_arena_bytes"] = json!(an.device.arena_bytes);
-                v["predicted_exact_arena_peak_bytes"] = json!(an.sim.peak_live);
-                v["predicted_default_arena_peak_bytes"] = json!(an.sim.arena_peak());
-                v["profile"] = ckpt_validate::memory::profile_json(&options.profile);
-                v["ledger"] = ckpt_opt::optimize::ledger_json(&an.ledger);
-                let trace = ckpt_opt::optimize::trace_json(an);
-                v["peak"] = trace["peak"].clone();
-                v["phases"] = trace["phases"].clone();
-            }
-            Err(e) => v["memory_model_error"] = json!(format!("{e:#}")),
+    let mut v = json!({
+        "model": a.model.display().to_string(),
+        "ir_version": graph.ir_version(),
+        "opsets": opsets,
+        "nodes": graph.node_count(),
+        "tensors": graph.tensor_count(),
+        "inputs": io(graph.inputs()),
+        "outputs": io(graph.outputs()),
+        "loss": f.class.as_ref().ok().map(|c| graph.tensor(c.loss).name.clone()),
+        "parameters": {
+            "count": f.params.count,
+            "elements": f.params.elements,
+            "bytes": f.params.bytes.as_ref().ok(),
+        },
+        "symbolic_dims": graph.symbols(),
+        "required_dims": required_dims(graph),
+        "bindings": bindings,
+        "ort_version": profile.ort_version,
+        "missing_kernels": missing,
+        "ort_fallback": f.fallback.map(|f| json!({
+            "converted_nodes": f.converted,
+            "inserted_casts": f.inserted,
+            "removed_casts": f.removed,
+        })),
+    });
+    match f.analysis {
+        Ok(an) => {
+            let trace = Trace::of(an);
+            v["predicted_peak_bytes"] = json!(an.ledger.total_bytes);
+            v["predicted_device_arena_bytes"] = json!(an.device.arena_bytes);
+            v["predicted_exact_arena_peak_bytes"] = json!(an.sim.peak_live);
+            v["predicted_default_arena_peak_bytes"] = json!(an.sim.arena_peak());
+            v["profile"] = ckpt_validate::memory::profile_json(profile);
+            v["ledger"] = json!(Ledger::of(&an.ledger));
+            v["peak"] = json!(trace.peak);
+            v["phases"] = json!(trace.phases);
         }
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&v).map_err(Failure::input)?
-        );
-        return Ok(());
+        Err(e) => v["memory_model_error"] = json!(format!("{e:#}")),
     }
-    print_human(
-        &graph,
-        a,
-        &bindings,
-        &class,
-        params,
-        param_elems,
-        &param_bytes,
-    );
+    v
+}
+
+/// The nodes the profile's provider has no kernel for.
+fn print_missing(missing: &[NoKernel], profile: &ckpt_ir::Profile) {
     if missing.is_empty() {
-        println!(
-            "missing kernels: none on {}",
-            options.profile.execution_provider
-        );
+        println!("missing kernels: none on {}", profile.execution_provider);
     } else {
         println!(
             "missing kernels: ONNX Runtime {}'s CPU provider cannot run {} node(s) (it runs float16 nodes without a kernel in float32 between Casts, not bfloat16 ones); plan for --provider cuda:",
-            options.profile.ort_version,
+            profile.ort_version,
             missing.len()
         );
-        for m in &missing {
+        for m in missing {
             println!("  {m}");
         }
     }
-    if let Some(f) = fallback {
-        println!("{f}");
-    }
-    match &analysis {
-        Ok(an) => print_memory(an, &options.profile),
-        Err(e) => println!("memory model: unavailable ({e:#})"),
-    }
-    Ok(())
 }
 
 /// The graph to inspect: as given at level `disable`; at basic, extended or all the graph ORT
@@ -193,10 +244,8 @@ fn print_human(
     graph: &Graph,
     a: &InspectArgs,
     bindings: &ckpt_ir::Bindings,
-    class: &Result<ckpt_passes::Classification, ckpt_passes::ClassifyError>,
-    params: u64,
-    param_elems: u64,
-    param_bytes: &Result<u64, String>,
+    class: &Phases,
+    params: &Parameters,
 ) {
     println!("model        {}", a.model.display());
     let opsets: Vec<String> = graph
@@ -218,11 +267,14 @@ fn print_human(
         Ok(c) => println!("loss         {}", graph.tensor(c.loss).name),
         Err(e) => println!("loss         ? ({e})"),
     }
-    let bytes = match param_bytes {
+    let bytes = match &params.bytes {
         Ok(b) => human(*b),
         Err(e) => format!("? ({e})"),
     };
-    println!("parameters   {params} tensors, {param_elems} elements, {bytes}");
+    println!(
+        "parameters   {} tensors, {} elements, {bytes}",
+        params.count, params.elements
+    );
     let required = required_dims(graph);
     if !required.is_empty() {
         let shown: Vec<String> = required

@@ -1,16 +1,15 @@
 //! `ckpt-opt`: fit an ONNX training graph under a memory ceiling by recomputing
 //! activations, and prove on ONNX Runtime that it still trains the same.
 //!
-//! Exit codes: 0 success, 1 bad input or usage, 2 the ceiling cannot be met,
-//! 3 validation failed, 4 could not validate.
+//! Exit codes ([`ckpt_opt::exit`]): 0 success, 1 bad input or usage, 2 the ceiling cannot be
+//! met, 3 validation failed, 4 could not validate, 70 an internal error (a bug). Each error
+//! carries its code from where it is detected; nothing converts an error into one.
 //!
-//! Modules import one way: `main` → `inspect`, `main_job` → `model_io` → `cli` (flag types); `reports` (frontier, capacity, buckets) → `model_io`.
+//! Modules import one way: `main` → `inspect`, `main_job` → the library's `model_io` → `cli`
+//! (flag types); `main` → the library's `reports` (frontier, capacity, buckets) → `model_io`.
 
-mod cli;
 mod inspect;
 mod main_job;
-mod model_io;
-mod reports;
 
 use std::process::ExitCode;
 
@@ -23,27 +22,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::Parser;
 
-/// An error with the exit code it maps to.
-#[derive(Debug)]
-pub struct Failure {
-    pub code: u8,
-    pub error: anyhow::Error,
-}
-
-impl Failure {
-    pub fn input(error: impl Into<anyhow::Error>) -> Failure {
-        Failure {
-            code: 1,
-            error: error.into(),
-        }
-    }
-}
-
-impl<E: Into<anyhow::Error>> From<E> for Failure {
-    fn from(e: E) -> Failure {
-        Failure::input(e)
-    }
-}
+use ckpt_opt::cli;
+use ckpt_opt::exit::Failure;
 
 fn main() -> ExitCode {
     // Behave like a Unix filter: a closed pipe (`ckpt-opt print m.onnx | head`) ends the
@@ -88,9 +68,21 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("error: {}", error_text(&f.error));
+            eprintln!("{}", failure_text(&f));
             ExitCode::from(f.code)
         }
+    }
+}
+
+/// What stderr says of a failure: `error: ` and the error; an internal error says it is one.
+fn failure_text(f: &Failure) -> String {
+    if f.is_internal() {
+        format!(
+            "internal error (a bug in ckpt-opt, not a fault of the input): {}",
+            error_text(&f.error)
+        )
+    } else {
+        format!("error: {}", error_text(&f.error))
     }
 }
 
@@ -113,17 +105,20 @@ fn error_text(e: &anyhow::Error) -> String {
 }
 
 fn run(cli: cli::Cli) -> Result<(), Failure> {
+    use ckpt_opt::model_io::load;
+    use ckpt_opt::reports;
     use cli::Command;
     match cli.command {
         Some(Command::Inspect(a)) => inspect::run(&a),
         Some(Command::Print(a)) => {
-            let g = model_io::load(&a.model)?;
+            let g = load(&a.model)?;
             print!("{}", ckpt_ir::print_graph(&g));
             Ok(())
         }
         Some(Command::Export(a)) => {
-            let g = model_io::load(&a.model)?;
-            ckpt_ir::write_model(ckpt_ir::export(&g), g.dir(), &a.output, Some(&a.model))?;
+            let g = load(&a.model)?;
+            ckpt_ir::write_model(ckpt_ir::export(&g), g.dir(), &a.output, Some(&a.model))
+                .map_err(Failure::input)?;
             Ok(())
         }
         Some(Command::Validate(a)) => main_job::run_validate(&a),
@@ -131,5 +126,26 @@ fn run(cli: cli::Cli) -> Result<(), Failure> {
         Some(Command::Capacity(a)) => reports::run_capacity(&a),
         Some(Command::Buckets(a)) => reports::run_buckets(&a),
         None => main_job::run(cli.optimize),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An internal error exits 70 and says it is one; bad input exits 1 as `error: …`.
+    #[test]
+    fn internal_errors_say_so_and_are_not_exit_1() {
+        let bug = Failure::internal(anyhow::anyhow!("patch `recompute` broke the graph"));
+        assert_eq!(bug.code, ckpt_opt::exit::INTERNAL);
+        assert_ne!(bug.code, ckpt_opt::exit::BAD_INPUT);
+        assert!(
+            failure_text(&bug).starts_with("internal error"),
+            "{}",
+            failure_text(&bug)
+        );
+        let input = Failure::input(anyhow::anyhow!("importing m.onnx"));
+        assert_eq!(input.code, ckpt_opt::exit::BAD_INPUT);
+        assert_eq!(failure_text(&input), "error: importing m.onnx");
     }
 }

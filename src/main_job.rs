@@ -1,28 +1,25 @@
 //! The main job and `validate`, at the CLI edge: flags in, files and reports out, exit codes.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{anyhow, Context};
-use std::collections::BTreeMap;
 
-use serde_json::json;
-
-use ckpt_opt::optimize::{self, Job, Outcome};
-use ckpt_opt::receipt::{
-    ArenaBinding, BeforeAfter, DataPlacement, FileHash, OutputData, RandomOpSeeds, Receipt, Status,
-    Tool,
-};
+use ckpt_opt::exit::{Failure, CANNOT_FIT, VALIDATION_FAILED};
+use ckpt_opt::job::Job;
+use ckpt_opt::optimize::{self, Outcome};
+use ckpt_opt::receipt::build::JobRecord;
+use ckpt_opt::receipt::{DataPlacement, FileHash, OutputData, RandomOpSeeds, Receipt, Status};
 use ckpt_opt::size::human;
 use ckpt_passes::TensorKind;
 use ckpt_runtime::{Tol, Tolerances};
 use ckpt_validate::inputs::{make_inputs, InputOverrides};
-use ckpt_validate::measured_cost::{added_ns, CostKind, MeasuredCost, NodeCosts};
-use ckpt_validate::memory::{check_memory, session_config, MemoryCheck, MemoryExpectation};
+use ckpt_validate::measured_cost::{MeasuredCost, NodeCosts};
+use ckpt_validate::memory::session_config;
+use ckpt_validate::memory::{check_memory, MemoryCheck, MemoryExpectation};
 use ckpt_validate::paired::{ValidateOptions, Validation};
 
-use crate::cli::{OptimizeArgs, RunArgs, ValidateArgs};
-use crate::model_io::{bindings as parse_bindings, load};
-use crate::Failure;
+use ckpt_opt::cli::{OptimizeArgs, RunArgs, ValidateArgs};
+use ckpt_opt::model_io::{self, bindings as parse_bindings, load};
 
 fn tolerances(r: &RunArgs) -> Tolerances {
     let mut t = Tolerances::default();
@@ -55,10 +52,11 @@ fn run_validation(
     if let Some(lib) = &r.ort_lib {
         ckpt_runtime::init(Some(lib))
             .context("loading ONNX Runtime")
-            .map_err(could_not_validate)?;
+            .map_err(Failure::could_not_validate)?;
     }
-    let overrides = InputOverrides::parse(&r.inputs, &r.int_ranges)?;
-    let (inputs, how) = make_inputs(original, bindings, r.seed, &overrides, params)?;
+    let overrides = InputOverrides::parse(&r.inputs, &r.int_ranges).map_err(Failure::input)?;
+    let (inputs, how) =
+        make_inputs(original, bindings, r.seed, &overrides, params).map_err(Failure::input)?;
     let opts = ValidateOptions {
         cfg: session_config(profile),
         tol: tolerances(r),
@@ -77,35 +75,8 @@ fn run_validation(
         how,
         &opts,
     )
-    .map_err(could_not_validate)?;
+    .map_err(Failure::could_not_validate)?;
     Ok((v, inputs))
-}
-
-/// Exit 4 ("could not validate", or measure) when no usable ONNX Runtime was found, or it lacks
-/// the training ops or the CUDA provider the run needs; 1 for anything else.
-pub(crate) fn could_not_validate(e: impl Into<anyhow::Error>) -> Failure {
-    use ckpt_runtime::RuntimeError as R;
-    let e = e.into();
-    let missing = e.chain().any(|c| {
-        let runtime = c.downcast_ref::<R>().or_else(|| {
-            c.downcast_ref::<ckpt_validate::ValidateError>()
-                .and_then(ckpt_validate::ValidateError::runtime)
-        });
-        matches!(
-            runtime,
-            Some(
-                R::OrtNotFound { .. }
-                    | R::OrtPathMissing { .. }
-                    | R::MissingTrainingOps { .. }
-                    | R::CudaUnavailable { .. }
-                    | R::TrainingRuntime { .. }
-            )
-        )
-    });
-    Failure {
-        code: if missing { 4 } else { 1 },
-        error: e,
-    }
 }
 
 /// Validate `after` against `before` under the profile: the paired values and the control
@@ -173,7 +144,10 @@ fn validate_into(
                 }
                 print_memory_check(&m);
             }
-            let failed = record_validation(receipt, &v, m)?;
+            let failed = verdict(&v, &m).err();
+            receipt
+                .record_validation(&v, m)
+                .map_err(Failure::internal)?;
             if let Some(f) = &failed {
                 receipt.status = Status::ValidationFailed;
                 receipt.reason = Some(format!("{:#}", f.error));
@@ -186,19 +160,6 @@ fn validate_into(
             Ok(Some(f))
         }
     }
-}
-
-/// Put a validation into the receipt; the failure, if it failed.
-fn record_validation(
-    receipt: &mut Receipt,
-    v: &Validation,
-    m: MemoryCheck,
-) -> Result<Option<Failure>, Failure> {
-    let failed = verdict(v, &m).err();
-    receipt.ort = Some(v.ort.clone());
-    receipt.validation = Some(serde_json::to_value(v).map_err(Failure::input)?);
-    receipt.memory = Some(m);
-    Ok(failed)
 }
 
 /// Write `graph` to `out` (never over `model`) with its external data, into the receipt: its
@@ -222,7 +183,8 @@ fn write_output(
     }
     let written = staging
         .stage_model(proto, graph.dir(), out, Some(model))
-        .with_context(|| format!("writing {}", out.display()))?;
+        .with_context(|| format!("writing {}", out.display()))
+        .map_err(Failure::input)?;
     receipt.output = Some(FileHash {
         path: out.display().to_string(),
         sha256: optimize::sha256_hex(&written.bytes),
@@ -244,17 +206,20 @@ fn write_output(
 
 /// The output staged for `out`, read back from its temporary files and imported under the
 /// rules every input meets (opsets, ops, attributes, initializer and external-data sizes):
-/// an output that breaks them is never published.
+/// an output that breaks them is never published, and is an internal error (the input met
+/// them).
 fn read_back(staging: &ckpt_ir::Staging, out: &std::path::Path) -> Result<ckpt_ir::Graph, Failure> {
     let proto = staging
         .read_back(out)
-        .with_context(|| format!("reading back {}", out.display()))?;
+        .with_context(|| format!("reading back {}", out.display()))
+        .map_err(Failure::input)?;
     let dir = match out.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => std::path::Path::new("."),
     };
     let graph = ckpt_ir::import_model(proto, out, Some(dir))
-        .with_context(|| format!("the output staged for {} does not read back", out.display()))?;
+        .with_context(|| format!("the output staged for {} does not read back", out.display()))
+        .map_err(Failure::internal)?;
     Ok(graph)
 }
 
@@ -343,12 +308,13 @@ fn run_memory_check(
         original_dir: before.graph.dir().map(std::path::Path::to_path_buf),
         rewritten_dir: after.graph.dir().map(std::path::Path::to_path_buf),
     };
-    Ok(check_memory(
+    check_memory(
         &ckpt_ir::export(&before.graph),
         &ckpt_ir::export(&after.graph),
         inputs,
         &e,
-    )?)
+    )
+    .map_err(Failure::input)
 }
 
 fn print_memory_check(m: &MemoryCheck) {
@@ -503,31 +469,24 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
     let rewritten = load(&a.rewritten)?;
     same_interface(&original, &rewritten, a)?;
     let b = parse_bindings(&a.model_args.dims, &original)?;
-    crate::model_io::require_bound(&original, &b)?;
-    let mut options = crate::model_io::analyse_options(&a.model_args, &b)?;
-    crate::model_io::on_runtime_of(&mut options.profile, &original)?;
+    model_io::require_bound(&original, &b)?;
+    let mut options = model_io::analyse_options(&a.model_args, &b)?;
+    model_io::on_runtime_of(&mut options.profile, &original)?;
     // The profile the rewritten model records is the one it promises to hold under.
     let recorded = ckpt_ir::Profile::from_model(rewritten.model())
-        .with_context(|| format!("reading the profile recorded in {}", a.rewritten.display()))?;
+        .with_context(|| format!("reading the profile recorded in {}", a.rewritten.display()))
+        .map_err(Failure::input)?;
     if let Some(p) = recorded {
         options.profile = p;
     }
     // The rewrite holds ORT's float16 Casts already; the original is predicted as ORT runs it.
-    let (original, _) = crate::model_io::as_ort_runs(original, &options.profile, 4)?;
-    crate::model_io::warn_thread_race(&options.profile, &original);
-    let ceiling = a
-        .ceiling
-        .as_deref()
-        .map(|c| {
-            ckpt_opt::size::CeilingSpec::parse(c)
-                .map_err(|e| Failure::input(anyhow!("--ceiling {e}")))
-        })
-        .transpose()?;
+    let (original, _) = model_io::as_ort_runs(original, &options.profile, 4)?;
+    model_io::warn_thread_race(&options.profile, &original);
     let (original, reference) = original_at_level(original, &a.original, &options.profile, &a.run)?;
-    let before = optimize::analyse(original, &options)?;
+    let before = optimize::analyse(original, &options).map_err(Failure::planning)?;
     // A percentage is of the original's predicted device total, as in the main job.
-    let ceiling = ceiling.map(|c| c.resolve(before.ledger.total_bytes));
-    let after = optimize::analyse(rewritten, &options)?;
+    let ceiling = a.ceiling.map(|c| c.resolve(before.ledger.total_bytes));
+    let after = optimize::analyse(rewritten, &options).map_err(Failure::planning)?;
     options
         .profile
         .one_region(after.device.arena_bytes)
@@ -543,10 +502,19 @@ pub fn run_validate(a: &ValidateArgs) -> Result<(), Failure> {
     ckpt_opt::progress::finish();
     let (v, m) = result?;
     if a.output_args.json {
-        let out = json!({"validation": v, "memory": m});
+        /// `validate --json`: the values and the memory check.
+        #[derive(serde::Serialize)]
+        struct Report<'a> {
+            validation: &'a Validation,
+            memory: &'a MemoryCheck,
+        }
+        let out = Report {
+            validation: &v,
+            memory: &m,
+        };
         println!(
             "{}",
-            serde_json::to_string_pretty(&out).map_err(Failure::input)?
+            serde_json::to_string_pretty(&out).map_err(Failure::internal)?
         );
     } else {
         print_validation(&v, a.output_args.verbose);
@@ -613,38 +581,19 @@ fn verdict(v: &Validation, m: &MemoryCheck) -> Result<(), Failure> {
         Ok(())
     } else {
         Err(Failure {
-            code: 3,
+            code: VALIDATION_FAILED,
             error: anyhow!("validation failed: {}", why.join("; ")),
         })
     }
 }
 
-/// Graph input shapes under the bindings (`None`: a dim left symbolic).
-fn input_shapes(g: &ckpt_ir::Graph, b: &ckpt_ir::Bindings) -> BTreeMap<String, Vec<Option<u64>>> {
-    g.inputs()
-        .iter()
-        .filter(|&&t| !g.tensor(t).is_initializer())
-        .filter_map(|&t| {
-            let tensor = g.tensor(t);
-            let shape = tensor.shape.as_ref()?;
-            Some((
-                tensor.name.clone(),
-                shape.dims().iter().map(|d| d.eval(b).ok()).collect(),
-            ))
-        })
-        .collect()
-}
-
 pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
     let t0 = Instant::now();
-    let model = args.model.clone().ok_or_else(|| {
-        Failure::input(anyhow!(
-            "no model given: ckpt-opt MODEL --ceiling SIZE (see --help)"
-        ))
-    })?;
-    let ceiling_spec = args
-        .ceiling
-        .ok_or_else(|| Failure::input(anyhow!("--ceiling is required, e.g. --ceiling 69GiB")))?;
+    let model = args
+        .model_path()
+        .map_err(|e| Failure::input(anyhow!(e)))?
+        .to_path_buf();
+    let ceiling_spec = args.ceiling().map_err(|e| Failure::input(anyhow!(e)))?;
     // Refuse an output the rename would replace (a symlink, FIFO or device) before any work.
     for target in [
         args.output.as_deref(),
@@ -657,8 +606,9 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         ckpt_ir::check_output_target(target).map_err(Failure::input)?;
     }
     ckpt_opt::progress::stage(format!("importing {}", model.display()));
-    let input_bytes =
-        std::fs::read(&model).with_context(|| format!("reading {}", model.display()))?;
+    let input_bytes = std::fs::read(&model)
+        .with_context(|| format!("reading {}", model.display()))
+        .map_err(Failure::input)?;
     let graph = load(&model)?;
     let reads = match graph.dir() {
         Some(dir) => ckpt_ir::external_data_files(graph.model(), dir),
@@ -667,31 +617,23 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
     check_targets(&args, &model, &reads)?;
     let model_data = hash_files(&reads)?;
     let bindings = parse_bindings(&args.model_args.dims, &graph)?;
-    crate::model_io::require_bound(&graph, &bindings)?;
-    let mut options = crate::model_io::analyse_options(&args.model_args, &bindings)?;
-    crate::model_io::on_runtime_of(&mut options.profile, &graph)?;
-    crate::model_io::warn_thread_race(&options.profile, &graph);
+    model_io::require_bound(&graph, &bindings)?;
+    let mut options = model_io::analyse_options(&args.model_args, &bindings)?;
+    model_io::on_runtime_of(&mut options.profile, &graph)?;
+    model_io::warn_thread_race(&options.profile, &graph);
     let (graph, reference) = graph_at_level(graph, &input_bytes, &model, &mut options, &args.run)?;
-    let (graph, fallback) = crate::model_io::as_ort_runs(graph, &options.profile, 1)?;
+    let (graph, fallback) = model_io::as_ort_runs(graph, &options.profile, 1)?;
     if let Some(f) = fallback {
         eprintln!("note: {f}");
     }
     let profile = options.profile.clone();
     // A percentage ceiling is of the unmodified graph's predicted device total: analyse first.
     let t_plan = Instant::now();
-    let before = optimize::analyse(graph, &options)?;
+    let before = optimize::analyse(graph, &options).map_err(Failure::planning)?;
     require_training_graph(&before)?;
-    let ceiling = ceiling_spec.resolve(before.ledger.total_bytes);
-    let job = Job {
-        model: model.clone(),
-        ceiling,
-        output: args.output.clone(),
-        analysis: options,
-        reserve_pct: args.reserve,
-        time_limit: Duration::from_secs_f64(args.time_limit),
-        refusal_probes: 3,
-        search_steps: args.search_steps,
-    };
+    let job = Job::from_args(&args, options, before.ledger.total_bytes)
+        .map_err(|e| Failure::input(anyhow!(e)))?;
+    let ceiling = job.ceiling;
     let costs = match args.cost.as_str() {
         "profile" => Some(profile_costs(&before, &bindings, &args.run, &profile)?),
         _ => None,
@@ -703,7 +645,8 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
         t_plan,
         optimize::default_threads(),
         costs.as_ref(),
-    )?;
+    )
+    .map_err(Failure::planning)?;
     let before = match &outcome {
         Outcome::AlreadyFits { before } | Outcome::CannotFit { before, .. } => before,
         Outcome::Rewritten(r) => &r.before,
@@ -717,11 +660,9 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             .map_err(|e| Failure::input(anyhow!(e)))?;
     }
     let random_seed = args.seed_random_ops.then_some(args.run.seed);
-    let mut receipt = Receipt {
-        tool: Tool {
-            name: "ckpt-opt".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-        },
+    let record = JobRecord {
+        job: &job,
+        ceiling: ceiling_spec,
         command_line: std::env::args().collect(),
         seed: args.run.seed,
         model: FileHash {
@@ -729,102 +670,30 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             sha256: optimize::sha256_hex(&input_bytes),
         },
         model_data,
-        bindings: bindings.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-        input_shapes: input_shapes(&before.graph, &bindings),
-        ceiling: ceiling_spec.to_string(),
-        ceiling_bytes: ceiling,
-        reserve_percent: args.reserve,
-        profile: ckpt_planner::recorded_metadata(&profile, ceiling, &before.ledger)
-            .into_iter()
-            .collect(),
-        profile_description: recorded.describe(),
-        session_config: profile.session_config.clone(),
-        rng_policy: ckpt_validate::paired::RNG_POLICY.into(),
         random_op_seeds: if args.seed_random_ops {
             RandomOpSeeds::Explicit
         } else {
             RandomOpSeeds::OrtDerived
         },
-        random_ops_shifted: Vec::new(),
-        status: Status::AlreadyFits,
-        reason: None,
-        diagnosis: None,
-        lowest_reachable_total_bytes: None,
-        output: None,
-        output_data: None,
-        predicted_peak_bytes: None,
-        predicted_device_arena_bytes: None,
-        predicted_in_use_bytes: None,
-        predicted_arena_peak_bytes: None,
-        arena_binding: None,
-        predicted_default_arena_peak_bytes: None,
-        ledger: BeforeAfter {
-            before: optimize::ledger_json(&before.ledger),
-            after: optimize::ledger_json(&before.ledger),
-        },
-        trace: None,
-        added_flops: 0,
-        model_added_flops: None,
-        nodes_cloned: 0,
-        nodes_moved: 0,
-        step_flops: None,
-        added_flops_percent: None,
-        cost_model: if costs.is_some() {
-            CostKind::Profile
-        } else {
-            CostKind::Flops
-        },
-        measured_cost: costs.as_ref().map(|c| MeasuredCost::new(c, 0)),
-        segments: Vec::new(),
-        candidates: None,
-        excluded: Vec::new(),
-        solver: None,
-        patch: None,
-        validation: None,
-        memory: None,
-        ort: None,
-        seconds: 0.0,
+        costs: costs.as_ref(),
     };
-    let pair =
-        |a: &optimize::Analysis, b: &optimize::Analysis, f: fn(&optimize::Analysis) -> u64| {
-            Some(BeforeAfter {
-                before: f(a),
-                after: f(b),
-            })
-        };
-    let fill_peaks = |receipt: &mut Receipt, a: &optimize::Analysis, b: &optimize::Analysis| {
-        receipt.predicted_peak_bytes = pair(a, b, |x| x.ledger.total_bytes);
-        receipt.predicted_device_arena_bytes = pair(a, b, |x| x.device.arena_bytes);
-        receipt.predicted_in_use_bytes = pair(a, b, |x| x.device.uncapped.in_use_peak);
-        receipt.predicted_arena_peak_bytes = pair(a, b, |x| x.sim.peak_live);
-        receipt.predicted_default_arena_peak_bytes = pair(a, b, |x| x.sim.arena_peak());
-        // A refusal or a graph that already fits reports one analysis on both sides.
-        let before = ArenaBinding::of(a, &profile);
-        let after = if std::ptr::eq(a, b) {
-            before.clone()
-        } else {
-            ArenaBinding::of(b, &profile)
-        };
-        receipt.arena_binding = Some(BeforeAfter { before, after });
-    };
+    let mut receipt = ckpt_opt::receipt::build::receipt(&record, &outcome);
     // The output, its data file and the receipts, published together by `emit`.
     let mut staging = ckpt_ir::Staging::default();
     match outcome {
-        Outcome::CannotFit { before, diagnosis } => {
-            receipt.status = Status::CeilingCannotBeMet;
-            receipt.lowest_reachable_total_bytes = Some(diagnosis.lowest_reachable_total_bytes);
-            let message = diagnosis.message.clone();
-            receipt.diagnosis = Some(diagnosis);
-            fill_peaks(&mut receipt, &before, &before);
+        Outcome::CannotFit { diagnosis, .. } => {
             receipt.seconds = t0.elapsed().as_secs_f64();
             emit(&args, &receipt, staging)?;
             Err(Failure {
-                code: 2,
-                error: anyhow!("the ceiling of {} cannot be met: {message}", human(ceiling)),
+                code: CANNOT_FIT,
+                error: anyhow!(
+                    "the ceiling of {} cannot be met: {}",
+                    human(ceiling),
+                    diagnosis.message
+                ),
             })
         }
         Outcome::AlreadyFits { before } => {
-            fill_peaks(&mut receipt, &before, &before);
             let validation_failed = if args.validate {
                 // Nothing was rewritten: what is validated is that the unchanged graph holds
                 // under the ceiling on ONNX Runtime (the values are compared with themselves).
@@ -840,7 +709,6 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             } else {
                 None
             };
-            record_measured_added(&mut receipt);
             if validation_failed.is_none() {
                 if let Some(out) = &args.output {
                     let mut g = before.graph.clone();
@@ -887,46 +755,6 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
                 .clone()
                 .unwrap_or_else(|| optimize::default_output(&model));
             let step = optimize::step_flops(&r.before, &bindings).max(1);
-            let info = &r.plan.info;
-            receipt.status = Status::Rewritten;
-            fill_peaks(&mut receipt, &r.before, &r.after);
-            receipt.ledger = BeforeAfter {
-                before: optimize::ledger_json(&r.before.ledger),
-                after: optimize::ledger_json(&r.after.ledger),
-            };
-            receipt.trace = Some(BeforeAfter {
-                before: optimize::trace_json(&r.before),
-                after: optimize::trace_json(&r.after),
-            });
-            receipt.added_flops = r.counts.added_flops;
-            receipt.model_added_flops = Some(r.plan.cost);
-            receipt.nodes_cloned = r.counts.cloned;
-            receipt.nodes_moved = r.counts.moved;
-            receipt.step_flops = Some(step);
-            receipt.added_flops_percent = Some(100.0 * r.counts.added_flops as f64 / step as f64);
-            receipt.segments = optimize::segments_json(&r);
-            if let Some(c) = &costs {
-                restate_measured_cost(&mut receipt, &r, c, &bindings);
-            }
-            receipt.candidates = Some(r.cands.list.len());
-            receipt.excluded = r.cands.excluded.iter().map(|e| json!({
-                "tensor": r.before.graph.tensor(e.tensor).name, "node": r.before.graph.node(e.node).name, "op": e.op, "reason": e.reason
-            })).collect();
-            receipt.solver = Some(json!({
-                "method": format!("{:?}", info.method),
-                "label": r.method_label(),
-                "status": format!("{:?}", info.status),
-                "objective": info.objective,
-                "bound": info.bound,
-                "gap": info.gap,
-                "seconds": info.wall.as_secs_f64(),
-                "fallback": info.fallback.as_ref().map(|f| format!("{f:?}")),
-                "attempts": r.solve_attempts,
-                "time_limit_hit": r.time_limit_hit,
-                "arena_ceiling_bytes": r.arena_ceiling,
-                "ilp": r.ilp,
-            }));
-            receipt.patch = Some(r.patch_text.clone());
             // The output is written under temporary names first; what is validated is those
             // files read back, and they are published only if it passes.
             write_output(
@@ -952,12 +780,9 @@ pub fn run(args: OptimizeArgs) -> Result<(), Failure> {
             } else {
                 None
             };
-            record_measured_added(&mut receipt);
             if validation_failed.is_some() {
                 staging = ckpt_ir::Staging::default(); // the staged files are removed
-                receipt.output = None;
-                receipt.output_data = None;
-                receipt.random_ops_shifted.clear();
+                receipt.withdraw_output();
             }
             receipt.seconds = t0.elapsed().as_secs_f64();
             emit(&args, &receipt, staging)?;
@@ -1034,7 +859,9 @@ fn original_at_level(
     if recorded.offline_optimization_level.is_none() {
         return Ok((original, None));
     }
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("reading {}", path.display()))
+        .map_err(Failure::input)?;
     let mut options = optimize::AnalyseOptions {
         profile: ckpt_validate::offline::online_profile(recorded),
         ..optimize::AnalyseOptions::default()
@@ -1097,7 +924,8 @@ fn check_targets(
     check(model, reads, &targets).map_err(Failure::input)
 }
 
-/// Record the deployment (the profile and its byte counts) in an unchanged graph's metadata.
+/// Record the deployment (the profile and its byte counts) in an unchanged graph's metadata
+/// (a patch of metadata only: one that fails is an internal error).
 fn record_profile(g: &mut ckpt_ir::Graph, metadata: Vec<(String, String)>) -> Result<(), Failure> {
     let patch = ckpt_ir::Patch {
         label: "record the deployment profile".into(),
@@ -1106,7 +934,8 @@ fn record_profile(g: &mut ckpt_ir::Graph, metadata: Vec<(String, String)>) -> Re
     };
     patch
         .apply(g)
-        .context("recording the deployment profile in the model's metadata")?;
+        .context("recording the deployment profile in the model's metadata")
+        .map_err(Failure::internal)?;
     Ok(())
 }
 
@@ -1196,63 +1025,11 @@ fn profile_costs(
     if let Some(lib) = &r.ort_lib {
         ckpt_runtime::init(Some(lib))
             .context("loading ONNX Runtime")
-            .map_err(could_not_validate)?;
+            .map_err(Failure::could_not_validate)?;
     }
-    let overrides = InputOverrides::parse(&r.inputs, &r.int_ranges)?;
+    let overrides = InputOverrides::parse(&r.inputs, &r.int_ranges).map_err(Failure::input)?;
     ckpt_validate::measured_cost::measure(before, bindings, r.seed, &overrides, r.runs, profile)
-        .map_err(could_not_validate)
-}
-
-/// `--cost profile`: the plan's cost in milliseconds, and each segment's FLOPs (the planner's
-/// per-candidate cost is then nanoseconds) beside its milliseconds.
-fn restate_measured_cost(
-    receipt: &mut Receipt,
-    r: &optimize::Rewritten,
-    costs: &NodeCosts,
-    bindings: &ckpt_ir::Bindings,
-) {
-    receipt.measured_cost = Some(MeasuredCost::new(
-        costs,
-        added_ns(&r.before.graph, &r.cands, &r.plan, costs),
-    ));
-    let chosen = r
-        .cands
-        .list
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| r.plan.recompute.get(*i).copied().unwrap_or(false))
-        .map(|(_, c)| c);
-    let mut model_flops = 0u64;
-    for (segment, c) in receipt.segments.iter_mut().zip(chosen) {
-        let flops: u64 = c
-            .nodes
-            .iter()
-            .filter(|n| !c.moved.contains(n))
-            .filter_map(|&n| {
-                ckpt_ir::ops::flops(&r.before.graph, n, &r.before.types, bindings).ok()
-            })
-            .sum();
-        model_flops += flops;
-        segment["flops_added"] = json!(flops);
-        segment["ms_added"] = json!(c.model.cost as f64 / 1e6);
-    }
-    receipt.model_added_flops = Some(model_flops);
-}
-
-/// With `--validate` and `--cost profile`: the measured p50 step-time increase beside the
-/// predicted one.
-fn record_measured_added(receipt: &mut Receipt) {
-    let p50 = |side: &str| {
-        receipt
-            .validation
-            .as_ref()
-            .and_then(|v| v[side]["p50_ms"].as_f64())
-    };
-    if let (Some(a), Some(b)) = (p50("original"), p50("rewritten")) {
-        if let Some(m) = receipt.measured_cost.as_mut() {
-            m.measured_added_ms = Some(b - a);
-        }
-    }
+        .map_err(Failure::could_not_validate)
 }
 
 /// Stage the receipt (`--receipt`, `--receipt-md`) beside whatever `staging` holds (the
@@ -1263,21 +1040,24 @@ fn emit(
     mut staging: ckpt_ir::Staging,
 ) -> Result<(), Failure> {
     ckpt_opt::progress::finish();
-    let text = serde_json::to_string_pretty(receipt).map_err(Failure::input)?;
+    let text = serde_json::to_string_pretty(receipt).map_err(Failure::internal)?;
     if let Some(path) = &args.receipt {
         staging
             .stage(path, text.as_bytes(), args.model.as_deref())
-            .with_context(|| format!("writing receipt {}", path.display()))?;
+            .with_context(|| format!("writing receipt {}", path.display()))
+            .map_err(Failure::input)?;
     }
     if let Some(path) = &args.receipt_md {
-        let md = ckpt_opt::receipt_md::render(receipt);
+        let md = ckpt_opt::receipt::markdown::render(receipt);
         staging
             .stage(path, md.as_bytes(), args.model.as_deref())
-            .with_context(|| format!("writing receipt summary {}", path.display()))?;
+            .with_context(|| format!("writing receipt summary {}", path.display()))
+            .map_err(Failure::input)?;
     }
     staging
         .publish()
-        .context("publishing the output, its data file and the receipts")?;
+        .context("publishing the output, its data file and the receipts")
+        .map_err(Failure::input)?;
     if args.output_args.json {
         println!("{text}");
     }

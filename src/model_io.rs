@@ -14,7 +14,7 @@ use anyhow::{anyhow, Context};
 use ckpt_ir::{Bindings, Dim, Graph};
 
 use crate::cli::DimBinding;
-use crate::Failure;
+use crate::exit::Failure;
 
 /// Import a model, naming the file in any error.
 pub fn load(path: &std::path::Path) -> Result<Graph, Failure> {
@@ -363,9 +363,9 @@ pub fn warn_thread_race(profile: &ckpt_ir::Profile, graph: &ckpt_ir::Graph) {
 pub fn analyse_options(
     m: &crate::cli::ModelArgs,
     bindings: &Bindings,
-) -> Result<ckpt_opt::optimize::AnalyseOptions, Failure> {
+) -> Result<crate::optimize::AnalyseOptions, Failure> {
     let (optimizer, optimizer_bits) = m.optimizer();
-    Ok(ckpt_opt::optimize::AnalyseOptions {
+    Ok(crate::optimize::AnalyseOptions {
         bindings: bindings.clone(),
         loss: m.loss.clone(),
         optimizer,

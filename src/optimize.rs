@@ -1,98 +1,30 @@
-//! The main job's planning, CLI side: the [`Job`] the flags describe, the planner
-//! ([`ckpt_planner`]) run on it, and what the CLI writes and prints of the result (files,
-//! JSON, the diagnosis in words).
+//! The main job's planning, CLI side: the planner ([`ckpt_planner`]) run on a
+//! [`crate::job::Job`], and what the CLI writes and prints of the result (files, the
+//! diagnosis in words).
 //!
 //! The planning itself (analysis, ILP rounds, search, cut, lowered terms) is
 //! [`ckpt_planner`]'s; this module only turns a job into [`ckpt_planner::PlanOptions`] and the
 //! planner's typed outcome into the CLI's.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Result;
-use serde_json::json;
 
-use ckpt_ir::Profile;
 use ckpt_ir::{export_bytes, write_atomic, Graph};
-use ckpt_passes::ledger::Ledger;
 use ckpt_passes::recompute::Candidates;
-use ckpt_passes::TensorKind;
-use ckpt_planner::{IlpReport, PlanOptions};
+use ckpt_planner::IlpReport;
 use ckpt_solver::Plan;
 
 pub use ckpt_planner::{
     default_threads, step_flops, with_inferred_types, AnalyseOptions, Analysis, RewriteCounts,
 };
 
+use crate::job::Job;
 use crate::receipt::{Diagnosis, DiagnosisKind};
-use crate::size::human;
 
-/// Inputs of the main job.
-#[derive(Clone, Debug)]
-pub struct Job {
-    pub model: PathBuf,
-    pub ceiling: u64,
-    pub output: Option<PathBuf>,
-    /// Bindings, loss, optimizer and deployment profile: how every graph of the job is
-    /// analysed (the original and each rewrite).
-    pub analysis: AnalyseOptions,
-    pub reserve_pct: f64,
-    pub time_limit: Duration,
-    /// On a refusal, ceilings between the ceiling and the lowest total found planned to lower
-    /// that total ([`ckpt_planner::PlanOptions::refusal_probes`]; the main job's 3, else 0).
-    pub refusal_probes: usize,
-    /// Schedule steps the plan's searches may simulate in all
-    /// ([`ckpt_planner::PlanOptions::pass_steps`]; `--search-steps`).
-    pub search_steps: usize,
-}
-
-impl Job {
-    /// The profile the output records: an arena sized to the budget becomes the ceiling less
-    /// what the caller feeds (`fixed_bytes`), in bytes.
-    pub fn recorded_profile(&self, fixed_bytes: u64) -> Profile {
-        self.analysis
-            .profile
-            .resolved(self.ceiling.saturating_sub(fixed_bytes))
-    }
-
-    /// The planner's options for this job: the time limit counts from `t0`.
-    pub fn plan_options(
-        &self,
-        t0: Instant,
-        threads: usize,
-        costs: Option<&ckpt_validate::measured_cost::NodeCosts>,
-    ) -> PlanOptions {
-        PlanOptions {
-            analysis: self.analysis.clone(),
-            ceiling: self.ceiling,
-            reserve_pct: self.reserve_pct,
-            time_limit: self.time_limit,
-            started: t0,
-            threads,
-            costs: costs.map(ckpt_validate::measured_cost::NodeCosts::planner_costs),
-            trace: std::env::var_os("CKPT_OPT_DEBUG")
-                .is_some()
-                .then(|| ckpt_planner::Trace::new(|e| eprintln!("{e}"))),
-            progress: Some(progress),
-            refusal_probes: self.refusal_probes,
-            max_trials: ckpt_planner::MAX_TRIALS,
-            pass_steps: self.search_steps,
-        }
-    }
-}
-
-/// The planner's progress, on the progress line.
-fn progress(p: ckpt_planner::Progress) {
-    match p {
-        ckpt_planner::Progress::Analysing => analysing(),
-        ckpt_planner::Progress::Trials {
-            count,
-            best_total_bytes,
-        } => crate::progress::trials(count, best_total_bytes),
-    }
-}
-
-fn analysing() {
+/// The analysis stage, on the progress line.
+pub(crate) fn analysing() {
     crate::progress::stage("analysing: shape inference, ORT's schedule, the simulated arena");
 }
 
@@ -126,7 +58,7 @@ pub struct Rewritten {
     pub arena_ceiling: u64,
     pub solve_attempts: usize,
     /// What the ILP on the linear model gave, whether or not its plan was used.
-    pub ilp: serde_json::Value,
+    pub ilp: IlpReport,
     /// The time limit stopped some part of the search (an ILP round, the climb or the cut):
     /// the plan is the best found by then, and may differ on a faster or less loaded machine.
     pub time_limit_hit: bool,
@@ -206,7 +138,7 @@ pub fn plan_costed(
                 counts: r.counts,
                 arena_ceiling: r.arena_ceiling,
                 solve_attempts: r.solve_attempts,
-                ilp: ilp_json(&r.ilp),
+                ilp: r.ilp,
                 time_limit_hit: r.time_limit_hit,
                 lowered: r.lowered,
                 guarded: r.guarded,
@@ -234,11 +166,6 @@ pub fn diagnosis(d: &ckpt_planner::Diagnosis) -> Diagnosis {
     }
 }
 
-/// What the ILP rounds did, as the receipt's `solver.ilp`.
-pub fn ilp_json(r: &IlpReport) -> serde_json::Value {
-    serde_json::to_value(r).unwrap_or(serde_json::Value::Null)
-}
-
 /// `model.onnx` → `model.ckpt.onnx` beside it.
 pub fn default_output(model: &Path) -> PathBuf {
     let stem = model
@@ -253,118 +180,6 @@ pub fn write(graph: &Graph, out: &Path, input: &Path) -> Result<Vec<u8>> {
     let bytes = export_bytes(graph);
     write_atomic(out, &bytes, Some(input))?;
     Ok(bytes)
-}
-
-/// The ledger as JSON.
-pub fn ledger_json(l: &Ledger) -> serde_json::Value {
-    json!({
-        "parameters_count": l.parameters_count,
-        "parameters_bytes": l.parameters_bytes,
-        "gradients_bytes": l.gradients_bytes,
-        "optimizer_state_bytes": l.optimizer_state_bytes,
-        "data_bytes": l.data_bytes,
-        "saved_activations_bytes": l.saved_activations_bytes,
-        "saved_activations_count": l.saved_activations_count,
-        "largest_saved_activations": l.largest_saved.iter().map(|(n, b)| json!({"name": n, "bytes": b})).collect::<Vec<_>>(),
-        "transient_at_peak_bytes": l.transient_at_peak_bytes,
-        "arena_peak_bytes": l.arena_peak_bytes,
-        "device_arena_bytes": l.device_arena_bytes,
-        "outputs_bytes": l.outputs_bytes,
-        "initializer_bytes": l.initializer_bytes,
-        "load_bytes": l.load_bytes,
-        "caller_bytes": l.caller_bytes(),
-        "arena_cap_bytes": l.arena_cap_bytes(),
-        "fixed_bytes": l.fixed_bytes,
-        "total_bytes": l.total_bytes,
-        "dominant": l.dominant(),
-    })
-}
-
-/// Per-phase peaks and the high-water mark as JSON.
-pub fn trace_json(a: &Analysis) -> serde_json::Value {
-    let peaks = a.sim.phase_peaks(&a.class);
-    let phases: Vec<serde_json::Value> = peaks
-        .iter()
-        .map(|(p, pk)| json!({"phase": p.name(), "peak_bytes": pk.bytes, "step": pk.step, "node": pk.node.map(|n| a.graph.node(n).name.clone())}))
-        .collect();
-    let node = ckpt_passes::memory::peak_node(&a.sim);
-    let largest: Vec<serde_json::Value> = a
-        .sim
-        .live_tensors_at(a.sim.peak_step)
-        .iter()
-        .take(5)
-        .map(|(t, b)| json!({"tensor": a.graph.tensor(*t).name, "bytes": b, "kind": a.class.kind(*t).name()}))
-        .collect();
-    json!({
-        "phases": phases,
-        "peak": {
-            "bytes": a.sim.peak_live,
-            "step": a.sim.peak_step,
-            "node": node.map(|n| a.graph.node(n).name.clone()),
-            "op": node.map(|n| a.graph.node(n).op_label()),
-            "phase": node.map(|n| a.class.phase(n).name()),
-            "largest_live": largest,
-        },
-        "default_arena_peak_bytes": a.sim.arena_peak(),
-    })
-}
-
-/// Segments of a plan for the receipt.
-pub fn segments_json(r: &Rewritten) -> Vec<serde_json::Value> {
-    let g = r.planned();
-    r.cands
-        .list
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| r.plan.recompute.get(*i).copied().unwrap_or(false))
-        .map(|(i, c)| {
-            let boundary: Vec<String> = {
-                let mut v: Vec<String> = c
-                    .nodes
-                    .iter()
-                    .flat_map(|&n| g.node(n).input_tensors().collect::<Vec<_>>())
-                    .filter(|t| !c.values.contains(t))
-                    .map(|t| g.tensor(t).name.clone())
-                    .collect();
-                v.sort();
-                v.dedup();
-                v
-            };
-            let why: Vec<String> = boundary
-                .iter()
-                .filter_map(|name| g.tensor_id(name))
-                .map(|t| {
-                    let tensor = g.tensor(t);
-                    let reason = match tensor.producer() {
-                        None => "graph input or initializer".to_string(),
-                        Some(p) => {
-                            let pol = ckpt_ir::ops::policy(g, p);
-                            if !pol.is_recomputable() {
-                                format!("produced by {} ({})", g.node(p).op_label(), pol.reason())
-                            } else if r.before.class.kind(t) == TensorKind::SavedActivation {
-                                "kept saved activation (checkpoint)".to_string()
-                            } else {
-                                "kept".to_string()
-                            }
-                        }
-                    };
-                    format!("{}: {reason}", tensor.name)
-                })
-                .collect();
-            json!({
-                "activations_dropped": c.saved.iter().map(|&t| g.tensor(t).name.clone()).collect::<Vec<_>>(),
-                "bytes_saved": c.model.bytes,
-                "nodes_recomputed": c.nodes.iter().filter(|n| !c.moved.contains(n)).map(|&n| g.node(n).name.clone()).collect::<Vec<_>>(),
-                "nodes_moved": c.moved.iter().map(|&n| g.node(n).name.clone()).collect::<Vec<_>>(),
-                "flops_added": c.model.cost,
-                "dropped_from_step": c.model.free_from,
-                "rematerialised_at_step": r.plan.remat_at.get(i).copied().flatten(),
-                "next_use_step": c.model.needed_at,
-                "boundary": why,
-                "why": format!("dropping frees {} from step {} to step {}, under the ceiling at the high-water mark", human(c.model.bytes), c.model.free_from, c.model.needed_at),
-            })
-        })
-        .collect()
 }
 
 /// sha256 of a file, hex.

@@ -1,12 +1,10 @@
-//! Byte sizes as people write them (`69GiB`, `70GB`, `512MiB`, `1.5GiB`, `1234`) and the
-//! `--ceiling` value, which may also be a percentage of the model's predicted footprint (`90%`).
+//! Byte sizes as people write them (`69GiB`, `70GB`, `512MiB`, `1.5GiB`, `1234`), and as
+//! reports print them (`1.50 GiB`).
 //!
 //! Rules: a size is a decimal number (`12` or `1.5`, no sign, no exponent) and an optional unit,
 //! binary (KiB, MiB, GiB, TiB) or decimal (KB, MB, GB, TB), `B` optional; a bare `K`/`M`/`G`/`T`
 //! is refused as ambiguous. Arithmetic is exact (integers, no floats); a fractional byte count
-//! rounds down. A ceiling is positive; a percentage lies in (0, 100].
-
-use std::fmt;
+//! rounds down. A ceiling (a size or a percentage) is [`crate::job::Ceiling`].
 
 /// Parse a size in bytes.
 pub fn parse_size(s: &str) -> Result<u64, String> {
@@ -76,69 +74,6 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     u64::try_from(bytes).map_err(|_| out_of_range())
 }
 
-/// What `--ceiling` says: bytes, or a share of the predicted footprint of the unmodified graph
-/// (its ledger total).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum CeilingSpec {
-    Bytes(u64),
-    PercentOfFootprint(f64),
-}
-
-impl CeilingSpec {
-    /// Parse `90%`, `69GiB`, `70GB`, `512MiB`, `1.5GiB` or a byte count.
-    pub fn parse(s: &str) -> Result<CeilingSpec, String> {
-        let t = s.trim();
-        if let Some(p) = t.strip_suffix('%') {
-            let p = p.trim();
-            let plain = !p.is_empty()
-                && p.chars().all(|c| c.is_ascii_digit() || c == '.')
-                && p.matches('.').count() <= 1
-                && !p.starts_with('.')
-                && !p.ends_with('.');
-            let v: f64 = if plain {
-                p.parse()
-                    .map_err(|_| format!("`{s}`: `{p}` is not a number"))?
-            } else {
-                return Err(format!(
-                    "`{s}`: a percentage is a plain number in (0, 100], e.g. 90%"
-                ));
-            };
-            if !(v > 0.0 && v <= 100.0) {
-                return Err(format!(
-                    "`{s}`: a percentage of the footprint must lie in (0, 100]"
-                ));
-            }
-            return Ok(CeilingSpec::PercentOfFootprint(v));
-        }
-        match parse_size(t)? {
-            0 => Err(format!("`{s}`: the ceiling must be positive")),
-            b => Ok(CeilingSpec::Bytes(b)),
-        }
-    }
-
-    /// The ceiling in bytes, given the predicted footprint (ledger total) of the unmodified
-    /// graph; a percentage rounds down.
-    pub fn resolve(&self, footprint_bytes: u64) -> u64 {
-        match *self {
-            CeilingSpec::Bytes(b) => b,
-            CeilingSpec::PercentOfFootprint(p) => {
-                // Exact for the percentages people write (up to 6 decimals).
-                let millionths = (p * 1e6).round() as u128;
-                (footprint_bytes as u128 * millionths / 100_000_000) as u64
-            }
-        }
-    }
-}
-
-impl fmt::Display for CeilingSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CeilingSpec::Bytes(b) => write!(f, "{b}"),
-            CeilingSpec::PercentOfFootprint(p) => write!(f, "{p}%"),
-        }
-    }
-}
-
 pub use ckpt_planner::human;
 
 #[cfg(test)]
@@ -186,52 +121,6 @@ mod tests {
             ("99999999999TiB", "out of range"),
         ] {
             let e = parse_size(s).expect_err(s);
-            assert!(e.contains(why), "{s}: {e}");
-        }
-    }
-
-    #[test]
-    fn ceilings() {
-        assert_eq!(
-            CeilingSpec::parse("90%"),
-            Ok(CeilingSpec::PercentOfFootprint(90.0))
-        );
-        assert_eq!(
-            CeilingSpec::parse("100%"),
-            Ok(CeilingSpec::PercentOfFootprint(100.0))
-        );
-        assert_eq!(
-            CeilingSpec::parse("0.5%"),
-            Ok(CeilingSpec::PercentOfFootprint(0.5))
-        );
-        assert_eq!(
-            CeilingSpec::parse("69GiB"),
-            Ok(CeilingSpec::Bytes(69 << 30))
-        );
-        assert_eq!(CeilingSpec::parse("1"), Ok(CeilingSpec::Bytes(1)));
-        assert_eq!(CeilingSpec::PercentOfFootprint(90.0).resolve(1000), 900);
-        assert_eq!(CeilingSpec::PercentOfFootprint(100.0).resolve(1001), 1001);
-        assert_eq!(CeilingSpec::PercentOfFootprint(33.3).resolve(1000), 333);
-        assert_eq!(
-            CeilingSpec::PercentOfFootprint(90.0).resolve(u64::MAX),
-            u64::MAX / 10 * 9 + 4
-        );
-        assert_eq!(CeilingSpec::Bytes(7).resolve(1000), 7);
-        for (s, why) in [
-            ("0", "positive"),
-            ("0GiB", "positive"),
-            ("0.0001B", "positive"),
-            ("0%", "(0, 100]"),
-            ("100.5%", "(0, 100]"),
-            ("150%", "(0, 100]"),
-            ("-5%", "plain number"),
-            ("nan%", "plain number"),
-            ("inf%", "plain number"),
-            ("1e2%", "plain number"),
-            ("%", "plain number"),
-            ("-5GiB", "no sign"),
-        ] {
-            let e = CeilingSpec::parse(s).expect_err(s);
             assert!(e.contains(why), "{s}: {e}");
         }
     }

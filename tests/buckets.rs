@@ -225,7 +225,7 @@ fn a_manifest_of_one_model_per_bucket_plans_the_tail_only() {
 
 #[test]
 fn traces_parse_strictly_and_bucket_by_quantile() {
-    use ckpt_opt::buckets::{bucket, parse_quantiles, read_trace, Bucketing};
+    use ckpt_opt::reports::buckets::trace::{bucket, parse_quantiles, read_trace, Bucketing};
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.csv");
     std::fs::write(&bad, "max_seq_len,microbatch_size\n8,4\nlong,4\n").unwrap();

@@ -277,6 +277,44 @@ fn percent_ceiling_resolves_against_the_footprint() {
     assert_eq!(r["ceiling_bytes"].as_u64().unwrap(), total * 9 / 10);
 }
 
+/// `validate --ceiling` takes the main job's ceiling: a size or a percentage of the original's
+/// predicted device total, checked by the flag's parser before any work.
+#[test]
+fn validate_takes_the_main_jobs_ceiling() {
+    let m = mlp();
+    for (c, why) in [
+        ("5QB", "unknown unit"),
+        ("0", "positive"),
+        ("101%", "(0, 100]"),
+    ] {
+        refused(&["validate", &m, &m, "--ceiling", c], "--ceiling", why);
+    }
+    let total = {
+        let o = run(&["inspect", &m, "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        v["ledger"]["total_bytes"].as_u64().unwrap()
+    };
+    let o = run(&[
+        "validate",
+        &m,
+        &m,
+        "--ceiling",
+        "90%",
+        "--runs",
+        "1",
+        "--json",
+    ]);
+    // Measured against 90% of its own total, the graph may or may not run capped there.
+    assert!(matches!(o.status.code(), Some(0 | 3)), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        v["memory"]["ceiling_bytes"].as_u64(),
+        Some(total * 9 / 10),
+        "{v}"
+    );
+}
+
 #[test]
 fn every_help_lists_examples_and_exit_codes() {
     for cmd in [
@@ -296,6 +334,7 @@ fn every_help_lists_examples_and_exit_codes() {
             "2  the ceiling cannot be met",
             "3  validation failed",
             "4  could not validate",
+            "70 internal error",
         ] {
             assert!(h.contains(code), "{cmd:?}: no `{code}` in {h}");
         }

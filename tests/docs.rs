@@ -4,12 +4,12 @@
 //! (`UPDATE_DOCS=1 cargo test --test docs` rewrites it).
 //!
 //! - A repository path is a word whose first component is a top-level folder of the
-//!   repository (`src/receipt.rs`, `tests/fixtures/full/`, `docs/design/planner.md:12`), or a
+//!   repository (`src/receipt/mod.rs`, `tests/fixtures/full/`, `docs/design/planner.md:12`), or a
 //!   top-level `*.md` file; it must name a file or folder, relative to the root.
 //! - An item path is `ckpt_ir::…`, `ckpt_passes::…`, `ckpt_solver::…`, `ckpt_planner::…`,
-//!   `ckpt_runtime::…`, `ckpt_validate::…` or `ckpt_opt::…`, or `module::…` where `module` is a
-//!   source file of a crate (`main_job::run`, `device::fits`). Each module segment must be a
-//!   module of the crate and the last segment a definition (`fn`, `struct`, `enum`, `trait`, `const`,
+//!   `ckpt_runtime::…`, `ckpt_validate::…`, `ckpt_opt::…` or `ckpt_fuzz::…`, or `module::…` where
+//!   `module` is a source file of a crate (`main_job::run`, `device::fits`). Each module segment
+//!   must be a module of the crate and the last segment a definition (`fn`, `struct`, `enum`, `trait`, `const`,
 //!   `static`, `type`, `mod`, `macro_rules!`) or a field or variant, found by text in the
 //!   crate's sources.
 
@@ -29,12 +29,13 @@ const CRATES: &[(&str, &str)] = &[
     ("ckpt_runtime", "runtime/src"),
     ("ckpt_validate", "validate/src"),
     ("ckpt_opt", "src"),
+    ("ckpt_fuzz", "fuzz/src"),
 ];
 
 /// Top-level folders whose paths are checked (build outputs under `target/` are not).
 const TOP: &[&str] = &[
     "src", "tests", "docs", "scripts", "ir", "passes", "solver", "planner", "runtime", "validate",
-    "examples", "python", "benches",
+    "examples", "python", "benches", "fuzz",
 ];
 
 fn doc_files(root: &Path) -> Vec<PathBuf> {
@@ -292,7 +293,7 @@ fn the_checks_reject_made_up_names() {
     // And accept what exists.
     let text = "`ckpt_passes::recompute::candidates`, `ckpt_ir::Graph`, `ckpt_ir::export`, \
                 `ckpt_passes::device::DeviceNeed::arena_bytes`, `main_job::run`, \
-                `src/receipt.rs:2`, `tests/fixtures/`, `./python`, `README.md`, \
+                `src/receipt/mod.rs:2`, `tests/fixtures/`, `./python`, `README.md`, \
                 `target/example/receipt.json`, p50/p95, `site-packages/nvidia/*/lib`.";
     assert_eq!(missing(&root, text), Vec::<String>::new());
 }

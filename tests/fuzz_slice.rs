@@ -1,4 +1,4 @@
-//! CI's slice of the fuzzer (`examples/fuzz.rs`, `docs/fuzzing.md`): 2000 seeded executions
+//! CI's slice of the fuzzer (`ckpt_fuzz`, `docs/fuzzing.md`): 2000 seeded executions
 //! over every fixture and example through import → analyse → candidates, no panics; and every
 //! minimized crash the fuzzer ever found, kept in `tests/fuzz_regressions/`, comes out as
 //! `Ok` or an error through the whole main job.
@@ -7,9 +7,9 @@ mod common;
 
 use std::time::Duration;
 
+use ckpt_fuzz::mutate::{corpus, fuzz, panics, Depth, FuzzOptions};
 use ckpt_ir::build::ModelBuilder;
 use ckpt_ir::DType;
-use ckpt_opt::mutate::{corpus, fuzz, panics, Depth, FuzzOptions};
 use common::root;
 
 /// The crashes the fuzzer found, minimized by hand to the node that broke, by file name.
@@ -118,13 +118,13 @@ fn fuzz_regressions_do_not_panic() {
     }
 }
 
-/// The output-path mutations (`ckpt_opt::fuzz_paths`): 500 seeded sets of `-o`, its data
+/// The output-path mutations (`ckpt_fuzz::paths`): 500 seeded sets of `-o`, its data
 /// file and the receipts, drawn from names that collide with each other, the input and its
 /// data file; every set the target check accepts writes distinct files none of which the run
 /// reads, and the check writes nothing.
 #[test]
 fn output_path_mutations_never_clobber() {
     let tmp = tempfile::tempdir().unwrap();
-    let findings = ckpt_opt::fuzz_paths::fuzz_output_paths(tmp.path(), 20261205, 500).unwrap();
+    let findings = ckpt_fuzz::paths::fuzz_output_paths(tmp.path(), 20261205, 500).unwrap();
     assert!(findings.is_empty(), "{findings:?}");
 }

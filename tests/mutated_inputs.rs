@@ -2,14 +2,14 @@
 //! broken structurally: wrong inputs, ops, dims, dtypes, attributes, missing initializers and
 //! outputs) go through import, the whole analysis, candidates, a greedy plan and the main job,
 //! and come out as `Ok` or a typed error, never a panic. The mutations are
-//! `ckpt_opt::mutate`'s, shared with the fuzzer (`examples/fuzz.rs`, `docs/fuzzing.md`);
+//! `ckpt_fuzz::mutate`'s, shared with the fuzzer (`fuzz/`, `docs/fuzzing.md`);
 //! `MUTATION_CASES=20000 MUTATION_SEED=N` explores further.
 
 mod common;
 
 use std::time::Duration;
 
-use ckpt_opt::mutate::{exercise, mutate_bytes, mutate_structure, Depth, Reached, Rng};
+use ckpt_fuzz::mutate::{exercise, mutate_bytes, mutate_structure, Depth, Reached, Rng};
 use common::*;
 
 /// Run `cases` mutations (`mutate(case, rng)` makes the bytes of one) through the whole main

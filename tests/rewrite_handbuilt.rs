@@ -8,7 +8,8 @@ mod common;
 use std::path::Path;
 
 use ckpt_ir::{parse_graph, Bindings, Graph};
-use ckpt_opt::optimize::{analyse, plan, Job, Outcome};
+use ckpt_opt::job::Job;
+use ckpt_opt::optimize::{analyse, plan, Outcome};
 use common::*;
 
 /// loss = sum(tanh(tanh(tanh(x·w1)·w2)·w3) ⊙ c), with its backward.

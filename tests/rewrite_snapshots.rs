@@ -5,7 +5,8 @@
 mod common;
 
 use ckpt_ir::import_file;
-use ckpt_opt::optimize::{plan, Job, Outcome};
+use ckpt_opt::job::Job;
+use ckpt_opt::optimize::{plan, Outcome};
 use common::*;
 
 fn job(path: &std::path::Path, ceiling: u64) -> Job {

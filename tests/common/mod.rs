@@ -208,8 +208,8 @@ pub fn outcome_text(outcome: &ckpt_opt::optimize::Outcome, ceiling: u64) -> Stri
 }
 
 /// A main job on `path` at `ceiling`, defaults otherwise, with room to finish deterministically.
-pub fn plan_job(path: &Path, ceiling: u64, time_limit_secs: u64) -> ckpt_opt::optimize::Job {
-    ckpt_opt::optimize::Job {
+pub fn plan_job(path: &Path, ceiling: u64, time_limit_secs: u64) -> ckpt_opt::job::Job {
+    ckpt_opt::job::Job {
         model: path.to_path_buf(),
         ceiling,
         output: None,

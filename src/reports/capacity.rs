@@ -28,6 +28,7 @@ use ckpt_ir::{Bindings, Graph};
 
 use crate::frontier::{baselines, cheapest_fitting, plan_at, KnownPlan, Planned};
 use crate::optimize::{analyse, step_flops, AnalyseOptions};
+use crate::size::human;
 
 /// What to search.
 #[derive(Clone, Debug)]
@@ -162,119 +163,167 @@ pub fn capacity(
     o: &AnalyseOptions,
     q: &CapacityQuery,
 ) -> Result<Capacity> {
-    let total_at = |v: u64| -> Result<u64> {
-        Ok(analyse(graph.clone(), &options_at(o, &q.dim, v))?
-            .ledger
-            .total_bytes)
-    };
-    let nr = largest(q.max_value, |v| Ok(total_at(v)? <= q.ceiling_bytes))?;
-    let fits_wr = |v: u64| -> Result<bool> {
-        Ok(best_with_recompute(graph, &options_at(o, &q.dim, v), q)?.is_ok())
-    };
-    let wr = largest(q.max_value, fits_wr)?;
-    let flops_at = |v: u64| -> Result<u64> {
-        let oo = options_at(o, &q.dim, v);
-        let a = analyse(graph.clone(), &oo)?;
-        Ok(step_flops(&a, &oo.bindings).max(1))
-    };
-    // No recompute.
-    let nr_step = match nr {
-        Some(v) => Some(flops_at(v)?),
-        None => None,
-    };
-    let per_item = |v: u64, flops: u64| v as f64 / flops as f64;
-    let nr_rate = nr.zip(nr_step).map(|(v, f)| per_item(v, f));
-    let above_nr = match nr {
-        Some(v) if v < q.max_value => {
-            let t = total_at(v + 1)?;
-            Some(Above {
-                value: v + 1,
-                predicted_peak_bytes: t,
-                fits: t <= q.ceiling_bytes,
-            })
-        }
-        None => {
-            let t = total_at(1)?;
-            Some(Above {
-                value: 1,
-                predicted_peak_bytes: t,
-                fits: t <= q.ceiling_bytes,
-            })
-        }
-        _ => None,
-    };
-    let no_recompute = Answer {
-        max_value: nr,
-        predicted_peak_bytes: match nr {
-            Some(v) => Some(total_at(v)?),
-            None => None,
-        },
-        added_flops: 0,
-        step_flops: nr_step.unwrap_or(0),
-        step_time_increase_percent: 0.0,
-        throughput_relative: if nr.is_some() { 1.0 } else { 0.0 },
-        method: crate::frontier::NO_RECOMPUTE.into(),
-        above: above_nr,
-    };
-    // With recompute: checked one step above; where that fits (the planner's search is not
-    // monotone in the dim, and a search cut by the time limit depends on the clock), the
-    // answer moves up to it and is checked again.
-    // The answer must carry its plan: where planning at it again fails (a search cut by the
-    // clock), the answer moves down until a plan is found.
-    let mut wr = wr;
-    let mut plan = None;
-    while let Some(v) = wr {
-        match best_with_recompute(graph, &options_at(o, &q.dim, v), q)? {
-            Ok(p) => {
-                plan = Some(p);
-                break;
-            }
-            Err(_) => wr = v.checked_sub(1).filter(|&x| x >= 1),
-        }
-    }
-    let above_wr = loop {
-        let v = wr.map_or(1, |v| v + 1);
-        if v > q.max_value {
-            break None;
-        }
-        match best_with_recompute(graph, &options_at(o, &q.dim, v), q)? {
-            Ok(p) => {
-                wr = Some(v);
-                plan = Some(p);
-            }
-            Err(lowest) => {
-                break Some(Above {
-                    value: v,
-                    predicted_peak_bytes: lowest,
-                    fits: false,
-                })
-            }
-        }
-    };
-    let wr_step = match wr {
-        Some(v) => Some(flops_at(v)?),
-        None => None,
-    };
-    let added = plan.as_ref().map_or(0, |p| p.added_flops);
-    let wr_rate = wr.zip(wr_step).map(|(v, f)| per_item(v, f + added));
-    let relative = |r: Option<f64>| match (r, nr_rate) {
-        (Some(r), Some(base)) if base > 0.0 => r / base,
-        _ => 0.0,
-    };
-    let with_recompute = Answer {
-        max_value: wr,
-        predicted_peak_bytes: plan.as_ref().map(|p| p.total_bytes),
-        added_flops: added,
-        step_flops: wr_step.unwrap_or(0),
-        step_time_increase_percent: wr_step.map_or(0.0, |f| 100.0 * added as f64 / f as f64),
-        throughput_relative: relative(wr_rate),
-        method: plan
-            .as_ref()
-            .map_or_else(|| "none fits".into(), |p| p.method.clone()),
-        above: above_wr,
-    };
+    let s = Search { graph, o, q };
+    let nr = largest(q.max_value, |v| Ok(s.total_at(v)? <= q.ceiling_bytes))?;
+    let wr = largest(q.max_value, |v| Ok(s.best_at(v)?.is_ok()))?;
+    let no_recompute = s.no_recompute(nr)?;
+    let nr_rate = nr.map(|v| per_item(v, no_recompute.step_flops));
+    let with_recompute = s.with_recompute(wr, nr_rate)?;
+    let wr = with_recompute.max_value;
     let is_seq = q.dim.to_ascii_lowercase().contains("seq");
-    let accumulation = match (nr, wr) {
+    let accumulation = accumulation(q, nr, wr, is_seq);
+    let verdict = verdict(q, nr, &with_recompute, &accumulation);
+    Ok(Capacity {
+        model: model.into(),
+        dim: q.dim.clone(),
+        items: if is_seq { "tokens" } else { "samples" }.into(),
+        ceiling_bytes: q.ceiling_bytes,
+        profile: o.profile.describe(),
+        bindings: o.bindings.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        searched_up_to: q.max_value,
+        no_recompute,
+        with_recompute,
+        accumulation,
+        verdict,
+    })
+}
+
+/// Items per FLOP at `v` (`flops`: the step's).
+fn per_item(v: u64, flops: u64) -> f64 {
+    v as f64 / flops as f64
+}
+
+/// The graph, options and query of one search: totals, FLOPs and plans at a value of the dim.
+struct Search<'a> {
+    graph: &'a Graph,
+    o: &'a AnalyseOptions,
+    q: &'a CapacityQuery,
+}
+
+impl Search<'_> {
+    /// The unmodified graph's predicted device total at `v`.
+    fn total_at(&self, v: u64) -> Result<u64> {
+        Ok(
+            analyse(self.graph.clone(), &options_at(self.o, &self.q.dim, v))?
+                .ledger
+                .total_bytes,
+        )
+    }
+
+    /// The step's FLOPs at `v` (at least 1).
+    fn flops_at(&self, v: u64) -> Result<u64> {
+        let oo = options_at(self.o, &self.q.dim, v);
+        let a = analyse(self.graph.clone(), &oo)?;
+        Ok(step_flops(&a, &oo.bindings).max(1))
+    }
+
+    /// [`best_with_recompute`] at `v`.
+    fn best_at(&self, v: u64) -> Result<std::result::Result<KnownPlan, u64>> {
+        best_with_recompute(self.graph, &options_at(self.o, &self.q.dim, v), self.q)
+    }
+
+    /// Fits `v` with no recompute, as checked one step above an answer.
+    fn above_at(&self, v: u64) -> Result<Above> {
+        let t = self.total_at(v)?;
+        Ok(Above {
+            value: v,
+            predicted_peak_bytes: t,
+            fits: t <= self.q.ceiling_bytes,
+        })
+    }
+
+    /// The no-recompute answer `nr`, checked one step above.
+    fn no_recompute(&self, nr: Option<u64>) -> Result<Answer> {
+        let nr_step = match nr {
+            Some(v) => Some(self.flops_at(v)?),
+            None => None,
+        };
+        let above = match nr {
+            Some(v) if v < self.q.max_value => Some(self.above_at(v + 1)?),
+            None => Some(self.above_at(1)?),
+            _ => None,
+        };
+        Ok(Answer {
+            max_value: nr,
+            predicted_peak_bytes: match nr {
+                Some(v) => Some(self.total_at(v)?),
+                None => None,
+            },
+            added_flops: 0,
+            step_flops: nr_step.unwrap_or(0),
+            step_time_increase_percent: 0.0,
+            throughput_relative: if nr.is_some() { 1.0 } else { 0.0 },
+            method: crate::frontier::NO_RECOMPUTE.into(),
+            above,
+        })
+    }
+
+    /// The with-recompute answer from the search's `wr`, with its plan, checked one step
+    /// above; `nr_rate` is no recompute's items per FLOP.
+    fn with_recompute(&self, wr: Option<u64>, nr_rate: Option<f64>) -> Result<Answer> {
+        // The answer must carry its plan: where planning at it again fails (a search cut by
+        // the clock), the answer moves down until a plan is found.
+        let mut wr = wr;
+        let mut plan = None;
+        while let Some(v) = wr {
+            match self.best_at(v)? {
+                Ok(p) => {
+                    plan = Some(p);
+                    break;
+                }
+                Err(_) => wr = v.checked_sub(1).filter(|&x| x >= 1),
+            }
+        }
+        // Checked one step above; where that fits (the planner's search is not monotone in
+        // the dim, and a search cut by the time limit depends on the clock), the answer moves
+        // up to it and is checked again.
+        let above = loop {
+            let v = wr.map_or(1, |v| v + 1);
+            if v > self.q.max_value {
+                break None;
+            }
+            match self.best_at(v)? {
+                Ok(p) => {
+                    wr = Some(v);
+                    plan = Some(p);
+                }
+                Err(lowest) => {
+                    break Some(Above {
+                        value: v,
+                        predicted_peak_bytes: lowest,
+                        fits: false,
+                    })
+                }
+            }
+        };
+        let wr_step = match wr {
+            Some(v) => Some(self.flops_at(v)?),
+            None => None,
+        };
+        let added = plan.as_ref().map_or(0, |p| p.added_flops);
+        let wr_rate = wr.zip(wr_step).map(|(v, f)| per_item(v, f + added));
+        let relative = match (wr_rate, nr_rate) {
+            (Some(r), Some(base)) if base > 0.0 => r / base,
+            _ => 0.0,
+        };
+        Ok(Answer {
+            max_value: wr,
+            predicted_peak_bytes: plan.as_ref().map(|p| p.total_bytes),
+            added_flops: added,
+            step_flops: wr_step.unwrap_or(0),
+            step_time_increase_percent: wr_step.map_or(0.0, |f| 100.0 * added as f64 / f as f64),
+            throughput_relative: relative,
+            method: plan
+                .as_ref()
+                .map_or_else(|| "none fits".into(), |p| p.method.clone()),
+            above,
+        })
+    }
+}
+
+/// Gradient accumulation beside the answers `nr` (no recompute) and `wr` (with recompute).
+fn accumulation(q: &CapacityQuery, nr: Option<u64>, wr: Option<u64>, is_seq: bool) -> Accumulation {
+    match (nr, wr) {
         (Some(m), Some(target)) => {
             let k = target.div_ceil(m);
             Accumulation {
@@ -301,41 +350,32 @@ pub fn capacity(
             throughput_relative: if nr.is_some() { 1.0 } else { 0.0 },
             note: "no recompute answer to match".into(),
         },
-    };
-    let verdict = match (nr, wr) {
+    }
+}
+
+/// Does recompute unlock a larger value, and is it cheaper per item than accumulation?
+fn verdict(q: &CapacityQuery, nr: Option<u64>, with: &Answer, acc: &Accumulation) -> String {
+    match (nr, with.max_value) {
         (_, None) => "nothing fits, even with recompute".to_string(),
         (None, Some(w)) => format!(
             "only recompute fits: {}={w} at +{:.2}% step time",
-            q.dim, with_recompute.step_time_increase_percent
+            q.dim, with.step_time_increase_percent
         ),
         (Some(n), Some(w)) if w <= n => {
             format!("recompute does not unlock a larger {} than {n}", q.dim)
         }
         (Some(n), Some(w)) => {
-            let rel = with_recompute.throughput_relative;
+            let rel = with.throughput_relative;
             format!(
                 "recompute unlocks {}={w} (no recompute: {n}) at +{:.2}% step time; estimated throughput {:.3}x of no recompute, against 1.000x for accumulating {} microbatches: {}",
                 q.dim,
-                with_recompute.step_time_increase_percent,
+                with.step_time_increase_percent,
                 rel,
-                accumulation.steps.unwrap_or(1),
+                acc.steps.unwrap_or(1),
                 if rel > 1.0 { "recompute is the cheaper trade" } else { "accumulation is the cheaper trade (unless the larger value itself is needed)" }
             )
         }
-    };
-    Ok(Capacity {
-        model: model.into(),
-        dim: q.dim.clone(),
-        items: if is_seq { "tokens" } else { "samples" }.into(),
-        ceiling_bytes: q.ceiling_bytes,
-        profile: o.profile.describe(),
-        bindings: o.bindings.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-        searched_up_to: q.max_value,
-        no_recompute,
-        with_recompute,
-        accumulation,
-        verdict,
-    })
+    }
 }
 
 /// The Markdown (and terminal) table of a capacity answer.
@@ -344,7 +384,7 @@ pub fn markdown(c: &Capacity) -> String {
         "# Capacity: {} ({} under {})\n\nProfile: {}. Other dims: {}. Searched {}=1..{}. Step time and throughput are estimated from FLOPs ({} per FLOP), not measured.\n\n",
         c.model,
         c.dim,
-        crate::size::human(c.ceiling_bytes),
+        human(c.ceiling_bytes),
         c.profile,
         crate::frontier::bindings_text(&c.bindings),
         c.dim,
@@ -360,8 +400,7 @@ pub fn markdown(c: &Capacity) -> String {
         s.push_str(&format!(
             "| {name} | {} | {} | {} | +{:.2}% | {:.3}x | {} |\n",
             opt(a.max_value),
-            a.predicted_peak_bytes
-                .map_or("-".into(), crate::size::human),
+            a.predicted_peak_bytes.map_or("-".into(), human),
             a.added_flops,
             a.step_time_increase_percent,
             a.throughput_relative,
@@ -371,7 +410,7 @@ pub fn markdown(c: &Capacity) -> String {
                     "{}={}: {} {}",
                     c.dim,
                     x.value,
-                    crate::size::human(x.predicted_peak_bytes),
+                    human(x.predicted_peak_bytes),
                     if x.fits { "FITS" } else { "does not fit" }
                 ))
         ));

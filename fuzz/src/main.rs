@@ -1,12 +1,12 @@
-//! The in-tree fuzzer: a seeded mutation campaign over every model in `tests/fixtures/` and
-//! `examples/` through import → analyse → candidates (and, with `--depth plan`, the whole main
+//! The fuzzer's command line: a seeded mutation campaign over every model in the
+//! workspace's `tests/fixtures/` and `examples/` through import → analyse → candidates (and, with `--depth plan`, the whole main
 //! job), catching panics. Crashing inputs and their minimized forms go to
 //! `target/fuzz-crashes/`; an input that aborts the process (a failed allocation, a stack
 //! overflow) is saved by a SIGABRT handler as `target/fuzz-crashes/abort.onnx`. Exit status 1
 //! if anything panicked. See `docs/fuzzing.md`.
 //!
-//!     cargo run --release --example fuzz -- --execs 1000000 --seed 1
-//!     cargo run --release --example fuzz -- --seconds 600 --depth plan
+//!     cargo run --release -p ckpt-fuzz -- --execs 1000000 --seed 1
+//!     cargo run --release -p ckpt-fuzz -- --seconds 600 --depth plan
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use ckpt_opt::mutate::{corpus, fuzz, Depth, FuzzOptions};
+use ckpt_fuzz::mutate::{corpus, fuzz, Depth, FuzzOptions};
 
 #[derive(Parser, Debug)]
 #[command(about = "Mutation-fuzz the ckpt-opt pipeline (see docs/fuzzing.md)")]
@@ -99,7 +99,10 @@ fn save_aborts_to(dir: &Path) {
 
 fn main() -> ExitCode {
     let a = Args::parse();
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    // The workspace root: this crate is its `fuzz/` folder.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let seeds = match corpus(&[&root.join("tests/fixtures"), &root.join("examples")]) {
         Ok(s) => s,
         Err(e) => {

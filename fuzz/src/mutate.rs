@@ -6,8 +6,8 @@
 //! import → analyse → candidates and a greedy plan → the whole main job. Every stage must
 //! return `Ok` or a typed error; a panic is a crash. [`fuzz`] runs a seeded campaign (same
 //! seed and corpus, same inputs), catching panics with `catch_unwind`, writing each crashing
-//! input to a folder and [`minimize`]-ing it. `examples/fuzz.rs` is the command line;
-//! `tests/fuzz_slice.rs` runs a short slice in CI.
+//! input to a folder and [`minimize`]-ing it. The `ckpt-fuzz` binary (`src/main.rs`) is the
+//! command line; the CLI crate's `tests/fuzz_slice.rs` runs a short slice in CI.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -311,9 +311,9 @@ pub fn exercise(bytes: &[u8], depth: Depth, plan_time_limit: Duration) -> Reache
     let b: Bindings = [("batch".to_string(), 2), ("seq".to_string(), 8)]
         .into_iter()
         .collect();
-    let Ok(a) = crate::optimize::analyse(
+    let Ok(a) = ckpt_opt::optimize::analyse(
         g,
-        &crate::optimize::AnalyseOptions::with_bindings(b.clone()),
+        &ckpt_opt::optimize::AnalyseOptions::with_bindings(b.clone()),
     ) else {
         return Reached::RefusedAtAnalysis;
     };
@@ -335,11 +335,11 @@ pub fn exercise(bytes: &[u8], depth: Depth, plan_time_limit: Duration) -> Reache
     if depth == Depth::Candidates {
         return Reached::Through;
     }
-    let job = crate::optimize::Job {
+    let job = ckpt_opt::job::Job {
         model: path.to_path_buf(),
         ceiling: a.ledger.total_bytes / 10 * 9,
         output: None,
-        analysis: crate::optimize::AnalyseOptions::with_bindings(b),
+        analysis: ckpt_opt::optimize::AnalyseOptions::with_bindings(b),
         reserve_pct: 0.0,
         time_limit: plan_time_limit,
         refusal_probes: 0,
@@ -347,8 +347,8 @@ pub fn exercise(bytes: &[u8], depth: Depth, plan_time_limit: Duration) -> Reache
     };
     let ceiling = job.ceiling;
     // The analysis made above is the job's: plan from it rather than analyse again.
-    let planned = crate::optimize::plan_analysed(&job, a, std::time::Instant::now());
-    if let Ok(crate::optimize::Outcome::Rewritten(r)) = planned {
+    let planned = ckpt_opt::optimize::plan_analysed(&job, a, std::time::Instant::now());
+    if let Ok(ckpt_opt::optimize::Outcome::Rewritten(r)) = planned {
         if r.after.ledger.total_bytes > ceiling {
             return Reached::WrongAnswer(format!(
                 "the rewrite's predicted device total {} B is over the ceiling of {ceiling} B",

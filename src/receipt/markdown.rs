@@ -8,7 +8,7 @@
 
 use std::fmt::Write;
 
-use crate::receipt::{Receipt, Status};
+use super::{ArenaBinding, Receipt, Status};
 use crate::size::human;
 use ckpt_validate::measured_cost::CostKind;
 
@@ -53,7 +53,7 @@ pub fn render(r: &Receipt) -> String {
         }
     }
     if let Some(b) = &r.arena_binding {
-        let at = |b: &Option<crate::receipt::ArenaBinding>| {
+        let at = |b: &Option<ArenaBinding>| {
             b.as_ref().map_or("-".to_string(), |b| {
                 format!(
                     "`{}`: {} asked, {} free, largest chunk {}{}",
@@ -101,8 +101,8 @@ pub fn render(r: &Receipt) -> String {
         let _ = writeln!(
             s,
             "- Solver: {}{}",
-            solver["label"].as_str().unwrap_or("?"),
-            if solver["time_limit_hit"].as_bool() == Some(true) {
+            solver.label,
+            if solver.time_limit_hit {
                 "; the time limit stopped part of the search"
             } else {
                 ""
@@ -183,25 +183,27 @@ fn measured(s: &mut String, r: &Receipt) {
     let _ = writeln!(
         s,
         "- Values: {} (the broken control was {})",
-        if v["passed"].as_bool() == Some(true) {
+        if v.passed {
             "the rewritten graph's outputs match the original's"
         } else {
             "the outputs do NOT match"
         },
-        if v["control_rejected"].as_bool() == Some(true) {
+        if v.control_rejected {
             "rejected"
         } else {
             "NOT rejected"
         }
     );
-    let ms = |side: &str, k: &str| v[side][k].as_f64();
-    if let (Some(a), Some(b)) = (ms("original", "p50_ms"), ms("rewritten", "p50_ms")) {
+    // A time that is not a finite number is `null` in the JSON: no line, or `NaN`.
+    let finite = |x: f64| if x.is_finite() { x } else { f64::NAN };
+    let (a, b) = (v.original.p50_ms, v.rewritten.p50_ms);
+    if a.is_finite() && b.is_finite() {
         let _ = writeln!(
             s,
             "- Step time p50: {a:.3} ms original, {b:.3} ms rewritten ({:+.3} ms); p95: {:.3} / {:.3} ms",
             b - a,
-            ms("original", "p95_ms").unwrap_or(f64::NAN),
-            ms("rewritten", "p95_ms").unwrap_or(f64::NAN)
+            finite(v.original.p95_ms),
+            finite(v.rewritten.p95_ms)
         );
     }
     if let Some(m) = &r.measured_cost {
@@ -213,7 +215,7 @@ fn measured(s: &mut String, r: &Receipt) {
             );
         }
     }
-    if let Some(w) = v["cse_warning"].as_str() {
+    if let Some(w) = &v.cse_warning {
         let _ = writeln!(s, "- Warning: {w}");
     }
     if let Some(m) = &r.memory {

@@ -1,15 +1,24 @@
 //! The receipt of the main job: one typed value, written as JSON (`--receipt`, `--json`), whose
-//! JSON Schema is `docs/receipt.schema.json` (checked by `tests/receipt_schema.rs`).
+//! JSON Schema is `docs/receipt.schema.json` (checked by `tests/receipt_schema.rs`), and as
+//! Markdown ([`markdown`], `--receipt-md`).
 //!
-//! Every field is filled from one place ([`crate::optimize`]'s outcome and the validation);
-//! fields that do not apply to a status are absent (`null`), never made up.
+//! Rules:
+//! - Every field is a typed value; the receipt is made in one place ([`build`]) from the
+//!   planner's outcome, then the validation and the written output add theirs.
+//! - Fields that do not apply to a status are absent (`null`), never made up.
+//! - Field order is the JSON's key order: a receipt written twice from the same job is the
+//!   same bytes (less the timings).
 
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 use ckpt_validate::memory::MemoryCheck;
+use ckpt_validate::paired::Validation;
+
+pub mod build;
+pub mod markdown;
 
 /// How the job ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
@@ -200,9 +209,10 @@ pub struct Receipt {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arena_binding: Option<BeforeAfter<Option<ArenaBinding>>>,
     /// The memory ledger (`ledger.before` / `ledger.after`).
-    pub ledger: BeforeAfter<serde_json::Value>,
+    pub ledger: BeforeAfter<Ledger>,
+    /// Per-phase peaks and the high-water mark of the simulated run (a rewrite).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub trace: Option<BeforeAfter<serde_json::Value>>,
+    pub trace: Option<BeforeAfter<Trace>>,
     pub added_flops: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_added_flops: Option<u64>,
@@ -218,26 +228,235 @@ pub struct Receipt {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub measured_cost: Option<ckpt_validate::measured_cost::MeasuredCost>,
     /// Why each recompute exists, what it costs.
-    pub segments: Vec<serde_json::Value>,
+    pub segments: Vec<Segment>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub candidates: Option<usize>,
     /// Activations never recomputed, with the reason.
-    pub excluded: Vec<serde_json::Value>,
+    pub excluded: Vec<Excluded>,
+    /// How the plan was found.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub solver: Option<serde_json::Value>,
+    pub solver: Option<Solver>,
     /// The applied patch in the text form.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patch: Option<String>,
     /// Paired values, the control, timings (`--validate`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub validation: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "validation_schema")]
+    pub validation: Option<Validation>,
     /// Device memory predicted against measured under the profile (`--validate`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryCheck>,
     /// The ONNX Runtime that validated (`--validate`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub ort: Option<serde_json::Value>,
+    pub ort: Option<Ort>,
     pub seconds: f64,
+}
+
+/// The schema of `validation`: an object ([`ckpt_validate::paired::Validation`] holds the fields;
+/// the validation defines no schema of its own).
+fn validation_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object"})
+}
+
+/// One line of the memory ledger (bytes the graph needs, by kind), as the receipt and
+/// `inspect --json` state it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct Ledger {
+    pub parameters_count: u64,
+    pub parameters_bytes: u64,
+    pub gradients_bytes: u64,
+    pub optimizer_state_bytes: u64,
+    pub data_bytes: u64,
+    pub saved_activations_bytes: u64,
+    pub saved_activations_count: u64,
+    /// The largest saved activations, largest first.
+    pub largest_saved_activations: Vec<NamedBytes>,
+    pub transient_at_peak_bytes: u64,
+    /// One step on an always-splitting arena (live tensors rounded to 256 B).
+    pub arena_peak_bytes: u64,
+    /// The smallest arena the profile's steps run in.
+    pub device_arena_bytes: u64,
+    pub outputs_bytes: u64,
+    pub initializer_bytes: u64,
+    /// What loading takes from the arena before the first step.
+    pub load_bytes: u64,
+    /// What the caller feeds and holds outside the arena.
+    pub caller_bytes: u64,
+    /// The arena cap: what loading takes + the arena need.
+    pub arena_cap_bytes: u64,
+    pub fixed_bytes: u64,
+    /// What the device must hold: the ceiling's number.
+    pub total_bytes: u64,
+    /// The largest line.
+    pub dominant: String,
+}
+
+/// A tensor and its bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct NamedBytes {
+    pub name: String,
+    pub bytes: u64,
+}
+
+/// Per-phase peaks and the high-water mark of one simulated run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct Trace {
+    /// Each phase's peak of live arena bytes, in phase order.
+    pub phases: Vec<PhasePeak>,
+    pub peak: Peak,
+    /// Diagnostic: one step on ORT's default session arena (in use).
+    pub default_arena_peak_bytes: u64,
+}
+
+/// The peak of live arena bytes within one phase.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct PhasePeak {
+    /// `forward`, `loss`, `backward`, `optimizer` or `recompute`.
+    pub phase: String,
+    pub peak_bytes: u64,
+    pub step: usize,
+    /// The node run at that step.
+    pub node: Option<String>,
+}
+
+/// The high-water mark of live arena bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct Peak {
+    pub bytes: u64,
+    pub step: usize,
+    pub node: Option<String>,
+    /// The node's op (`domain::Op` outside the default domain).
+    pub op: Option<String>,
+    pub phase: Option<String>,
+    /// The largest tensors live there (at most 5), largest first.
+    pub largest_live: Vec<LiveTensor>,
+}
+
+/// A tensor live at the high-water mark.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct LiveTensor {
+    pub tensor: String,
+    pub bytes: u64,
+    /// Its kind (`activation`, `parameter`, `gradient`, ...).
+    pub kind: String,
+}
+
+/// One recompute of the plan: what it drops, what it recomputes, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+pub struct Segment {
+    pub activations_dropped: Vec<String>,
+    pub bytes_saved: u64,
+    /// Nodes cloned to recompute the activations (not those only moved).
+    pub nodes_recomputed: Vec<String>,
+    /// Nodes moved to run later (no FLOPs added).
+    pub nodes_moved: Vec<String>,
+    /// The op registry's FLOPs of the clones (with `--cost profile`, too).
+    pub flops_added: u64,
+    pub dropped_from_step: usize,
+    pub rematerialised_at_step: Option<usize>,
+    pub next_use_step: usize,
+    /// The values the recompute reads that stay, each with why it stays.
+    pub boundary: Vec<String>,
+    pub why: String,
+    /// `--cost profile`: the milliseconds the clones add (ONNX Runtime's measured node times).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ms_added: Option<f64>,
+}
+
+/// An activation the op policy never recomputes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct Excluded {
+    pub tensor: String,
+    pub node: String,
+    pub op: String,
+    pub reason: String,
+}
+
+/// How the plan was found.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+pub struct Solver {
+    /// Who found the plan (`Ilp`, `Search`, `BlockCut`, `Greedy`, ...).
+    #[serde(serialize_with = "debug_name")]
+    #[schemars(with = "String")]
+    pub method: ckpt_solver::Method,
+    /// The method as a reader says it (`ILP, proven optimal`, `order moves only`, ...).
+    pub label: String,
+    /// How far the plan is from proven optimal (`Optimal`, `WithinGap`, `FeasibleOnTimeout`,
+    /// `Heuristic`, `NoRecomputeNeeded`).
+    #[serde(serialize_with = "debug_name")]
+    #[schemars(with = "String")]
+    pub status: ckpt_solver::Status,
+    /// The plan's cost: added FLOPs (nanoseconds with `--cost profile`).
+    pub objective: u64,
+    pub bound: f64,
+    pub gap: f64,
+    pub seconds: f64,
+    /// Why the ILP returned another method's plan instead of its own.
+    #[serde(serialize_with = "debug_option")]
+    #[schemars(with = "Option<String>")]
+    pub fallback: Option<ckpt_solver::Fallback>,
+    pub attempts: usize,
+    /// The time limit stopped some part of the search: the plan is the best found by then.
+    pub time_limit_hit: bool,
+    pub arena_ceiling_bytes: u64,
+    pub ilp: Ilp,
+}
+
+/// What the ILP rounds did, whether or not their plan was used.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+pub struct Ilp {
+    pub rounds: Vec<IlpRound>,
+    /// The plan is a round's.
+    pub used: bool,
+}
+
+/// One ILP round.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum IlpRound {
+    /// The ILP answered with a plan of no proven quality: the rounds stop.
+    Unproven {
+        round: usize,
+        #[serde(serialize_with = "debug_name")]
+        #[schemars(with = "String")]
+        status: ckpt_solver::Status,
+        seconds: f64,
+    },
+    /// The ILP found no plan (or proved there is none): the rounds stop.
+    NoPlan { round: usize, error: String },
+    /// A plan, simulated: the linear model's peak beside the simulator's.
+    Simulated {
+        round: usize,
+        #[serde(serialize_with = "debug_name")]
+        #[schemars(with = "String")]
+        status: ckpt_solver::Status,
+        objective: u64,
+        seconds: f64,
+        recomputed: usize,
+        linear_model_peak_bytes: u64,
+        simulated_peak_bytes: u64,
+    },
+}
+
+/// The ONNX Runtime that validated.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize, JsonSchema)]
+pub struct Ort {
+    /// The library's path (the training runtime: the Python it runs in).
+    pub library: String,
+    pub version: String,
+}
+
+/// A solver enum as its variant's name (`Ilp`, `FeasibleOnTimeout`).
+fn debug_name<T: std::fmt::Debug, S: Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&format_args!("{v:?}"))
+}
+
+/// [`debug_name`] of an optional value (`null` when absent).
+fn debug_option<T: std::fmt::Debug, S: Serializer>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => debug_name(v, s),
+        None => s.serialize_none(),
+    }
 }
 
 /// The receipt's JSON Schema, as `docs/receipt.schema.json` holds it.
@@ -270,26 +489,6 @@ pub struct ArenaBinding {
     pub largest_free_bytes: u64,
     /// The request fails on the arena's layout: its bytes are free, not in one piece.
     pub layout_bound: bool,
-}
-
-impl ArenaBinding {
-    /// Where `a`'s arena need, found under `profile`, is decided; `None` where no step's
-    /// request decides it.
-    pub fn of(a: &crate::optimize::Analysis, profile: &ckpt_ir::Profile) -> Option<ArenaBinding> {
-        let b = ckpt_passes::device::binding(&a.sim, profile, a.device.arena_bytes)?;
-        let node = node_name(a, b.step);
-        Some(ArenaBinding {
-            arena_bytes: b.arena_bytes,
-            runs_in_bytes: b.runs_in_bytes,
-            step: b.step,
-            node,
-            run: b.run,
-            requested_bytes: b.requested,
-            free_bytes: b.free,
-            largest_free_bytes: b.largest_free,
-            layout_bound: b.free >= b.requested,
-        })
-    }
 }
 
 /// The name of the node run at `step` of `a`'s run (empty past its end), for reports.

@@ -1,13 +1,13 @@
 //! Output-path mutations for the fuzzer: sets of `-o`, `--receipt` and `--receipt-md` drawn
 //! from names that collide with each other, with the input model, with its data file (also
 //! through `x/../` and a symbolic link), with `-o`'s own data file, with a folder or a missing
-//! folder, checked by [`crate::targets::check`]. A set it accepts must be distinct files,
+//! folder, checked by [`ckpt_opt::targets::check`]. A set it accepts must be distinct files,
 //! none of them read by the run, none a folder or a link; checking writes nothing.
 
 use std::path::{Path, PathBuf};
 
 use crate::mutate::Rng;
-use crate::targets::{check, data_file_of, Target};
+use ckpt_opt::targets::{check, data_file_of, Target};
 
 /// The names a target is drawn from, relative to the campaign's folder.
 const NAMES: &[&str] = &[

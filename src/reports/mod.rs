@@ -1,30 +1,40 @@
-//! The decision reports at the CLI edge: `frontier`, `capacity` and `buckets`. Flags in, files
-//! out (JSON beside a Markdown summary; the frontier's SVG), exit codes.
+//! The decision reports: `frontier` (the sweep is [`crate::frontier`]'s), [`capacity`] and
+//! [`buckets`], with the frontier's [`plot`]; and their commands at the CLI edge
+//! ([`run_frontier`], [`run_capacity`], [`run_buckets`]): flags in, files out (JSON beside a
+//! Markdown summary; the frontier's SVG), exit codes.
+
+pub mod buckets;
+pub mod capacity;
+pub mod plot;
 
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 
-use ckpt_opt::buckets::{self, BucketModel, Bucketing, BucketsJob};
-use ckpt_opt::capacity::{self, CapacityQuery};
-use ckpt_opt::frontier::{self, Ceilings};
-use ckpt_opt::size::human;
+use buckets::plan::{plan_buckets, BucketModel, BucketsJob};
+use buckets::trace::{self, Bucketing};
+use buckets::Manifest;
+use capacity::CapacityQuery;
 
 use crate::cli::{BucketsArgs, CapacityArgs, FrontierArgs, ReportArgs};
-use crate::model_io::{analyse_options, bindings, load};
-use crate::Failure;
+use crate::exit::Failure;
+use crate::frontier::{self, Ceilings};
+use crate::job::Ceiling;
+use crate::model_io::{self, analyse_options, bindings, load};
+use crate::size::human;
 
 fn write(dir: &Path, name: &str, text: &str) -> Result<(), Failure> {
     let p = dir.join(name);
     ckpt_ir::write_atomic(&p, text.as_bytes(), None)
-        .with_context(|| format!("writing {}", p.display()))?;
-    Ok(())
+        .with_context(|| format!("writing {}", p.display()))
+        .map_err(Failure::input)
 }
 
 fn out_dir(dir: &Path) -> Result<(), Failure> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok(())
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating {}", dir.display()))
+        .map_err(Failure::input)
 }
 
 /// The model's analysis options from the report flags (every `--dim` must be NAME=VALUE
@@ -33,7 +43,7 @@ fn options(
     r: &ReportArgs,
     graph: &ckpt_ir::Graph,
     bare_ok: bool,
-) -> Result<(ckpt_opt::optimize::AnalyseOptions, Vec<String>), Failure> {
+) -> Result<(crate::optimize::AnalyseOptions, Vec<String>), Failure> {
     let (m, bare) = r.model_args().map_err(|e| Failure::input(anyhow!(e)))?;
     if !bare_ok {
         if let Some(b) = bare.first() {
@@ -44,12 +54,12 @@ fn options(
     }
     let b = bindings(&m.dims, graph)?;
     let o = analyse_options(&m, &b)?;
-    crate::model_io::warn_thread_race(&o.profile, graph);
+    model_io::warn_thread_race(&o.profile, graph);
     Ok((o, bare))
 }
 
 /// Refuse a profile the planner cannot plan for (as the main job does).
-fn plannable(o: &ckpt_opt::optimize::AnalyseOptions) -> Result<(), Failure> {
+fn plannable(o: &crate::optimize::AnalyseOptions) -> Result<(), Failure> {
     if o.profile.graph_optimization_level != ckpt_ir::profile::OptLevel::Disable {
         return Err(Failure::input(anyhow!(
             "--ort-opt-level {}: plans are made for the graph ORT runs at level disable",
@@ -62,7 +72,7 @@ fn plannable(o: &ckpt_opt::optimize::AnalyseOptions) -> Result<(), Failure> {
 pub fn run_frontier(a: &FrontierArgs) -> Result<(), Failure> {
     let graph = load(&a.model)?;
     let (o, _) = options(&a.report, &graph, false)?;
-    let (graph, _) = crate::model_io::as_ort_runs(graph, &o.profile, 1)?;
+    let (graph, _) = model_io::as_ort_runs(graph, &o.profile, 1)?;
     plannable(&o)?;
     let ceilings = if a.ceilings.is_empty() {
         Ceilings::Points(a.points.unwrap_or(6) as usize)
@@ -73,7 +83,7 @@ pub fn run_frontier(a: &FrontierArgs) -> Result<(), Failure> {
     let name = a.model.display().to_string();
     let costs = match a.cost.as_str() {
         "profile" => {
-            let before = ckpt_opt::optimize::analyse(graph.clone(), &o)?;
+            let before = crate::optimize::analyse(graph.clone(), &o).map_err(Failure::planning)?;
             ckpt_validate::measured_cost::profilable(&before).map_err(Failure::input)?;
             Some(
                 ckpt_validate::measured_cost::measure(
@@ -84,7 +94,7 @@ pub fn run_frontier(a: &FrontierArgs) -> Result<(), Failure> {
                     a.report.runs,
                     &o.profile,
                 )
-                .map_err(crate::main_job::could_not_validate)?,
+                .map_err(Failure::could_not_validate)?,
             )
         }
         _ => None,
@@ -96,19 +106,20 @@ pub fn run_frontier(a: &FrontierArgs) -> Result<(), Failure> {
         &ceilings,
         Duration::from_secs_f64(a.report.time_limit),
         costs.as_ref(),
-    )?;
+    )
+    .map_err(Failure::planning)?;
     if a.validate {
         frontier::validate_sweep(&mut s, &o, a.report.seed, a.report.runs)
-            .map_err(crate::main_job::could_not_validate)?;
+            .map_err(Failure::could_not_validate)?;
     }
     let f = &s.frontier;
     write(
         &a.out,
         "frontier.json",
-        &serde_json::to_string_pretty(f).map_err(Failure::input)?,
+        &serde_json::to_string_pretty(f).map_err(Failure::internal)?,
     )?;
-    let svg = ckpt_opt::plot::frontier_svg(f)
-        .map_err(|e| Failure::input(anyhow!("drawing the plot: {e}")))?;
+    let svg =
+        plot::frontier_svg(f).map_err(|e| Failure::internal(anyhow!("drawing the plot: {e}")))?;
     write(&a.out, "frontier.svg", &svg)?;
     let md = frontier::markdown(f);
     write(&a.out, "frontier.md", &md)?;
@@ -123,14 +134,14 @@ pub fn run_frontier(a: &FrontierArgs) -> Result<(), Failure> {
 pub fn run_capacity(a: &CapacityArgs) -> Result<(), Failure> {
     let graph = load(&a.model)?;
     let (o, bare) = options(&a.report, &graph, true)?;
-    let (graph, _) = crate::model_io::as_ort_runs(graph, &o.profile, 1)?;
+    let (graph, _) = model_io::as_ort_runs(graph, &o.profile, 1)?;
     plannable(&o)?;
     let dim = match bare.as_slice() {
         [d] => d.clone(),
         [] => {
             return Err(Failure::input(anyhow!(
             "capacity needs the dim to search as a bare name: --dim batch (dims of the model: {})",
-            crate::model_io::required_dims(&graph).join(", ")
+            model_io::required_dims(&graph).join(", ")
         )))
         }
         more => {
@@ -144,7 +155,7 @@ pub fn run_capacity(a: &CapacityArgs) -> Result<(), Failure> {
     if !graph.symbols().contains(&dim) {
         return Err(Failure::input(anyhow!(
             "--dim {dim}: `{dim}` is not a symbolic dim of the model ({})",
-            crate::model_io::required_dims(&graph).join(", ")
+            model_io::required_dims(&graph).join(", ")
         )));
     }
     if o.bindings.contains_key(&dim) {
@@ -154,23 +165,24 @@ pub fn run_capacity(a: &CapacityArgs) -> Result<(), Failure> {
     }
     // A percentage is of the footprint at the smallest value (1).
     let ceiling = match a.ceiling {
-        ckpt_opt::size::CeilingSpec::Bytes(b) => b,
+        Ceiling::Bytes(b) => b,
         spec => {
             let mut b = o.bindings.clone();
             b.insert(dim.clone(), 1);
-            let oo = ckpt_opt::optimize::AnalyseOptions {
+            let oo = crate::optimize::AnalyseOptions {
                 bindings: b,
                 ..o.clone()
             };
             spec.resolve(
-                ckpt_opt::optimize::analyse(graph.clone(), &oo)?
+                crate::optimize::analyse(graph.clone(), &oo)
+                    .map_err(Failure::planning)?
                     .ledger
                     .total_bytes,
             )
         }
     };
     // The remaining symbolic dims must be bound (the search binds only `dim`).
-    let unbound: Vec<String> = crate::model_io::required_dims(&graph)
+    let unbound: Vec<String> = model_io::required_dims(&graph)
         .into_iter()
         .filter(|d| *d != dim && !o.bindings.contains_key(d))
         .collect();
@@ -186,8 +198,9 @@ pub fn run_capacity(a: &CapacityArgs) -> Result<(), Failure> {
         max_value: a.max,
         time_limit: Duration::from_secs_f64(a.report.time_limit),
     };
-    let c = capacity::capacity(&a.model.display().to_string(), &graph, &o, &q)?;
-    let json = serde_json::to_string_pretty(&c).map_err(Failure::input)?;
+    let c = capacity::capacity(&a.model.display().to_string(), &graph, &o, &q)
+        .map_err(Failure::planning)?;
+    let json = serde_json::to_string_pretty(&c).map_err(Failure::internal)?;
     let md = capacity::markdown(&c);
     if let Some(dir) = &a.out {
         out_dir(dir)?;
@@ -220,14 +233,13 @@ fn dim_map(s: &str) -> Result<Vec<(String, String)>, Failure> {
 }
 
 pub fn run_buckets(a: &BucketsArgs) -> Result<(), Failure> {
-    let rows = buckets::read_trace(&a.trace)?;
+    let rows = trace::read_trace(&a.trace).map_err(Failure::input)?;
     let how = match (&a.boundaries, &a.quantiles) {
         (Some(b), _) => Bucketing::Boundaries(
-            buckets::parse_boundaries(b)
-                .map_err(|e| Failure::input(anyhow!("--boundaries {e}")))?,
+            trace::parse_boundaries(b).map_err(|e| Failure::input(anyhow!("--boundaries {e}")))?,
         ),
         (None, q) => Bucketing::Quantiles(
-            buckets::parse_quantiles(q.as_deref().unwrap_or("p50,p90,p99,max"))
+            trace::parse_quantiles(q.as_deref().unwrap_or("p50,p90,p99,max"))
                 .map_err(|e| Failure::input(anyhow!("--quantiles {e}")))?,
         ),
     };
@@ -247,7 +259,7 @@ pub fn run_buckets(a: &BucketsArgs) -> Result<(), Failure> {
         })?)?;
         let graph = load(model)?;
         let (o, _) = options(&a.report, &graph, false)?;
-        let (graph, _) = crate::model_io::as_ort_runs(graph, &o.profile, 1)?;
+        let (graph, _) = model_io::as_ort_runs(graph, &o.profile, 1)?;
         plannable(&o)?;
         for (d, _) in &map {
             if !graph.symbols().contains(d) {
@@ -259,7 +271,7 @@ pub fn run_buckets(a: &BucketsArgs) -> Result<(), Failure> {
         }
         let columns: Vec<String> = map.iter().map(|m| m.1.clone()).collect();
         let key = a.by.clone().unwrap_or_else(|| columns[0].clone());
-        let ranges = buckets::bucket(&rows, &key, &columns, &how)?;
+        let ranges = trace::bucket(&rows, &key, &columns, &how).map_err(Failure::input)?;
         let models = ranges
             .iter()
             .map(|r| {
@@ -276,14 +288,11 @@ pub fn run_buckets(a: &BucketsArgs) -> Result<(), Failure> {
             .collect();
         (ranges, models, key)
     };
-    let ceiling = match a.ceiling {
-        ckpt_opt::size::CeilingSpec::Bytes(b) => b,
-        _ => {
-            return Err(Failure::input(anyhow!(
-                "--ceiling: buckets takes a size (a percentage of which bucket's footprint?)"
-            )))
-        }
-    };
+    let ceiling = a.ceiling.bytes().ok_or_else(|| {
+        Failure::input(anyhow!(
+            "--ceiling: buckets takes a size (a percentage of which bucket's footprint?)"
+        ))
+    })?;
     let trace = a.trace.display().to_string();
     let job = BucketsJob {
         trace: &trace,
@@ -297,22 +306,22 @@ pub fn run_buckets(a: &BucketsArgs) -> Result<(), Failure> {
         max_p50_regression: a.max_p50_regression,
         max_p99_regression: a.max_p99_regression,
     };
-    let report = buckets::plan_buckets(&job, &ranges, models).map_err(|e| {
+    let report = plan_buckets(&job, &ranges, models).map_err(|e| {
         if a.validate {
-            crate::main_job::could_not_validate(e)
+            Failure::could_not_validate(e)
         } else {
-            Failure::input(e)
+            Failure::planning(e)
         }
     })?;
     write(
         &a.out,
         "buckets.json",
-        &serde_json::to_string_pretty(&report).map_err(Failure::input)?,
+        &serde_json::to_string_pretty(&report).map_err(Failure::internal)?,
     )?;
     write(
         &a.out,
         "manifest.json",
-        &serde_json::to_string_pretty(&buckets::manifest_json(&report)).map_err(Failure::input)?,
+        &serde_json::to_string_pretty(&Manifest::of(&report)).map_err(Failure::internal)?,
     )?;
     let md = buckets::markdown(&report);
     write(&a.out, "buckets.md", &md)?;
@@ -331,13 +340,15 @@ pub fn run_buckets(a: &BucketsArgs) -> Result<(), Failure> {
 /// a model with symbolic dims, binds them for that bucket), the buckets cut at the `up_to`s.
 fn manifest_models(
     path: &Path,
-    rows: &[buckets::Row],
+    rows: &[trace::Row],
     r: &ReportArgs,
-) -> Result<(Vec<buckets::Range>, Vec<BucketModel>, String), Failure> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let v: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+) -> Result<(Vec<trace::Range>, Vec<BucketModel>, String), Failure> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading {}", path.display()))
+        .map_err(Failure::input)?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not JSON", path.display()))
+        .map_err(Failure::input)?;
     let key = v["key"]
         .as_str()
         .ok_or_else(|| {
@@ -381,12 +392,13 @@ fn manifest_models(
             bounds.last().unwrap_or(&0.0)
         )));
     }
-    let all = buckets::bucket(
+    let all = trace::bucket(
         rows,
         &key,
         std::slice::from_ref(&key),
         &Bucketing::Boundaries(bounds.clone()),
-    )?;
+    )
+    .map_err(Failure::input)?;
     let mut ranges = Vec::new();
     let mut models = Vec::new();
     for rg in all {
@@ -396,7 +408,7 @@ fn manifest_models(
         let graph = load(&files[k])?;
         let (mut o, _) = options(r, &graph, false)?;
         plannable(&o)?;
-        let (graph, _) = crate::model_io::as_ort_runs(graph, &o.profile, 1)?;
+        let (graph, _) = model_io::as_ort_runs(graph, &o.profile, 1)?;
         if let Some(dims) = entries[k]["dims"].as_object() {
             for (d, v) in dims {
                 let v = v.as_u64().filter(|&v| v > 0).ok_or_else(|| {
