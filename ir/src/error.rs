@@ -112,6 +112,34 @@ pub enum ImportError {
     UndefinedOutput { tensor: String },
 }
 
+/// An ONNX rule a model breaks, found by [`crate::check_model_rules`]. Each message names
+/// the node, tensor or field at fault and the rule.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// A rule the importer enforces on every input.
+    #[error(transparent)]
+    Import(#[from] ImportError),
+    #[error("the model has IR version {ir} and no opset_import; from IR version 3 on, a model imports the ONNX opset it uses")]
+    NoOpsetImport { ir: i64 },
+    #[error("metadata_props has the key `{key}` twice; each key is set once")]
+    MetadataKeyTwice { key: String },
+    #[error("the graph has no name; ONNX requires a non-empty graph name")]
+    GraphUnnamed,
+    #[error("graph {list} #{index} `{name}`: {what}")]
+    ValueInfo {
+        list: &'static str,
+        index: usize,
+        name: String,
+        what: String,
+    },
+    #[error("initializer `{tensor}`: {what}")]
+    Initializer { tensor: String, what: String },
+    #[error("node {node}: {what}")]
+    Node { node: String, what: String },
+    #[error("node {node} reads tensor `{tensor}` before any earlier node, graph input or initializer defines it; ONNX requires the nodes in topological order")]
+    UseBeforeDef { node: String, tensor: String },
+}
+
 /// Why a graph could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {

@@ -63,7 +63,7 @@ pub fn import_model(
     path: &Path,
     dir: Option<&Path>,
 ) -> Result<Graph, ImportError> {
-    let proto_graph = check_header(&model, path)?;
+    let proto_graph = check_header(&model, path)?.clone();
     let mut graph = Graph {
         model: std::sync::Arc::new(model),
         model_decls: Default::default(),
@@ -99,7 +99,10 @@ pub fn import_model(
 }
 
 /// The model's graph, once its IR version, its opset imports and the graph itself are there.
-fn check_header(model: &onnx::ModelProto, path: &Path) -> Result<onnx::GraphProto, ImportError> {
+pub(crate) fn check_header<'m>(
+    model: &'m onnx::ModelProto,
+    path: &Path,
+) -> Result<&'m onnx::GraphProto, ImportError> {
     let ir = model.ir_version.ok_or_else(|| ImportError::NoIrVersion {
         path: path.to_path_buf(),
     })?;
@@ -111,7 +114,7 @@ fn check_header(model: &onnx::ModelProto, path: &Path) -> Result<onnx::GraphProt
         });
     }
     crate::opset::check_opset_imports(model, path)?;
-    model.graph.clone().ok_or_else(|| ImportError::NoGraph {
+    model.graph.as_ref().ok_or_else(|| ImportError::NoGraph {
         path: path.to_path_buf(),
     })
 }
@@ -334,7 +337,7 @@ fn add_outputs(
     Ok(())
 }
 
-fn node_label(np: &onnx::NodeProto, index: usize) -> String {
+pub(crate) fn node_label(np: &onnx::NodeProto, index: usize) -> String {
     match np.name.as_deref() {
         Some(n) if !n.is_empty() => format!("`{n}`"),
         _ => format!("#{index} ({})", np.op_type.as_deref().unwrap_or("?")),
@@ -401,7 +404,7 @@ fn value_type(
     Ok((dtype, shape))
 }
 
-fn tensor_dtype(tensor: &str, code: i32) -> Result<Option<DType>, ImportError> {
+pub(crate) fn tensor_dtype(tensor: &str, code: i32) -> Result<Option<DType>, ImportError> {
     if code == 0 {
         return Ok(None);
     }
@@ -413,7 +416,7 @@ fn tensor_dtype(tensor: &str, code: i32) -> Result<Option<DType>, ImportError> {
         })
 }
 
-fn dims_shape(tensor: &str, dims: &[i64]) -> Result<Shape, ImportError> {
+pub(crate) fn dims_shape(tensor: &str, dims: &[i64]) -> Result<Shape, ImportError> {
     let mut out = Vec::with_capacity(dims.len());
     for (axis, &v) in dims.iter().enumerate() {
         if v < 0 {
@@ -429,7 +432,11 @@ fn dims_shape(tensor: &str, dims: &[i64]) -> Result<Shape, ImportError> {
 }
 
 /// Known shapes must have a byte size that fits in 64 bits.
-fn check_size(tensor: &str, dtype: Option<DType>, shape: &Shape) -> Result<(), ImportError> {
+pub(crate) fn check_size(
+    tensor: &str,
+    dtype: Option<DType>,
+    shape: &Shape,
+) -> Result<(), ImportError> {
     if shape.dims().iter().all(|d| d.known().is_some()) {
         let bits = dtype.map_or(8, DType::bits);
         if shape.bytes_under(bits, &Default::default()).is_err() {
@@ -465,7 +472,7 @@ pub(crate) fn proto_byte_len(t: &onnx::TensorProto) -> Option<u64> {
 /// (dims × element size): a declared `length` that disagrees is refused, an absent one is
 /// taken to be that size; the data file must be a regular file with one link (a hard link
 /// could make a file outside the model's directory look inside, as onnx's checker says).
-fn init_data(
+pub(crate) fn init_data(
     name: &str,
     init: &onnx::TensorProto,
     dtype: Option<DType>,

@@ -3,7 +3,8 @@
 //! `import_file` reads a model into a [`Graph`] (typed ids, first-class tensors with
 //! dtypes and symbolic shapes); `export` writes it back, losslessly for everything no
 //! patch changed; [`Patch`] is the only way to change a graph's structure, and
-//! [`verify`] checks the invariants after each one; [`print_graph`] is the stable text
+//! [`verify`] checks the invariants after each one; [`check_model_rules`] checks an exported
+//! model against ONNX's rules before it is written; [`print_graph`] is the stable text
 //! form snapshot tests compare, and [`parse_graph`] reads it back (test graphs are text).
 //!
 //! Stage by stage, from `main` to the receipt: `docs/design/pipeline.md`.
@@ -15,6 +16,7 @@ pub mod onnx {
 }
 
 pub mod build;
+mod check;
 pub mod deployment;
 mod dtype;
 mod error;
@@ -33,9 +35,10 @@ mod text;
 mod verify;
 mod wellformed;
 
+pub use check::check_model_rules;
 pub use deployment::Deployment;
 pub use dtype::DType;
-pub use error::{ExportError, ImportError, VerifyError};
+pub use error::{CheckError, ExportError, ImportError, VerifyError};
 pub use export::{
     check_output_target, export, export_bytes, external_data_files, remove_temp_files,
     write_atomic, write_model, DataPlacement, Staging, Written,
