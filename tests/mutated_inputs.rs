@@ -9,7 +9,8 @@ mod common;
 
 use std::time::Duration;
 
-use ckpt_fuzz::mutate::{exercise, mutate_bytes, mutate_structure, Depth, Reached, Rng};
+use ckpt_fuzz::exec::{exercise, Depth, Reached};
+use ckpt_fuzz::mutate::{mutate_bytes, mutate_structure, Rng};
 use common::*;
 
 /// Run `cases` mutations (`mutate(case, rng)` makes the bytes of one) through the whole main
@@ -26,7 +27,7 @@ fn never_panics(what: &str, default_seed: u64, mut mutate: impl FnMut(usize, &mu
             Ok(Reached::RefusedAtImport) => reached[0] += 1,
             Ok(Reached::RefusedAtAnalysis) => reached[1] += 1,
             Ok(Reached::Through) => reached[2] += 1,
-            Ok(Reached::WrongAnswer(m)) => {
+            Ok(Reached::WrongAnswer(m) | Reached::RuleBroken(m) | Reached::InputChanged(m)) => {
                 let path = std::env::temp_dir().join(format!("ckpt_opt_{what}_{case}.onnx"));
                 std::fs::write(&path, &bytes).unwrap();
                 panics.push(format!("{} (wrong answer: {m})", path.display()));

@@ -1,23 +1,27 @@
 //! The fuzzer's command line: a seeded mutation campaign over every model in the
-//! workspace's `tests/fixtures/` and `examples/` through import → analyse → candidates (and, with `--depth plan`, the whole main
-//! job), catching panics. Crashing inputs and their minimized forms go to
-//! `target/fuzz-crashes/`; an input that aborts the process (a failed allocation, a stack
-//! overflow) is saved by a SIGABRT handler as `target/fuzz-crashes/abort.onnx`. Exit status 1
-//! if anything panicked. See `docs/fuzzing.md`.
+//! workspace's `tests/fixtures/` and `examples/` through import → analyse → candidates (and,
+//! with `--depth`, an exported rewrite, the whole main job, its written output), catching
+//! panics. Findings' inputs and their minimized forms go to `target/fuzz-crashes/`; an input
+//! that aborts the process (a failed allocation, a stack overflow) is saved by a SIGABRT
+//! handler as `target/fuzz-crashes/abort.onnx`. A sample of the written outputs is judged at
+//! the end by ONNX's checker and ONNX Runtime (`--python`). Exit status 1 if there was any
+//! finding. See `docs/fuzzing.md`.
 //!
 //!     cargo run --release -p ckpt-fuzz -- --execs 1000000 --seed 1
-//!     cargo run --release -p ckpt-fuzz -- --seconds 600 --depth plan
+//!     cargo run --release -p ckpt-fuzz -- --seconds 600 --depth write
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 
-use ckpt_fuzz::mutate::{corpus, fuzz, Depth, FuzzOptions};
+use ckpt_fuzz::campaign::{corpus, fuzz, FindingKind, FuzzOptions, FuzzReport};
+use ckpt_fuzz::exec::Depth;
+use ckpt_fuzz::external::judge_samples;
 
 #[derive(Parser, Debug)]
 #[command(about = "Mutation-fuzz the ckpt-opt pipeline (see docs/fuzzing.md)")]
@@ -31,15 +35,24 @@ struct Args {
     /// Stop after this many seconds.
     #[arg(long)]
     seconds: Option<f64>,
-    /// How far each input is driven: import, analyse, candidates, plan.
+    /// How far each input is driven: import, analyse, candidates, export, plan, write.
     #[arg(long, default_value = "candidates")]
     depth: Depth,
-    /// The main job's time limit per input at `--depth plan`, in seconds.
+    /// The main job's time limit per input at `--depth plan` and `write`, in seconds.
     #[arg(long = "plan-time-limit", default_value_t = 0.05)]
     plan_time_limit: f64,
-    /// Where crashing inputs are written.
+    /// Where findings' inputs are written.
     #[arg(long = "crash-dir")]
     crash_dir: Option<PathBuf>,
+    /// Keep every N-th written output (with its input) for ONNX's checker and ONNX Runtime.
+    #[arg(long = "sample-every", default_value_t = 1000)]
+    sample_every: u64,
+    /// Where the sampled outputs are kept (emptied first).
+    #[arg(long = "sample-dir")]
+    sample_dir: Option<PathBuf>,
+    /// The Python with `onnx` and `onnxruntime` that judges the samples; `none`: not judged.
+    #[arg(long)]
+    python: Option<PathBuf>,
 }
 
 /// The input running now (its bytes live until `exercise` returns) and where an abort saves it.
@@ -47,9 +60,42 @@ static CURRENT_PTR: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 static CURRENT_LEN: AtomicUsize = AtomicUsize::new(0);
 static ABORT_PATH: OnceLock<CString> = OnceLock::new();
 
+/// The input running now and when it started, for the hang watchdog.
+static RUNNING: Mutex<Option<(Instant, Vec<u8>)>> = Mutex::new(None);
+
+/// An execution running longer than this is a hang: its input is saved and the campaign ends.
+const HANG: Duration = Duration::from_secs(120);
+
 fn keep_current(input: &[u8]) {
     CURRENT_PTR.store(input.as_ptr().cast_mut(), Ordering::SeqCst);
     CURRENT_LEN.store(input.len(), Ordering::SeqCst);
+    if let Ok(mut r) = RUNNING.lock() {
+        *r = Some((Instant::now(), input.to_vec()));
+    }
+}
+
+/// Check every second whether one execution has run past [`HANG`]; if so, write its input to
+/// `dir/hang.onnx` and end the process with status 3.
+fn watch_for_hangs(dir: PathBuf) {
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let hung = RUNNING.lock().ok().and_then(|r| {
+            r.as_ref()
+                .filter(|(t, _)| t.elapsed() > HANG)
+                .map(|(_, b)| b.clone())
+        });
+        if let Some(bytes) = hung {
+            let path = dir.join("hang.onnx");
+            let _ = std::fs::create_dir_all(&dir);
+            let _ = std::fs::write(&path, bytes);
+            println!(
+                "fuzz: an execution ran past {} s (a hang): its input is {}",
+                HANG.as_secs(),
+                path.display()
+            );
+            std::process::exit(3);
+        }
+    });
 }
 
 /// SIGABRT: write the running input with async-signal-safe calls only, then die as before.
@@ -122,6 +168,11 @@ fn main() -> ExitCode {
         .crash_dir
         .unwrap_or_else(|| root.join("target/fuzz-crashes"));
     save_aborts_to(&crash_dir);
+    watch_for_hangs(crash_dir.clone());
+    let sample_dir = a
+        .sample_dir
+        .unwrap_or_else(|| root.join(format!("target/fuzz-samples/seed-{}", a.seed)));
+    let _ = std::fs::remove_dir_all(&sample_dir);
     let opts = FuzzOptions {
         seed: a.seed,
         execs: a.execs,
@@ -130,6 +181,8 @@ fn main() -> ExitCode {
         plan_time_limit,
         crash_dir: Some(crash_dir),
         before_exec: Some(keep_current),
+        sample_every: Some(a.sample_every),
+        sample_dir: Some(sample_dir.clone()),
         ..FuzzOptions::default()
     };
     eprintln!(
@@ -142,17 +195,43 @@ fn main() -> ExitCode {
     // Panics are caught and reported below; the default hook would print each one (and the
     // minimizer's reruns) in full.
     std::panic::set_hook(Box::new(|_| {}));
-    let r = fuzz(&seeds, &opts);
+    let r = match fuzz(&seeds, &opts) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: the campaign's folders: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let _ = std::panic::take_hook();
+    print_report(&r);
+    let python = a.python.unwrap_or_else(|| root.join(".venv/bin/python"));
+    let judged_ok = r.sampled == 0 || python == Path::new("none") || judge(&python, &sample_dir);
+    if r.crashes.is_empty() && judged_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn print_report(r: &FuzzReport) {
     println!(
-        "fuzz: {} execs in {:.1} s ({:.0} execs/s): {} refused at import, {} at analysis, {} through; {} panics",
+        "fuzz: {} execs in {:.1} s ({:.0} execs/s): {} refused at import, {} at analysis, {} through; \
+         {} outputs written and checked, {} sampled; slowest exec {:.2} s, {} over 1 s; \
+         {} panics, {} wrong answers, {} rule failures, {} inputs changed",
         r.execs,
         r.elapsed.as_secs_f64(),
         r.execs_per_second(),
         r.refused_at_import,
         r.refused_at_analysis,
         r.through,
-        r.crashes.len()
+        r.outputs,
+        r.sampled,
+        r.slowest.as_secs_f64(),
+        r.slow,
+        r.count(FindingKind::Panic),
+        r.count(FindingKind::WrongAnswer),
+        r.count(FindingKind::RuleBroken),
+        r.count(FindingKind::InputChanged),
     );
     for c in &r.crashes {
         println!(
@@ -167,9 +246,28 @@ fn main() -> ExitCode {
                 .unwrap_or_default()
         );
     }
-    if r.crashes.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
+}
+
+/// Judge the samples in `dir` with ONNX's checker and ONNX Runtime; whether none was refused.
+fn judge(python: &Path, dir: &Path) -> bool {
+    let v = match judge_samples(python, dir) {
+        Ok(v) => v,
+        Err(e) => {
+            println!("samples: not judged: {e}");
+            return false;
+        }
+    };
+    let (checker, checker_inherited) = v.checker_refused();
+    let (ort, ort_inherited) = v.ort_refused();
+    println!(
+        "samples ({}): {} judged; refused by onnx.checker (full_check): {checker} ({checker_inherited} \
+         whose input it refuses too); refused by ORT InferenceSession: {ort} ({ort_inherited} whose \
+         input it refuses too)",
+        dir.display(),
+        v.checked()
+    );
+    for x in v.all.iter().filter(|x| !x.checker || !x.ort).take(20) {
+        println!("  out-{}.onnx: {}", x.exec, x.why);
     }
+    checker == 0 && ort == 0
 }
