@@ -13,7 +13,7 @@ use ckpt_ir::onnx::ModelProto;
 use ckpt_ir::Message;
 
 use crate::exec::{minimize, Depth, Reached, Sandbox};
-use crate::mutate::{mutate_bytes, mutate_structure, Rng};
+use crate::mutate::{mutate_bytes, mutate_structure_up_to, Rng, LONGEST_CHAIN};
 
 /// A fuzzing campaign's settings.
 #[derive(Clone, Debug)]
@@ -28,11 +28,16 @@ pub struct FuzzOptions {
     pub plan_time_limit: Duration,
     /// Where findings' inputs (and their minimized forms) are written; none: not written.
     pub crash_dir: Option<PathBuf>,
-    /// Trial runs allowed to minimize each finding.
+    /// Trial runs allowed to minimize each finding; only the first [`MINIMIZED_PER_KIND`]
+    /// findings of each kind are minimized.
     pub minimize_budget: usize,
+    /// The longest chain a structural mutation splices in ([`LONGEST_CHAIN`] by default).
+    pub longest_chain: usize,
     /// Called with each input just before it runs (the fuzzer binary keeps it, to save it if
     /// the process aborts: an allocation failure or a stack overflow is not a panic).
     pub before_exec: Option<fn(&[u8])>,
+    /// Called when that input's execution returns (before a finding is minimized).
+    pub after_exec: Option<fn()>,
     /// The folder the inputs run from (made, and removed at the end); none: one under the
     /// system's temporary folder.
     pub sandbox_dir: Option<PathBuf>,
@@ -52,7 +57,9 @@ impl Default for FuzzOptions {
             plan_time_limit: Duration::from_millis(50),
             crash_dir: None,
             minimize_budget: 2_000,
+            longest_chain: LONGEST_CHAIN,
             before_exec: None,
+            after_exec: None,
             sandbox_dir: None,
             sample_every: None,
             sample_dir: None,
@@ -131,6 +138,7 @@ const POOL_LIMIT: usize = 256;
 /// The next input: half the executions mutate structure (one to three mutations of a decoded
 /// seed), the others bytes, of a seed or of an input that got through before.
 fn next_input(
+    opts: &FuzzOptions,
     rng: &mut Rng,
     seeds: &[(String, Vec<u8>)],
     decoded: &[ModelProto],
@@ -140,7 +148,7 @@ fn next_input(
         0 | 1 if !decoded.is_empty() => {
             let mut m = decoded[rng.below(decoded.len())].clone();
             for _ in 0..1 + rng.below(3) {
-                mutate_structure(&mut m, rng);
+                mutate_structure_up_to(&mut m, rng, opts.longest_chain);
             }
             m.encode_to_vec()
         }
@@ -181,7 +189,7 @@ pub fn fuzz(seeds: &[(String, Vec<u8>)], opts: &FuzzOptions) -> std::io::Result<
     }
     let t0 = Instant::now();
     while report.execs < opts.execs && opts.time.is_none_or(|t| t0.elapsed() < t) {
-        let input = next_input(&mut rng, seeds, &decoded, &pool);
+        let input = next_input(opts, &mut rng, seeds, &decoded, &pool);
         let exec = report.execs;
         report.execs += 1;
         if let Some(f) = opts.before_exec {
@@ -192,6 +200,9 @@ pub fn fuzz(seeds: &[(String, Vec<u8>)], opts: &FuzzOptions) -> std::io::Result<
             sandbox.run(&input, opts.depth, opts.plan_time_limit)
         }));
         let took = started.elapsed();
+        if let Some(f) = opts.after_exec {
+            f();
+        }
         report.slowest = report.slowest.max(took);
         report.slow += u64::from(took > Duration::from_secs(1));
         let found = match outcome {
@@ -224,9 +235,9 @@ pub fn fuzz(seeds: &[(String, Vec<u8>)], opts: &FuzzOptions) -> std::io::Result<
             Err(p) => Some((FindingKind::Panic, panic_message(p.as_ref()))),
         };
         if let Some((kind, message)) = found {
-            report
-                .crashes
-                .push(record(opts, exec, kind, message, input));
+            let minimize = report.count(kind) < MINIMIZED_PER_KIND;
+            let crash = record(opts, exec, kind, message, input, minimize);
+            report.crashes.push(crash);
         }
     }
     report.elapsed = t0.elapsed();
@@ -259,20 +270,28 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "non-string panic".into())
 }
 
-/// A finding, its input minimized and both written to the crash folder.
+/// Findings of one kind minimized in a campaign; the others are written as they are.
+pub const MINIMIZED_PER_KIND: usize = 10;
+
+/// A finding, its input (`minimize`: and its minimized form) written to the crash folder.
 fn record(
     opts: &FuzzOptions,
     exec: u64,
     kind: FindingKind,
     message: String,
     input: Vec<u8>,
+    minimize_it: bool,
 ) -> Crash {
-    let minimized = minimize(
-        &input,
-        opts.depth,
-        opts.plan_time_limit,
-        opts.minimize_budget,
-    );
+    let minimized = if minimize_it {
+        minimize(
+            &input,
+            opts.depth,
+            opts.plan_time_limit,
+            opts.minimize_budget,
+        )
+    } else {
+        input.clone()
+    };
     let written = opts.crash_dir.as_ref().and_then(|d| {
         let name = format!("crash-{:016x}-{exec}", opts.seed);
         std::fs::create_dir_all(d).ok()?;

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 
 use ckpt_fuzz::campaign::{corpus, fuzz, FindingKind, FuzzOptions, FuzzReport};
-use ckpt_fuzz::exec::Depth;
+use ckpt_fuzz::exec::{Depth, Reached, Sandbox};
 use ckpt_fuzz::external::judge_samples;
 
 #[derive(Parser, Debug)]
@@ -41,6 +41,12 @@ struct Args {
     /// The main job's time limit per input at `--depth plan` and `write`, in seconds.
     #[arg(long = "plan-time-limit", default_value_t = 0.05)]
     plan_time_limit: f64,
+    /// Cut the chains structural mutations splice in to this many links (100000 by default).
+    #[arg(long = "longest-chain", default_value_t = ckpt_fuzz::mutate::LONGEST_CHAIN)]
+    longest_chain: usize,
+    /// Trial runs allowed to minimize each finding.
+    #[arg(long = "minimize-budget", default_value_t = 2000)]
+    minimize_budget: usize,
     /// Where findings' inputs are written.
     #[arg(long = "crash-dir")]
     crash_dir: Option<PathBuf>,
@@ -53,6 +59,10 @@ struct Args {
     /// The Python with `onnx` and `onnxruntime` that judges the samples; `none`: not judged.
     #[arg(long)]
     python: Option<PathBuf>,
+    /// Run these model files once each at `--depth` (from a sandbox, as the campaign does) and
+    /// print how far each got and how long it took, instead of a campaign.
+    #[arg(long, num_args = 1..)]
+    replay: Vec<PathBuf>,
 }
 
 /// The input running now (its bytes live until `exercise` returns) and where an abort saves it.
@@ -71,6 +81,12 @@ fn keep_current(input: &[u8]) {
     CURRENT_LEN.store(input.len(), Ordering::SeqCst);
     if let Ok(mut r) = RUNNING.lock() {
         *r = Some((Instant::now(), input.to_vec()));
+    }
+}
+
+fn done_current() {
+    if let Ok(mut r) = RUNNING.lock() {
+        *r = None;
     }
 }
 
@@ -164,6 +180,9 @@ fn main() -> ExitCode {
         eprintln!("error: --seconds and --plan-time-limit are positive numbers of seconds");
         return ExitCode::from(1);
     };
+    if !a.replay.is_empty() {
+        return replay(&a.replay, a.depth, plan_time_limit);
+    }
     let crash_dir = a
         .crash_dir
         .unwrap_or_else(|| root.join("target/fuzz-crashes"));
@@ -181,7 +200,10 @@ fn main() -> ExitCode {
         plan_time_limit,
         crash_dir: Some(crash_dir),
         before_exec: Some(keep_current),
+        after_exec: Some(done_current),
         sample_every: Some(a.sample_every),
+        longest_chain: a.longest_chain,
+        minimize_budget: a.minimize_budget,
         sample_dir: Some(sample_dir.clone()),
         ..FuzzOptions::default()
     };
@@ -210,6 +232,51 @@ fn main() -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+/// Run each file once at `depth` and print what came of it.
+fn replay(files: &[PathBuf], depth: Depth, plan_time_limit: Duration) -> ExitCode {
+    let dir = std::env::temp_dir().join(format!("ckpt-fuzz-replay-{}", std::process::id()));
+    let sandbox = match Sandbox::new(&dir) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {}: {e}", dir.display());
+            return ExitCode::from(1);
+        }
+    };
+    let mut found = false;
+    for f in files {
+        let Ok(bytes) = std::fs::read(f) else {
+            println!("{}: unreadable", f.display());
+            found = true;
+            continue;
+        };
+        let t = Instant::now();
+        let e = sandbox.run(&bytes, depth, plan_time_limit);
+        found |= matches!(
+            e.reached,
+            Reached::WrongAnswer(_) | Reached::RuleBroken(_) | Reached::InputChanged(_)
+        );
+        let why = match e.reached {
+            Reached::RefusedAtImport => ckpt_ir::import_bytes(bytes.into(), f, None)
+                .err()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        println!(
+            "{}: {:?} in {:.2} s{why}",
+            f.display(),
+            e.reached,
+            t.elapsed().as_secs_f64()
+        );
+    }
+    let _ = sandbox.remove();
+    if found {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

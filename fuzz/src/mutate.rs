@@ -52,6 +52,15 @@ pub fn mutate_bytes(bytes: &mut Vec<u8>, rng: &mut Rng) {
 
 /// One structural mutation: the model still decodes, but its graph is wrong in one of many ways.
 pub fn mutate_structure(model: &mut ModelProto, rng: &mut Rng) {
+    mutate_structure_up_to(model, rng, LONGEST_CHAIN);
+}
+
+/// The longest chain [`mutate_structure`] splices in (1 time in 256).
+pub const LONGEST_CHAIN: usize = 100_000;
+
+/// [`mutate_structure`] with spliced chains cut to `longest_chain` links (the generator draws
+/// the same numbers: the other mutations are the same).
+pub fn mutate_structure_up_to(model: &mut ModelProto, rng: &mut Rng, longest_chain: usize) {
     let Some(g) = model.graph.as_mut() else {
         return;
     };
@@ -64,7 +73,7 @@ pub fn mutate_structure(model: &mut ModelProto, rng: &mut Rng) {
     match rng.below(12) {
         9 => mutate_opsets(model, rng),
         10 => mutate_external_length(g, rng),
-        11 => lengthen_chain(g, rng),
+        11 => lengthen_chain(g, rng, longest_chain),
         0 if !g.node.is_empty() => {
             let k = rng.below(g.node.len());
             let n = &mut g.node[k];
@@ -219,7 +228,7 @@ fn mutate_external_length(g: &mut onnx::GraphProto, rng: &mut Rng) {
 
 /// A chain of `Neg` nodes spliced in front of one node input: 10 to 1,000 nodes, and 1 time
 /// in 256 a chain of 100,000 (deeper than any recursive walk survives).
-fn lengthen_chain(g: &mut onnx::GraphProto, rng: &mut Rng) {
+fn lengthen_chain(g: &mut onnx::GraphProto, rng: &mut Rng, longest: usize) {
     let Some(k) = (!g.node.is_empty()).then(|| rng.below(g.node.len())) else {
         return;
     };
@@ -228,10 +237,11 @@ fn lengthen_chain(g: &mut onnx::GraphProto, rng: &mut Rng) {
     }
     let slot = rng.below(g.node[k].input.len());
     let links = if rng.below(256) == 0 {
-        100_000
+        LONGEST_CHAIN
     } else {
         [10, 100, 1000][rng.below(3)]
-    };
+    }
+    .min(longest);
     let mut prev = g.node[k].input[slot].clone();
     let mut chain = Vec::with_capacity(links);
     for i in 0..links {

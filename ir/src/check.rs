@@ -7,24 +7,29 @@
 //!    below IR version 3 and at least one from IR version 3 on; `metadata_props` keys unique;
 //!    a graph with a non-empty name.
 //! 2. Graph inputs and outputs: named, typed (a tensor type with an element type and a
-//!    shape); graph inputs named once.
+//!    shape); graph inputs named once; every tensor type among them and the value_info with
+//!    a defined element type (ONNX Runtime refuses UNDEFINED).
 //! 3. Initializers: named once; a known, defined element type and non-negative dims of a
 //!    64-bit size; embedded data in exactly one value field (none for 0 elements) whose length
 //!    is dims × element type; external data in no value field, its `location` relative and
 //!    inside `dir`, naming a file that holds `length` = dims × element size bytes; at IR
 //!    version 3 and below, each one a graph input.
 //! 4. Nodes, in file order: an op type, some input or output, an op that ONNX (at the imported
-//!    opset) or ONNX Runtime defines or a local function, its domain imported; attributes
-//!    named, typed (from IR version 2 on), holding one value field of their type; every input
+//!    opset, not deprecated) or ONNX Runtime defines or a local function, its domain imported;
+//!    a node of an ONNX domain meets its op's schema (input and output counts, required ones
+//!    given, attributes known, of their types, the required ones there); attributes named,
+//!    typed (from IR version 2 on), holding one value field of their type; every input
 //!    defined by an earlier node, a graph input or an initializer (topological order); every
 //!    output assigned once (single static assignment).
 //! 5. Graph outputs: each one defined in the graph.
 //!
 //! The rules the importer applies to every input are its own functions, called here: the
-//! header ([`crate::opset::check_opset_imports`]), ops and attributes
-//! (`wellformed::check_op`, `wellformed::check_attributes`), initializer data and external
-//! data (`import::init_data`). Sub-graphs (`If`/`Loop` bodies), sparse initializers and the
-//! checker's strict shape inference are not covered.
+//! header ([`crate::opset::check_opset_imports`]), element types, ops and attributes
+//! (`wellformed::check_elem_types`, `wellformed::check_op`, `wellformed::check_attributes`),
+//! initializer data and external data (`import::init_data`). The schema check
+//! (`wellformed::check_schema`) is applied here only. Sub-graphs (`If`/`Loop` bodies), sparse
+//! initializers, ONNX Runtime's contrib-op schemas and the checker's strict shape inference
+//! are not covered.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -44,6 +49,7 @@ const MODEL: &str = "the model";
 pub fn check_model_rules(proto: &onnx::ModelProto, dir: Option<&Path>) -> Result<(), CheckError> {
     let graph = check_model_header(proto)?;
     check_graph_values(graph)?;
+    crate::wellformed::check_elem_types(graph)?;
     let mut defined: HashSet<&str> = graph.input.iter().map(value_name).collect();
     check_initializers(proto, graph, dir, &mut defined)?;
     check_nodes(proto, graph, &mut defined)?;
@@ -312,24 +318,13 @@ fn check_node(
     if np.input.is_empty() && np.output.is_empty() {
         return Err(bad("it has no input and no output".into()));
     }
+    crate::wellformed::check_attributes(np, label, proto.ir_version.unwrap_or(0))?;
     crate::wellformed::check_op(proto, np, label)?;
+    crate::wellformed::check_schema(proto, np, label)?;
     let domain = normalise_domain(np.domain.as_deref().unwrap_or(""));
     if !imported.contains(&domain) {
         return Err(bad(format!("its domain `{domain}` has no opset import")));
     }
-    let ir = proto.ir_version.unwrap_or(0);
-    for a in &np.attribute {
-        let name = a.name.as_deref().unwrap_or("");
-        if name.is_empty() {
-            return Err(bad("an attribute has no name".into()));
-        }
-        if ir >= 2 && a.r#type.is_none() {
-            return Err(bad(format!(
-                "attribute `{name}` has no type (required from IR version 2 on)"
-            )));
-        }
-    }
-    crate::wellformed::check_attributes(np, label)?;
     Ok(())
 }
 
@@ -426,6 +421,53 @@ mod tests {
             graph(m).output[0].name = Some("y".into());
         });
         assert_names(&e, &["`Neg_z`", "no input and no output"]);
+    }
+
+    #[test]
+    fn a_node_meets_its_ops_schema() {
+        let e = broken(|m| graph(m).node[1].attribute.push(attr_i("axis", 0)));
+        assert_names(
+            &e,
+            &["`Neg_z`", "Neg (opset 13)", "`axis`", "does not name"],
+        );
+        let e = broken(|m| {
+            graph(m).node[1].op_type = Some("Softmax".into());
+            graph(m).node[1]
+                .attribute
+                .push(crate::build::attr_f("axis", 0.0));
+        });
+        assert_names(&e, &["`Neg_z`", "`axis`", "type FLOAT", "says INT"]);
+        let e = broken(|m| graph(m).node[1].op_type = Some("Cast".into()));
+        assert_names(
+            &e,
+            &["`Neg_z`", "Cast (opset 13)", "required attribute `to`"],
+        );
+        let e = broken(|m| graph(m).node[0].input.push("x".into()));
+        assert_names(&e, &["`Add_y`", "3 inputs, outside 2..=2"]);
+        let e = broken(|m| graph(m).node[0].input[1] = String::new());
+        assert_names(&e, &["`Add_y`", "inputs #1 is required, and empty"]);
+        let e = broken(|m| {
+            graph(m).node[1].attribute.push(attr_i("__internal", 0));
+            graph(m).node[1].attribute.push(attr_i("__internal", 1));
+        });
+        assert_names(&e, &["`Neg_z`", "`__internal` appears twice"]);
+        let e = broken(|m| {
+            m.opset_import[0].version = Some(10);
+            graph(m).node[1].op_type = Some("Upsample".into());
+        });
+        assert_names(&e, &["`Neg_z`", "deprecates Upsample from opset 10"]);
+    }
+
+    #[test]
+    fn every_tensor_type_has_an_element_type() {
+        let e = broken(|m| {
+            let mut vi = crate::build::value_info("y", DType::F32, "2");
+            if let Some(Some(Value::TensorType(t))) = vi.r#type.as_mut().map(|t| &mut t.value) {
+                t.elem_type = Some(0);
+            }
+            graph(m).value_info.push(vi);
+        });
+        assert_names(&e, &["`y`", "value_info", "without an element type"]);
     }
 
     #[test]

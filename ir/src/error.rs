@@ -58,6 +58,13 @@ pub enum ImportError {
         domain: String,
         why: String,
     },
+    #[error("node {node} does not meet the schema of {op} (opset {version}) that ONNX's checker and ONNX Runtime verify: {what}")]
+    SchemaMismatch {
+        node: String,
+        op: String,
+        version: i64,
+        what: String,
+    },
     #[error("node `{node}` has attribute `{attribute}` whose type and data disagree: {what}")]
     AttributeMismatch {
         node: String,
@@ -77,6 +84,8 @@ pub enum ImportError {
     Cycle { nodes: Vec<String> },
     #[error("tensor `{tensor}` has unknown element type code {code} (this build knows codes 1..=23, ONNX IR <= 11)")]
     UnknownDType { tensor: String, code: i32 },
+    #[error("tensor `{tensor}` ({list}) has a tensor type without an element type (or UNDEFINED, 0), which ONNX Runtime refuses to load")]
+    UndefinedElemType { tensor: String, list: &'static str },
     #[error("tensor `{tensor}` has a negative dim {value} at axis {axis}")]
     NegativeDim {
         tensor: String,

@@ -64,6 +64,7 @@ pub fn import_model(
     dir: Option<&Path>,
 ) -> Result<Graph, ImportError> {
     let proto_graph = check_header(&model, path)?.clone();
+    crate::wellformed::check_elem_types(&proto_graph)?;
     let mut graph = Graph {
         model: std::sync::Arc::new(model),
         model_decls: Default::default(),
@@ -230,7 +231,8 @@ fn add_nodes(
     for (i, np) in proto_graph.node.iter().enumerate() {
         let label = node_label(np, i);
         crate::wellformed::check_op(graph.model(), np, &label)?;
-        crate::wellformed::check_attributes(np, &label)?;
+        let ir_version = graph.model().ir_version.unwrap_or(0);
+        crate::wellformed::check_attributes(np, &label, ir_version)?;
         let mut outputs = Vec::with_capacity(np.output.len());
         for out in &np.output {
             if out.is_empty() {

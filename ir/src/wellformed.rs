@@ -1,17 +1,22 @@
 //! The rules ONNX's checker and ONNX Runtime's loader apply that import enforces beyond the
 //! graph's structure: every op is one that ONNX (at the imported opset) or ONNX Runtime's
-//! own domains define, or a function the model defines; every attribute's `type` agrees with
-//! the one value field it holds; every embedded initializer holds exactly the data its shape
-//! and element type need. Each refusal names the node, attribute or tensor.
+//! own domains define, or a function the model defines; every attribute is named, typed (from
+//! IR version 2 on) and holds at most one value field, of its type; every tensor type of a
+//! graph input, output or value_info has an element type; every embedded initializer holds
+//! exactly the data its shape and element type need. Each refusal names the node, attribute
+//! or tensor.
+//!
+//! [`check_schema`] (a node of an ONNX domain meets its op's schema at the imported opset) is
+//! applied by [`crate::check_model_rules`] only: hand-built models the tests import break it.
 
 use crate::dtype::DType;
 use crate::error::ImportError;
 use crate::graph::normalise_domain;
 use crate::onnx;
 use crate::onnx::attribute_proto::AttributeType as A;
-use crate::ops::onnx_ops::ONNX_OPS;
+use crate::ops::onnx_ops::{SchemaRow, ONNX_SCHEMAS};
 
-/// Domains whose operators ONNX defines: an op of these domains must be in [`ONNX_OPS`].
+/// Domains whose operators ONNX defines: an op of these domains must be in [`ONNX_SCHEMAS`].
 const ONNX_DOMAINS: &[&str] = &[
     "ai.onnx",
     "ai.onnx.ml",
@@ -29,12 +34,12 @@ const ORT_DOMAINS: &[&str] = &[
     "org.pytorch.aten",
 ];
 
-/// The first opset of ONNX `domain` that defines `op_type`.
-fn onnx_op_since(domain: &str, op_type: &str) -> Option<i64> {
-    ONNX_OPS
-        .binary_search_by(|&(d, o, _)| (d, o).cmp(&(domain, op_type)))
-        .ok()
-        .map(|i| ONNX_OPS[i].2)
+/// The schemas of `op_type` in ONNX `domain`, oldest first.
+fn schemas(domain: &str, op_type: &str) -> &'static [SchemaRow] {
+    let key = |r: &SchemaRow| (r.0, r.1);
+    let start = ONNX_SCHEMAS.partition_point(|r| key(r) < (domain, op_type));
+    let end = ONNX_SCHEMAS.partition_point(|r| key(r) <= (domain, op_type));
+    &ONNX_SCHEMAS[start..end]
 }
 
 /// Check the op of node `label` against the registries.
@@ -63,7 +68,8 @@ pub(crate) fn check_op(
             .then(|| o.version.unwrap_or(0))
     });
     if ONNX_DOMAINS.contains(&domain.as_str()) {
-        let since = onnx_op_since(&domain, op).ok_or_else(|| {
+        let all = schemas(&domain, op);
+        let since = all.first().map(|r| r.2).ok_or_else(|| {
             unknown("ONNX defines no such operator (names are case-sensitive)".into())
         })?;
         let opset =
@@ -87,8 +93,109 @@ pub(crate) fn check_op(
     ))
 }
 
-/// Check that each attribute of node `label` holds at most one value field, of its `type`.
-pub(crate) fn check_attributes(np: &onnx::NodeProto, label: &str) -> Result<(), ImportError> {
+/// Check node `label` of an ONNX domain against its op's schema at the imported opset, as
+/// ONNX's checker and ONNX Runtime's loader do: not deprecated there; its input and output
+/// counts in the schema's ranges, no single input or output left empty; every attribute named
+/// once, known to the schema (or internal: `__` first) and of its type, a singular one
+/// holding its value; every required attribute there. Nodes of other domains, and ops or
+/// opsets [`check_op`] refuses, pass.
+pub(crate) fn check_schema(
+    model: &onnx::ModelProto,
+    np: &onnx::NodeProto,
+    label: &str,
+) -> Result<(), ImportError> {
+    let domain = normalise_domain(np.domain.as_deref().unwrap_or(""));
+    let opset = model.opset_import.iter().find_map(|o| {
+        (normalise_domain(o.domain.as_deref().unwrap_or("")) == domain)
+            .then(|| o.version.unwrap_or(0))
+    });
+    let all = schemas(&domain, np.op_type.as_deref().unwrap_or(""));
+    let Some(schema) = opset.and_then(|v| all.iter().rev().find(|r| r.2 <= v)) else {
+        return Ok(());
+    };
+    let &(_, op, version, deprecated, inputs, outputs, (single_in, single_out), attributes) =
+        schema;
+    let bad = |what: String| ImportError::SchemaMismatch {
+        node: label.to_string(),
+        op: op.to_string(),
+        version,
+        what,
+    };
+    if deprecated {
+        return Err(bad(format!("ONNX deprecates {op} from opset {version}")));
+    }
+    let lists = [
+        ("inputs", &np.input, inputs, single_in),
+        ("outputs", &np.output, outputs, single_out),
+    ];
+    for (what, names, (min, max), single) in lists {
+        let n = names.len();
+        if n < min as usize || n > max as usize {
+            return Err(bad(format!("it has {n} {what}, outside {min}..={max}")));
+        }
+        let empty = names.iter().take(64).enumerate();
+        if let Some((i, _)) = empty
+            .filter(|(_, s)| s.is_empty())
+            .find(|(i, _)| single & (1 << i) != 0)
+        {
+            return Err(bad(format!("its {what} #{i} is required, and empty")));
+        }
+    }
+    let mut seen: Vec<&str> = Vec::with_capacity(np.attribute.len());
+    for a in &np.attribute {
+        let name = a.name.as_deref().unwrap_or("");
+        if seen.contains(&name) {
+            return Err(bad(format!("attribute `{name}` appears twice")));
+        }
+        seen.push(name);
+        let Some(&(_, code, _)) = attributes.iter().find(|x| x.0 == name) else {
+            if name.starts_with("__") {
+                continue;
+            }
+            return Err(bad(format!(
+                "it has attribute `{name}`, which the schema does not name"
+            )));
+        };
+        let expected = A::try_from(code).map_or("?", |t| t.as_str_name());
+        if a.r#type != Some(code) {
+            let found = a
+                .r#type
+                .and_then(|t| A::try_from(t).ok())
+                .map_or("none", |t| t.as_str_name());
+            return Err(bad(format!(
+                "attribute `{name}` has type {found}, where the schema says {expected}"
+            )));
+        }
+        let holds = match A::try_from(code) {
+            Ok(A::Float) => a.f.is_some(),
+            Ok(A::Int) => a.i.is_some(),
+            Ok(A::String) => a.s.is_some(),
+            Ok(A::Tensor) => a.t.is_some(),
+            Ok(A::Graph) => a.g.is_some(),
+            Ok(A::SparseTensor) => a.sparse_tensor.is_some(),
+            Ok(A::TypeProto) => a.tp.is_some(),
+            _ => true,
+        };
+        let referenced = a.ref_attr_name.as_deref().is_some_and(|r| !r.is_empty());
+        if !holds && !referenced {
+            return Err(bad(format!(
+                "attribute `{name}` of type {expected} holds no value"
+            )));
+        }
+    }
+    if let Some((name, _, _)) = attributes.iter().find(|x| x.2 && !seen.contains(&x.0)) {
+        return Err(bad(format!("its required attribute `{name}` is missing")));
+    }
+    Ok(())
+}
+
+/// Check that each attribute of node `label` is named, typed (from IR version 2 on) and holds
+/// at most one value field, of its `type`.
+pub(crate) fn check_attributes(
+    np: &onnx::NodeProto,
+    label: &str,
+    ir_version: i64,
+) -> Result<(), ImportError> {
     for a in &np.attribute {
         let present: [(bool, A); 14] = [
             (a.f.is_some(), A::Float),
@@ -112,6 +219,14 @@ pub(crate) fn check_attributes(np: &onnx::NodeProto, label: &str) -> Result<(), 
             attribute: a.name.clone().unwrap_or_default(),
             what,
         };
+        if a.name.as_deref().unwrap_or("").is_empty() {
+            return Err(bad("it has no name; every attribute is named".into()));
+        }
+        if ir_version >= 2 && a.r#type.is_none() {
+            return Err(bad(
+                "it has no type, which every attribute has from IR version 2 on".into(),
+            ));
+        }
         if held.len() > 1 {
             let names: Vec<&str> = held.iter().map(|t| t.as_str_name()).collect();
             return Err(bad(format!(
@@ -128,6 +243,33 @@ pub(crate) fn check_attributes(np: &onnx::NodeProto, label: &str) -> Result<(), 
                     "its type is {declared} but it holds a {} value",
                     field.as_str_name()
                 )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Check that every tensor type among the graph's inputs, outputs and value_info has a
+/// defined element type: ONNX Runtime refuses to load a model with one that has none or
+/// UNDEFINED (0), and an output keeps these entries.
+pub(crate) fn check_elem_types(g: &onnx::GraphProto) -> Result<(), ImportError> {
+    let lists: [(&'static str, &[onnx::ValueInfoProto]); 3] = [
+        ("graph inputs", &g.input),
+        ("graph outputs", &g.output),
+        ("value_info", &g.value_info),
+    ];
+    for (list, values) in lists {
+        for vi in values {
+            let elem = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+                Some(onnx::type_proto::Value::TensorType(t)) => t.elem_type,
+                Some(onnx::type_proto::Value::SparseTensorType(t)) => t.elem_type,
+                _ => continue,
+            };
+            if elem.unwrap_or(0) == 0 {
+                return Err(ImportError::UndefinedElemType {
+                    tensor: vi.name.clone().unwrap_or_default(),
+                    list,
+                });
             }
         }
     }
