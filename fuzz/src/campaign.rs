@@ -29,7 +29,7 @@ pub struct FuzzOptions {
     /// Where findings' inputs (and their minimized forms) are written; none: not written.
     pub crash_dir: Option<PathBuf>,
     /// Trial runs allowed to minimize each finding; only the first [`MINIMIZED_PER_KIND`]
-    /// findings of each kind are minimized.
+    /// findings of each kind are kept and minimized.
     pub minimize_budget: usize,
     /// The longest chain a structural mutation splices in ([`LONGEST_CHAIN`] by default).
     pub longest_chain: usize,
@@ -270,10 +270,10 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "non-string panic".into())
 }
 
-/// Findings of one kind minimized in a campaign; the others are written as they are.
+/// Findings of one kind kept (minimized, written) in a campaign; the others are counted.
 pub const MINIMIZED_PER_KIND: usize = 10;
 
-/// A finding, its input (`minimize`: and its minimized form) written to the crash folder.
+/// A finding; if `minimize_it`, its input and minimized form, written to the crash folder.
 fn record(
     opts: &FuzzOptions,
     exec: u64,
@@ -282,16 +282,23 @@ fn record(
     input: Vec<u8>,
     minimize_it: bool,
 ) -> Crash {
-    let minimized = if minimize_it {
-        minimize(
-            &input,
-            opts.depth,
-            opts.plan_time_limit,
-            opts.minimize_budget,
-        )
-    } else {
-        input.clone()
-    };
+    if !minimize_it {
+        // Counted only: the first ones of its kind are kept.
+        return Crash {
+            exec,
+            kind,
+            message,
+            input: Vec::new(),
+            minimized: Vec::new(),
+            written: None,
+        };
+    }
+    let minimized = minimize(
+        &input,
+        opts.depth,
+        opts.plan_time_limit,
+        opts.minimize_budget,
+    );
     let written = opts.crash_dir.as_ref().and_then(|d| {
         let name = format!("crash-{:016x}-{exec}", opts.seed);
         std::fs::create_dir_all(d).ok()?;

@@ -300,7 +300,7 @@ fn print_report(r: &FuzzReport) {
         r.count(FindingKind::RuleBroken),
         r.count(FindingKind::InputChanged),
     );
-    for c in &r.crashes {
+    for c in r.crashes.iter().filter(|c| c.written.is_some()) {
         println!(
             "  exec {}: {} ({} -> {} bytes minimized{})",
             c.exec,
