@@ -137,6 +137,40 @@ fn inputs_whose_output_broke_a_rule_are_refused_at_import() {
     }
 }
 
+/// The fuzzer's 100,000-link chain of `Neg` nodes spliced in front of the first `Relu` of a
+/// training graph: the candidates' movable set peeled one node per pass over the chain (10^10
+/// steps, a hang the campaign's watchdog caught); now it takes seconds.
+#[test]
+fn a_100000_link_chain_gets_its_candidates_in_seconds() {
+    use ckpt_ir::Message;
+    let bytes = std::fs::read(root().join("tests/fixtures/mlp_d0_aot.onnx")).unwrap();
+    let mut m = ckpt_ir::onnx::ModelProto::decode(bytes.as_slice()).unwrap();
+    let g = m.graph.as_mut().unwrap();
+    let k = g
+        .node
+        .iter()
+        .position(|n| n.op_type.as_deref() == Some("Relu"))
+        .unwrap();
+    let mut prev = g.node[k].input[0].clone();
+    let chain: Vec<_> = (0..100_000)
+        .map(|i| {
+            let next = format!("fuzz_chain_{i}");
+            ckpt_ir::onnx::NodeProto {
+                input: vec![std::mem::replace(&mut prev, next.clone())],
+                output: vec![next],
+                op_type: Some("Neg".into()),
+                ..Default::default()
+            }
+        })
+        .collect();
+    g.node[k].input[0] = prev;
+    g.node.splice(k..k, chain);
+    let t = std::time::Instant::now();
+    let reached = ckpt_fuzz::exec::exercise(&m.encode_to_vec(), Depth::Export, Duration::ZERO);
+    assert_eq!(reached, ckpt_fuzz::exec::Reached::Through);
+    assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
+}
+
 /// A seeded slice at depth `write`: the main job's output exported, checked against ONNX's
 /// rules and imported again, from a sandbox whose input files must not change.
 #[test]
