@@ -253,7 +253,7 @@ fn sample(
     input: &[u8],
     output: &[u8],
 ) -> std::io::Result<()> {
-    let kept = matches!(opts.sample_every, Some(n) if report.outputs % n.max(1) == 0);
+    let kept = matches!(opts.sample_every, Some(n) if report.outputs.is_multiple_of(n.max(1)));
     report.outputs += 1;
     if let (true, Some(d)) = (kept, &opts.sample_dir) {
         std::fs::write(d.join(format!("in-{exec}.onnx")), input)?;
