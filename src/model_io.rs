@@ -363,9 +363,9 @@ pub fn warn_thread_race(profile: &ckpt_ir::Profile, graph: &ckpt_ir::Graph) {
 pub fn analyse_options(
     m: &crate::cli::ModelArgs,
     bindings: &Bindings,
-) -> Result<crate::optimize::AnalyseOptions, Failure> {
+) -> Result<ckpt_planner::AnalyseOptions, Failure> {
     let (optimizer, optimizer_bits) = m.optimizer();
-    Ok(crate::optimize::AnalyseOptions {
+    Ok(ckpt_planner::AnalyseOptions {
         bindings: bindings.clone(),
         loss: m.loss.clone(),
         optimizer,

@@ -31,8 +31,9 @@ use ckpt_planner::PlanOptions;
 pub use ckpt_planner::{KnownPlan, Planned, NO_RECOMPUTE, PER_BLOCK, PER_LAYER, RECOMPUTE_ALL};
 
 use crate::job::{Ceiling, Job};
-use crate::optimize::{analyse, default_threads, step_flops, AnalyseOptions, Analysis};
+use crate::pipeline::analyse;
 use crate::size::human;
+use ckpt_planner::{default_threads, step_flops, AnalyseOptions, Analysis};
 use ckpt_validate::measured_cost::NodeCosts;
 
 /// The planner's options for the frontier's plans at `ceiling` (no reserve, no refusal
