@@ -28,7 +28,7 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
     // The runtime the model needs (training ops: onnxruntime-training) is the one predicted.
     model_io::on_runtime_of(&mut options.profile, &graph)?;
     model_io::warn_thread_race(&options.profile, &graph);
-    let class = classify(&graph, a.model_args.loss.as_deref());
+    let class = classify(&graph, a.model_args.training.loss.as_deref());
     let params = Parameters::of(&graph, &class, &bindings);
     // What the profile's provider cannot run, and the graph ORT runs for it.
     let (runs, fallback, missing) = match model_io::ort_runs(graph.clone(), &options.profile) {

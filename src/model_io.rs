@@ -364,13 +364,13 @@ pub fn analyse_options(
     m: &crate::cli::ModelArgs,
     bindings: &Bindings,
 ) -> Result<ckpt_planner::AnalyseOptions, Failure> {
-    let (optimizer, optimizer_bits) = m.optimizer();
+    let (optimizer, optimizer_bits) = m.training.optimizer();
     Ok(ckpt_planner::AnalyseOptions {
         bindings: bindings.clone(),
-        loss: m.loss.clone(),
+        loss: m.training.loss.clone(),
         optimizer,
         optimizer_bits,
-        profile: profile(&m.profile)?,
+        profile: profile(&m.training.profile)?,
     })
 }
 

@@ -145,16 +145,8 @@ pub fn measure_pair(
         &opts,
     )
     .map_err(Failure::could_not_validate)?;
-    let e = MemoryExpectation {
-        profile: profile.clone(),
-        fixed_bytes: before.ledger.fixed_bytes,
-        load_bytes: before.ledger.load_bytes,
-        original_arena_bytes: before.device.arena_bytes,
-        rewritten_arena_bytes: after.device.arena_bytes,
-        ceiling_bytes: ceiling,
-        original_dir: dir_of(&before.graph),
-        rewritten_dir,
-    };
+    let dirs = (dir_of(&before.graph), rewritten_dir);
+    let e = MemoryExpectation::of(profile, (before, after), ceiling, dirs);
     let m = check_memory(&original, &rewritten, &inputs, &e).map_err(Failure::input)?;
     Ok((v, m))
 }
