@@ -17,7 +17,7 @@ use ckpt_validate::paired::{ValidateOptions, Validation};
 
 use super::import::{Imported, Reference};
 use super::write::Staged;
-use super::{failures, Checked, PlannedJob};
+use super::{validation_verdict, Checked, PlannedJob};
 use crate::cli::{OptimizeArgs, RunArgs};
 use crate::exit::{error_text, Failure};
 use crate::receipt::{Receipt, Status};
@@ -63,7 +63,7 @@ pub fn validate(
     };
     let result = measure_pair(
         sides,
-        &input.bindings,
+        &input.options.bindings,
         &args.run,
         &input.options.profile,
         Some(ceiling),
@@ -73,10 +73,9 @@ pub fn validate(
     Ok(Some(match result {
         Ok((validation, memory)) => {
             receipt.record_validation(&validation, memory.clone());
-            let why = failures(&validation, &memory);
-            if !why.is_empty() {
+            if let Err(f) = validation_verdict(&validation, &memory) {
                 receipt.status = Status::ValidationFailed;
-                receipt.reason = Some(format!("validation failed: {}", why.join("; ")));
+                receipt.reason = Some(format!("{:#}", f.error));
             }
             Checked::Ran { validation, memory }
         }

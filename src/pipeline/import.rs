@@ -21,14 +21,12 @@ pub struct Imported {
     pub model: PathBuf,
     /// The ceiling as given.
     pub ceiling: Ceiling,
-    /// The graph to plan (at level `disable`, with ORT's float16 Casts explicit).
-    pub graph: ckpt_ir::Graph,
     /// The model file's hash.
     pub hash: FileHash,
     /// Its external data files' hashes.
     pub data_hashes: Vec<FileHash>,
-    pub bindings: ckpt_ir::Bindings,
-    /// How every graph of the job is analysed (its profile: the one the graph is loaded at).
+    /// How every graph of the job is analysed (its bindings; its profile: the one the graph
+    /// is loaded at).
     pub options: AnalyseOptions,
     /// What values are validated against when the planned graph is not the one given.
     pub reference: Option<Reference>,
@@ -44,8 +42,8 @@ pub struct Reference {
 }
 
 /// Check the flags and every target, read, hash and bind the model, and make the graph to
-/// plan.
-pub fn import(args: &OptimizeArgs) -> Result<Imported, Failure> {
+/// plan (at level `disable`, with ORT's float16 Casts explicit).
+pub fn import(args: &OptimizeArgs) -> Result<(Imported, ckpt_ir::Graph), Failure> {
     let model = args
         .model_path()
         .map_err(|e| Failure::input(anyhow!(e)))?
@@ -83,20 +81,19 @@ pub fn import(args: &OptimizeArgs) -> Result<Imported, Failure> {
     if let Some(f) = fallback {
         eprintln!("note: {f}");
     }
-    Ok(Imported {
+    let imported = Imported {
         hash: FileHash {
             path: model.display().to_string(),
             sha256: crate::receipt::sha256_hex(&input_bytes),
         },
         model,
         ceiling,
-        graph,
         data_hashes,
-        bindings,
         options,
         reference,
         planning_from: Instant::now(),
-    })
+    };
+    Ok((imported, graph))
 }
 
 /// The graph to plan under the flags' profile: at level `disable` the model as given; at

@@ -97,8 +97,8 @@ pub fn plan(before: Analysis, options: &PlanOptions) -> Result<PlannedJob, PlanE
 /// The main job the flags describe, up to its exit code ([`verdict`]).
 pub fn main_job(args: &OptimizeArgs) -> Result<Finished, Failure> {
     let t0 = Instant::now();
-    let input = import::import(args)?;
-    let before = analyse(input.graph.clone(), &input.options).map_err(Failure::planning)?;
+    let (input, graph) = import::import(args)?;
+    let before = analyse(graph, &input.options).map_err(Failure::planning)?;
     import::require_training_graph(&before)?;
     let job = Job::from_args(args, input.options.clone(), before.ledger.total_bytes)
         .map_err(|e| Failure::input(anyhow!(e)))?;

@@ -26,10 +26,15 @@ pub struct Staged {
 impl Staged {
     /// The folder its external data resolves against.
     pub fn dir(&self) -> PathBuf {
-        match self.path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        }
+        folder_of(&self.path).to_path_buf()
+    }
+}
+
+/// The folder an output's external data resolves against: its parent, or `.`.
+fn folder_of(out: &Path) -> &Path {
+    match out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
     }
 }
 
@@ -143,11 +148,7 @@ fn read_back(staging: &ckpt_ir::Staging, out: &Path) -> Result<ckpt_ir::onnx::Mo
         .read_back(out)
         .with_context(|| format!("reading back {}", out.display()))
         .map_err(Failure::input)?;
-    let dir = match out.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    ckpt_ir::import_model(proto.clone(), out, Some(dir))
+    ckpt_ir::import_model(proto.clone(), out, Some(folder_of(out)))
         .with_context(|| format!("the output staged for {} does not read back", out.display()))
         .map_err(Failure::internal)?;
     Ok(proto)
