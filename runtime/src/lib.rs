@@ -41,7 +41,7 @@ pub use model::Model;
 pub use npy::{encode_npy, read_npy, write_npy};
 pub use offline::optimize_offline;
 pub use session::{
-    input_specs, run, Arena, InputSpec, OptLevel, Provider, SessionConfig,
+    input_specs, load, run, Arena, InputSpec, OptLevel, Provider, SessionConfig,
     DETERMINISTIC_COMPUTE_KEY, EXTERNAL_DATA_DIR_KEY,
 };
 pub use tensor::{DType, Element, HostTensor};

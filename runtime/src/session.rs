@@ -145,6 +145,17 @@ pub fn run<'a>(
     with_session(model, cfg, |session| run_session(model, session, inputs))
 }
 
+/// Creates a session of `model` under `cfg` (in ORT's own session arena) and drops it: whether
+/// ONNX Runtime loads the model, its external data included.
+pub fn load<'a>(model: impl Into<Model<'a>>, cfg: &SessionConfig) -> Result<()> {
+    let cfg = SessionConfig {
+        arena: Arena::Session,
+        arena_limit: None,
+        ..cfg.clone()
+    };
+    create_session(model.into(), &cfg).map(drop)
+}
+
 /// The model's graph inputs (excluding initializers), as ORT reports them.
 pub fn input_specs<'a>(model: impl Into<Model<'a>>, cfg: &SessionConfig) -> Result<Vec<InputSpec>> {
     let model = model.into();

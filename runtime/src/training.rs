@@ -73,6 +73,23 @@ fn sha256_hex(text: &str) -> String {
 
 static READY: Mutex<Option<TrainingRuntime>> = Mutex::new(None);
 
+/// Whether `venv` holds the training runtime these requirements (or the fixtures') install:
+/// its Python and a matching stamp.
+fn stamped(venv: &Path) -> bool {
+    let stamp = std::fs::read_to_string(venv.join(".requirements.sha256"));
+    venv.join("bin").join("python").is_file()
+        && stamp.is_ok_and(|s| {
+            let s = s.trim();
+            s == sha256_hex(REQUIREMENTS) || s == sha256_hex(FIXTURE_REQUIREMENTS)
+        })
+}
+
+/// Whether [`training_runtime`] is ready without installing anything: not turned off
+/// ([`DISABLE_ENV`]) and its venv installed.
+pub fn is_installed() -> bool {
+    !std::env::var(DISABLE_ENV).is_ok_and(|v| v == "off") && stamped(&training_venv())
+}
+
 /// The training runtime, its venv created and installed first when its stamp does not match (minutes, needs
 /// PyPI; progress goes to stderr). Serialized within the process.
 pub fn training_runtime() -> Result<TrainingRuntime> {
@@ -90,12 +107,7 @@ pub fn training_runtime() -> Result<TrainingRuntime> {
     }
     let python = venv.join("bin").join("python");
     let stamp = venv.join(".requirements.sha256");
-    let stamped = std::fs::read_to_string(&stamp).map(|s| s.trim().to_string());
-    let matches = python.is_file()
-        && stamped.as_ref().is_ok_and(|s| {
-            *s == sha256_hex(REQUIREMENTS) || *s == sha256_hex(FIXTURE_REQUIREMENTS)
-        });
-    if !matches {
+    if !stamped(&venv) {
         install(&venv, &python, &stamp).map_err(fail)?;
     }
     let runner = venv.join("ckpt-opt-runner.py");

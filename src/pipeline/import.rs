@@ -65,6 +65,9 @@ pub fn import(args: &OptimizeArgs) -> Result<(Imported, ckpt_ir::Graph), Failure
         .with_context(|| format!("reading {}", model.display()))
         .map_err(Failure::input)?;
     let graph = load(&model)?;
+    ckpt_ir::check_model_rules(graph.model(), graph.dir())
+        .with_context(|| format!("{} breaks ONNX's rules", model.display()))
+        .map_err(Failure::input)?;
     let reads = match graph.dir() {
         Some(dir) => ckpt_ir::external_data_files(graph.model(), dir),
         None => Vec::new(),

@@ -94,7 +94,27 @@ pub fn stage_output(
         seed,
     )?;
     let proto = read_back(staging, &out)?;
-    Ok(Some(Staged { path: out, proto }))
+    let staged = Staged { path: out, proto };
+    if !args.validate {
+        receipt.output_load = Some(load_check(&staged, &input.options.profile, args)?);
+    }
+    Ok(Some(staged))
+}
+
+/// Without `--validate` (whose runs load the output), ONNX Runtime loads the output as staged
+/// before it is published, when a runtime is there ([`ckpt_validate::loads`]). An output it
+/// refuses is an internal error: the input met the rules the output is held to.
+fn load_check(
+    staged: &Staged,
+    profile: &ckpt_ir::Profile,
+    args: &OptimizeArgs,
+) -> Result<ckpt_validate::loads::LoadCheck, Failure> {
+    crate::progress::stage("loading the output on ONNX Runtime");
+    let label = staged.path.display().to_string();
+    let cfg = ckpt_validate::memory::session_config(profile);
+    let lib = args.run.ort_lib.as_deref();
+    ckpt_validate::loads::load_check(&staged.proto, &label, Some(&staged.dir()), &cfg, lib)
+        .map_err(Failure::internal)
 }
 
 /// Write `graph` to `out` (never over `model`) with its external data, into the receipt: its
@@ -139,16 +159,26 @@ fn write_output(
     Ok(())
 }
 
-/// The output staged for `out`, read back from its temporary files and imported under the
-/// rules every input meets (opsets, ops, attributes, initializer and external-data sizes):
-/// an output that breaks them is never published, and is an internal error (the input met
-/// them). Returns the model as read.
+/// The output staged for `out`, read back from its temporary files, checked against ONNX's
+/// rules ([`ckpt_ir::check_model_rules`]) and imported under the rules every input meets
+/// (opsets, ops, attributes, initializer and external-data sizes): an output that breaks
+/// them is never published, and is an internal error (the input met them). Returns the model
+/// as read.
 fn read_back(staging: &ckpt_ir::Staging, out: &Path) -> Result<ckpt_ir::onnx::ModelProto, Failure> {
     let proto = staging
         .read_back(out)
         .with_context(|| format!("reading back {}", out.display()))
         .map_err(Failure::input)?;
-    ckpt_ir::import_model(proto.clone(), out, Some(folder_of(out)))
+    let dir = folder_of(out);
+    ckpt_ir::check_model_rules(&proto, Some(dir))
+        .with_context(|| {
+            format!(
+                "the output staged for {} breaks ONNX's rules",
+                out.display()
+            )
+        })
+        .map_err(Failure::internal)?;
+    ckpt_ir::import_model(proto.clone(), out, Some(dir))
         .with_context(|| format!("the output staged for {} does not read back", out.display()))
         .map_err(Failure::internal)?;
     Ok(proto)

@@ -75,6 +75,7 @@ pub fn receipt(r: &JobRecord, planned: &PlannedJob) -> Receipt {
         lowest_reachable_total_bytes: None,
         output: None,
         output_data: None,
+        output_load: None,
         predicted_peak_bytes: None,
         predicted_device_arena_bytes: None,
         predicted_in_use_bytes: None,
@@ -237,6 +238,7 @@ impl Receipt {
     pub fn withdraw_output(&mut self) {
         self.output = None;
         self.output_data = None;
+        self.output_load = None;
         self.random_ops_shifted.clear();
     }
 }

@@ -166,6 +166,10 @@ pub struct Receipt {
     pub lowest_reachable_total_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<FileHash>,
+    /// Without `--validate`: whether ONNX Runtime loaded the output as staged, before it was
+    /// published (absent: validated, or nothing written).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_load: Option<ckpt_validate::loads::LoadCheck>,
     /// The output's external data (absent: none, or nothing written).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_data: Option<OutputData>,

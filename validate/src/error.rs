@@ -88,6 +88,14 @@ pub enum ValidateError {
         source: RuntimeError,
     },
 
+    /// ONNX Runtime (`runtime`, its version) refused to load the model labelled `label`.
+    #[error("ONNX Runtime {runtime} does not load {label}")]
+    Load {
+        label: String,
+        runtime: String,
+        source: RuntimeError,
+    },
+
     #[error("measuring the {label} graph's device need")]
     MeasureNeed { label: String, source: RuntimeError },
 

@@ -8,6 +8,7 @@
 //! - [`offline`]: the graph ORT runs at an optimization level, ready to plan;
 //! - [`paired`]: the pair's seeds, the broken control, the verdict, and the run on ONNX Runtime;
 //! - [`training`]: the same pair on the training runtime, for ORT training artifacts;
+//! - [`loads`]: whether ONNX Runtime loads a model (an output before it is published);
 //! - [`memory`]: the session a profile means, and each graph's device need under it, measured
 //!   against the prediction;
 //! - [`measured_cost`]: each node's kernel time on ORT, as the planner's cost (`--cost profile`);
@@ -18,6 +19,7 @@
 
 mod error;
 pub mod inputs;
+pub mod loads;
 pub mod measured_cost;
 pub mod memory;
 pub mod offline;

@@ -1,0 +1,121 @@
+//! What the main job checks before it publishes anything: the input against ONNX's rules at
+//! import, and, without `--validate`, the output as staged loaded by ONNX Runtime (recorded in
+//! the receipt's `output_load`), through the binary.
+
+mod common;
+
+use ckpt_ir::onnx;
+use ckpt_ir::Message;
+use common::*;
+
+fn example() -> std::path::PathBuf {
+    root().join("examples/gpt2_4l_train.onnx")
+}
+
+/// The example with `f` applied, written into `dir` as `in.onnx`.
+fn example_with(
+    dir: &std::path::Path,
+    f: impl FnOnce(&mut onnx::ModelProto),
+) -> std::path::PathBuf {
+    let bytes = std::fs::read(example()).unwrap();
+    let mut m = onnx::ModelProto::decode(bytes.as_slice()).unwrap();
+    f(&mut m);
+    let path = dir.join("in.onnx");
+    std::fs::write(&path, m.encode_to_vec()).unwrap();
+    path
+}
+
+/// A node with an attribute its op's schema does not name breaks ONNX's rules (the checker
+/// refuses it): refused at import, exit 1, naming the node and the attribute, nothing written.
+#[test]
+fn an_input_that_breaks_its_ops_schema_is_refused_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut label = String::new();
+    let model = example_with(dir.path(), |m| {
+        let g = m.graph.as_mut().unwrap();
+        let n = &mut g.node[0];
+        label = n.name.clone().unwrap_or_default();
+        n.attribute.push(onnx::AttributeProto {
+            name: Some("bogus".into()),
+            r#type: Some(onnx::attribute_proto::AttributeType::Int as i32),
+            i: Some(1),
+            ..Default::default()
+        });
+    });
+    assert!(!label.is_empty());
+    let (out, receipt) = (dir.path().join("out.onnx"), dir.path().join("r.json"));
+    let o = run(&[
+        path_str(&model),
+        "--ceiling",
+        "90%",
+        "-o",
+        path_str(&out),
+        "--receipt",
+        path_str(&receipt),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains(&label) && e.contains("`bogus`"), "{e}");
+    assert!(e.contains("breaks ONNX's rules"), "{e}");
+    assert!(!out.exists() && !receipt.exists());
+}
+
+/// Without `--validate`, ONNX Runtime loads the output as staged before it is published; the
+/// receipt says so, with the version that loaded it.
+#[test]
+fn without_validate_the_output_is_loaded_on_onnx_runtime_before_it_is_published() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, receipt) = (dir.path().join("out.onnx"), dir.path().join("r.json"));
+    let o = run(&[
+        path_str(&example()),
+        "--ceiling",
+        "90%",
+        "-o",
+        path_str(&out),
+        "--receipt",
+        path_str(&receipt),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap()).unwrap();
+    assert_receipt_valid(&r, "load check");
+    assert_eq!(r["output_load"]["result"], "loaded", "{}", r["output_load"]);
+    assert_eq!(
+        r["output_load"]["ort_version"],
+        ckpt_ir::ort::ORT_VERSION,
+        "{}",
+        r["output_load"]
+    );
+    assert!(out.exists());
+}
+
+/// With no ONNX Runtime to load it on, the output is still published (the rules were
+/// checked), and the receipt says the load check did not run, naming the library tried.
+#[test]
+fn without_a_runtime_the_receipt_says_the_load_check_did_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, receipt) = (dir.path().join("out.onnx"), dir.path().join("r.json"));
+    let o = run(&[
+        path_str(&example()),
+        "--ceiling",
+        "90%",
+        "-o",
+        path_str(&out),
+        "--receipt",
+        path_str(&receipt),
+        "--ort-lib",
+        "/nonexistent/libonnxruntime.so",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap()).unwrap();
+    assert_receipt_valid(&r, "load check not run");
+    assert_eq!(
+        r["output_load"]["result"], "not_run",
+        "{}",
+        r["output_load"]
+    );
+    let why = r["output_load"]["reason"].as_str().unwrap();
+    assert!(why.contains("/nonexistent/libonnxruntime.so"), "{why}");
+    assert!(out.exists());
+}
