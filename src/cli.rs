@@ -244,8 +244,9 @@ pub struct OptimizeArgs {
     /// Keep this percentage of the ceiling free (allocator slack, other buffers).
     #[arg(long, default_value_t = 0.0, value_parser = reserve, allow_hyphen_values = true)]
     pub reserve: f64,
-    /// Solver time limit in seconds, in (0, 1e6] (the best plan found so far is returned,
-    /// labelled).
+    /// The run's time limit in seconds, in (0, 1e6], counted from its start: import, analysis,
+    /// the search, refusal probes and the output's load check (`--validate`'s runs are
+    /// outside it). The best plan found so far is returned, labelled.
     #[arg(
         long = "time-limit",
         default_value_t = 30.0,

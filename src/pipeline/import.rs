@@ -4,7 +4,6 @@
 //! Casts).
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use anyhow::{anyhow, Context};
 
@@ -30,8 +29,6 @@ pub struct Imported {
     pub options: AnalyseOptions,
     /// What values are validated against when the planned graph is not the one given.
     pub reference: Option<Reference>,
-    /// When planning's time limit starts.
-    pub planning_from: Instant,
 }
 
 /// What values are validated against when the planned graph is not the one given: the
@@ -94,7 +91,6 @@ pub fn import(args: &OptimizeArgs) -> Result<(Imported, ckpt_ir::Graph), Failure
         data_hashes,
         options,
         reference,
-        planning_from: Instant::now(),
     };
     Ok((imported, graph))
 }

@@ -104,17 +104,21 @@ pub fn main_job(args: &OptimizeArgs) -> Result<Finished, Failure> {
         .map_err(|e| Failure::input(anyhow!(e)))?;
     let costs = check::profile_costs(args, &before, &input.options)?;
     crate::progress::stage("searching for a plan");
-    let options = job.plan_options(
-        input.planning_from,
-        ckpt_planner::default_threads(),
-        costs.as_ref(),
-    );
+    // `--time-limit` counts from here: import, analysis, search, probes and the load check.
+    let options = job.plan_options(t0, ckpt_planner::default_threads(), costs.as_ref());
     let planned = plan(before, &options).map_err(Failure::planning)?;
     write::check_profile(&job, &planned)?;
     let mut receipt =
         crate::receipt::build::receipt(&record(args, &job, &input, costs.as_ref()), &planned);
     let mut staging = ckpt_ir::Staging::default();
     let staged = write::stage_output(args, &job, &input, &planned, &mut staging, &mut receipt)?;
+    if !args.validate {
+        let left = job.time_limit.saturating_sub(t0.elapsed());
+        receipt.output_load = staged
+            .as_ref()
+            .map(|s| write::load_check(s, &input.options.profile, args, left))
+            .transpose()?;
+    }
     let checked = check::validate(
         args,
         &input,

@@ -94,26 +94,24 @@ pub fn stage_output(
         seed,
     )?;
     let proto = read_back(staging, &out)?;
-    let staged = Staged { path: out, proto };
-    if !args.validate {
-        receipt.output_load = Some(load_check(&staged, &input.options.profile, args)?);
-    }
-    Ok(Some(staged))
+    Ok(Some(Staged { path: out, proto }))
 }
 
 /// Without `--validate` (whose runs load the output), ONNX Runtime loads the output as staged
-/// before it is published, when a runtime is there ([`ckpt_validate::loads`]). An output it
-/// refuses is an internal error: the input met the rules the output is held to.
-fn load_check(
+/// before it is published, when a runtime is there, for what is `left` of the time limit
+/// ([`ckpt_validate::loads`]). An output it refuses is an internal error: the input met the
+/// rules the output is held to.
+pub fn load_check(
     staged: &Staged,
     profile: &ckpt_ir::Profile,
     args: &OptimizeArgs,
+    left: std::time::Duration,
 ) -> Result<ckpt_validate::loads::LoadCheck, Failure> {
     crate::progress::stage("loading the output on ONNX Runtime");
     let label = staged.path.display().to_string();
     let cfg = ckpt_validate::memory::session_config(profile);
     let lib = args.run.ort_lib.as_deref();
-    ckpt_validate::loads::load_check(&staged.proto, &label, Some(&staged.dir()), &cfg, lib)
+    ckpt_validate::loads::load_check(&staged.proto, &label, Some(&staged.dir()), &cfg, lib, left)
         .map_err(Failure::internal)
 }
 

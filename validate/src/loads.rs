@@ -4,9 +4,14 @@
 //! installed; nothing is installed for this check.
 //!
 //! A runtime that cannot be found is not a failure of the model: the check says it did not
-//! run, and why ([`LoadCheck::NotRun`]).
+//! run, and why ([`LoadCheck::NotRun`]). Neither is a load that outlasts its time: ONNX
+//! Runtime's session creation cannot be interrupted, so it runs on a thread of its own, and
+//! one still running when the time is up is left behind ([`load_abandoned`]: the process must
+//! then end with `_exit`, not run the C++ libraries' static destructors under it).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use ckpt_ir::onnx;
 use ckpt_ir::Message;
@@ -26,15 +31,23 @@ pub enum LoadCheck {
     NotRun { reason: String },
 }
 
+static ABANDONED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a load was left running on its thread when its time was up.
+pub fn load_abandoned() -> bool {
+    ABANDONED.load(Ordering::SeqCst)
+}
+
 /// Load `model` (labelled `label`; its external data in `dir`) on ONNX Runtime (the library
 /// `ort_lib`, else the one found as [`ckpt_runtime::init`] searches) under `cfg`, on the CPU
-/// provider. Errors only when a runtime was there and refused the model.
+/// provider, for at most `within`. Errors only when a runtime was there and refused the model.
 pub fn load_check(
     model: &onnx::ModelProto,
     label: &str,
     dir: Option<&Path>,
     cfg: &SessionConfig,
     ort_lib: Option<&Path>,
+    within: Duration,
 ) -> Result<LoadCheck, ValidateError> {
     let cfg = SessionConfig {
         provider: Provider::Cpu,
@@ -52,12 +65,30 @@ pub fn load_check(
             })
         }
     };
-    ckpt_runtime::load(Model::new(label, &bytes).in_dir(dir), &cfg).map_err(|source| {
-        ValidateError::Load {
-            label: label.to_string(),
-            runtime: info.version.clone(),
-            source,
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (owned_label, owned_dir): (String, Option<PathBuf>) =
+        (label.to_string(), dir.map(Path::to_path_buf));
+    std::thread::spawn(move || {
+        let m = Model::new(&owned_label, &bytes).in_dir(owned_dir.as_deref());
+        let _ = tx.send(ckpt_runtime::load(m, &cfg));
+    });
+    let loaded = match rx.recv_timeout(within) {
+        Ok(loaded) => loaded,
+        Err(_) => {
+            ABANDONED.store(true, Ordering::SeqCst);
+            return Ok(LoadCheck::NotRun {
+                reason: format!(
+                    "ONNX Runtime {} had not loaded it when the run's time ran out ({:.1} s)",
+                    info.version,
+                    within.as_secs_f64()
+                ),
+            });
         }
+    };
+    loaded.map_err(|source| ValidateError::Load {
+        label: label.to_string(),
+        runtime: info.version.clone(),
+        source,
     })?;
     Ok(LoadCheck::Loaded {
         ort_version: info.version.clone(),
@@ -123,7 +154,14 @@ mod tests {
     use ckpt_ir::DType;
 
     fn check(m: &onnx::ModelProto) -> Result<LoadCheck, ValidateError> {
-        load_check(m, "m.onnx", None, &SessionConfig::default(), None)
+        load_check(
+            m,
+            "m.onnx",
+            None,
+            &SessionConfig::default(),
+            None,
+            Duration::from_secs(60),
+        )
     }
 
     #[test]
@@ -168,12 +206,32 @@ mod tests {
             .output("y", DType::F32, "2")
             .build();
         let lib = Path::new("/nonexistent/libonnxruntime.so");
-        match load_check(&m, "m.onnx", None, &SessionConfig::default(), Some(lib)) {
+        let (cfg, within) = (SessionConfig::default(), Duration::from_secs(60));
+        match load_check(&m, "m.onnx", None, &cfg, Some(lib), within) {
             Ok(LoadCheck::NotRun { reason }) => {
                 assert!(reason.contains("/nonexistent"), "{reason}")
             }
             // ORT was loaded by an earlier test of this process: asking for another library
             // is refused the same way.
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A load still running when its time is up is left behind: the check says it did not
+    /// run, naming the time, and the process knows to end with `_exit`.
+    #[test]
+    fn a_load_that_outlasts_its_time_did_not_run() {
+        let m = ModelBuilder::new(17)
+            .input("x", DType::F32, "2")
+            .node("Neg", &["x"], &["y"])
+            .output("y", DType::F32, "2")
+            .build();
+        let cfg = SessionConfig::default();
+        match load_check(&m, "m.onnx", None, &cfg, None, Duration::ZERO).unwrap() {
+            LoadCheck::NotRun { reason } => {
+                assert!(reason.contains("time ran out (0.0 s)"), "{reason}");
+                assert!(load_abandoned());
+            }
             other => panic!("{other:?}"),
         }
     }

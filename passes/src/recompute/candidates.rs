@@ -2,7 +2,9 @@
 //! its values (grown to a fixpoint across candidates that read each other's values), what
 //! the chain costs and which of its nodes are moved rather than cloned. A chain that reaches
 //! an op whose policy is not `Recomputable` excludes its candidate, with the reason; so does
-//! a dependency cycle between candidates.
+//! a chain of more than [`MAX_CHAIN_NODES`] nodes, and a dependency cycle between candidates.
+//! Each walk is bounded by that cap, so finding the candidates is linear in the graph for a
+//! bounded number of gaps.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -35,6 +37,10 @@ pub struct Candidate {
     /// rebuilt values outside this buffer; labelled with its first saved value's name.
     pub model: SolverCandidate,
 }
+
+/// The most nodes one recompute re-runs: a longer chain (re-running a long stretch of the
+/// step to save one buffer) excludes its candidate.
+pub const MAX_CHAIN_NODES: usize = 4096;
 
 /// An activation that may not be recomputed, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -238,6 +244,14 @@ fn walk_chain(
         }
         if !nodes.insert(p) {
             continue;
+        }
+        if nodes.len() > MAX_CHAIN_NODES {
+            return Err(Excluded {
+                tensor: v,
+                node: p,
+                op: graph.node(p).op_label(),
+                reason: format!("rebuilding it re-runs more than {MAX_CHAIN_NODES} nodes"),
+            });
         }
         for u in graph.node(p).input_tensors() {
             if seen.contains(&u) {

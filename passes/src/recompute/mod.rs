@@ -28,7 +28,7 @@ use ckpt_solver::Problem;
 
 use crate::memory::Simulation;
 pub use blocks::{per_block, residual_stream, Granularity, PerBlock};
-pub use candidates::{candidates, Candidate, Candidates, Excluded};
+pub use candidates::{candidates, Candidate, Candidates, Excluded, MAX_CHAIN_NODES};
 pub use rewrite::rewrite;
 pub use terms::{backward_only_terms, lower_terms};
 

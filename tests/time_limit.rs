@@ -1,0 +1,83 @@
+//! `--time-limit` bounds the whole run, counted from its start: import, analysis, the search
+//! and the output's load check, within 10% or 2 s, through the binary.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use ckpt_ir::onnx;
+use ckpt_ir::Message;
+use common::*;
+
+/// The example with a chain of `links` `Neg` nodes (an even count: the values are unchanged)
+/// spliced in front of the first input of a node a third of the way in.
+fn lengthened_example(dir: &std::path::Path, links: usize) -> std::path::PathBuf {
+    let bytes = std::fs::read(root().join("examples/gpt2_4l_train.onnx")).unwrap();
+    let mut m = onnx::ModelProto::decode(bytes.as_slice()).unwrap();
+    let g = m.graph.as_mut().unwrap();
+    let k = (g.node.len() / 3..g.node.len())
+        .find(|&k| !g.node[k].input.is_empty())
+        .unwrap();
+    let mut prev = g.node[k].input[0].clone();
+    let chain: Vec<onnx::NodeProto> = (0..links)
+        .map(|i| {
+            let next = format!("chain_{i}");
+            let n = onnx::NodeProto {
+                input: vec![prev.clone()],
+                output: vec![next.clone()],
+                name: Some(next.clone()),
+                op_type: Some("Neg".into()),
+                domain: Some(String::new()),
+                ..Default::default()
+            };
+            prev = next;
+            n
+        })
+        .collect();
+    g.node[k].input[0] = prev;
+    g.node.splice(k..k, chain);
+    let path = dir.join("chain.onnx");
+    std::fs::write(&path, m.encode_to_vec()).unwrap();
+    path
+}
+
+/// A 20,000-node chain, whose session ONNX Runtime takes minutes to create at level disable:
+/// a 10 s limit ends the run within 2 s of it, with the output written and its load check
+/// recorded as loaded or as stopped by the limit.
+#[test]
+fn the_time_limit_bounds_the_whole_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = lengthened_example(dir.path(), 20_000);
+    let (out, receipt) = (dir.path().join("out.onnx"), dir.path().join("r.json"));
+    let limit = 10.0;
+    let t0 = Instant::now();
+    let o = run(&[
+        path_str(&model),
+        "--ceiling",
+        "90%",
+        "--time-limit",
+        &limit.to_string(),
+        "-o",
+        path_str(&out),
+        "--receipt",
+        path_str(&receipt),
+    ]);
+    let wall = t0.elapsed();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let slack = Duration::from_secs_f64((limit * 0.1_f64).max(2.0));
+    assert!(
+        wall <= Duration::from_secs_f64(limit) + slack,
+        "{wall:?} for a limit of {limit} s"
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap()).unwrap();
+    let load = &r["output_load"];
+    assert!(
+        load["result"] == "loaded"
+            || load["reason"]
+                .as_str()
+                .is_some_and(|s| s.contains("time ran out")),
+        "{load}"
+    );
+    assert!(out.exists());
+}
