@@ -650,3 +650,31 @@ fn opset_imports_outside_the_registry_are_refused() {
         assert!(!out.exists(), "{why}: wrote {}", out.display());
     }
 }
+
+/// A profile is offered or refused before planning: on an ORT training artifact, whose arena
+/// is one region of at most ORT's largest first region (2 GiB), a ceiling with a larger budget
+/// is planned to that region. A need above it is planned down or refused as a ceiling that
+/// cannot be met (exit 2, saying why), never written as a profile ORT cannot hold, nor
+/// refused as a profile not offered.
+#[test]
+fn a_budget_past_one_region_is_planned_to_the_region() {
+    let g = ort_gpt2();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.onnx");
+    let args = |batch: &'static str| {
+        let mut a = vec![g.as_str(), "--ceiling", "8GiB", "-o", path_str(&out)];
+        a.extend_from_slice(&["--dim", batch, "--dim", "seq=1024"]);
+        a
+    };
+    // 2.70 GiB of arena at batch 32: over the region, and no plan brings it under.
+    let o = run(&args("batch=32"));
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("the ceiling planned to is 2.00 GiB"), "{e}");
+    assert!(!e.contains("not offered"), "{e}");
+    assert!(!out.exists());
+    // 1.32 GiB at batch 16: fits the region, written.
+    let o = run(&args("batch=16"));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(out.exists());
+}

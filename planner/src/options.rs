@@ -137,7 +137,9 @@ impl PlanOptions {
     }
 
     /// Whether the steps of `sim` run in the arena the written model records: a first region
-    /// of the budget (the ceiling less `fixed_bytes`, what the caller feeds), capped at it.
+    /// of the budget (the ceiling less `fixed_bytes`, what the caller feeds), capped at it,
+    /// and within one region where the profile is offered in one only
+    /// ([`ckpt_ir::Profile::arena_bound`]).
     /// The need a bisection finds under the budget does not say so: the BFC arena splits a
     /// chunk only at twice the request, so it is not monotone in its cap, and a larger first
     /// region can place chunks worse.
@@ -146,8 +148,9 @@ impl PlanOptions {
         sim: &ckpt_passes::memory::Simulation,
         fixed_bytes: u64,
     ) -> bool {
+        let profile = &self.analysis.profile;
         let budget = self.ceiling.saturating_sub(fixed_bytes);
-        ckpt_passes::device::fits(sim, &self.analysis.profile, budget)
+        ckpt_passes::device::fits(sim, profile, budget.min(profile.arena_bound()))
     }
 
     pub(crate) fn report(&self, p: Progress) {

@@ -45,7 +45,25 @@ const NEGLIGIBLE_SHARE: u64 = 1000;
 /// by the recompute; of the refusals, the one with the lowest reachable total is reported.
 /// Measured costs belong to the given graph's nodes, so with `o.costs` there are no variants.
 /// A refusal is probed `o.refusal_probes` times ([`PlanOptions::refusal_probes`]).
+///
+/// Where the profile holds its steps in one region ([`ckpt_ir::Profile::arena_bound`]), the
+/// ceiling planned to is at most what the caller feeds plus that region, so the profile the
+/// plan records is offered whatever the plan turns out to be.
 pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
+    let bound = before
+        .ledger
+        .fixed_bytes
+        .saturating_add(o.analysis.profile.arena_bound());
+    let bounded;
+    let o = if bound < o.ceiling {
+        bounded = PlanOptions {
+            ceiling: bound,
+            ..o.clone()
+        };
+        &bounded
+    } else {
+        o
+    };
     let pass = Pass {
         pool: Pool::new(o.pass_steps),
         climbs: RefCell::new(None),

@@ -207,9 +207,10 @@ pub fn verdict(f: &Finished) -> Result<(), Failure> {
         return Err(Failure {
             code: CANNOT_FIT,
             error: anyhow!(
-                "the ceiling of {} cannot be met: {}",
+                "the ceiling of {} cannot be met: {}{}",
                 human(f.job.ceiling),
-                d.message
+                d.message,
+                one_region_note(f)
             ),
         });
     }
@@ -221,4 +222,24 @@ pub fn verdict(f: &Finished) -> Result<(), Failure> {
             error: anyhow!("{reason}"),
         }),
     }
+}
+
+/// Where the profile bounds the arena to one region below the ceiling's budget, why the
+/// ceiling planned to is lower than the one given, and the flag that lifts it.
+fn one_region_note(f: &Finished) -> String {
+    let fixed = f.planned.before.ledger.fixed_bytes;
+    let bound = f.profile.arena_bound();
+    if f.job.ceiling.saturating_sub(fixed) <= bound {
+        return String::new();
+    }
+    let lift = if f.profile.ort_version == ckpt_ir::ort::TRAINING_ORT_VERSION {
+        "onnxruntime-training runs this profile in one region only"
+    } else {
+        "`--caller-outputs released` lifts this"
+    };
+    format!(
+        "; the profile holds the arena in one region, and ORT's largest first region is {}, so the ceiling planned to is {} ({lift})",
+        human(bound),
+        human(fixed.saturating_add(bound))
+    )
 }

@@ -38,16 +38,19 @@ fn folder_of(out: &Path) -> &Path {
     }
 }
 
-/// The profile the output records must be one ORT offers: held outputs are offered in one
-/// region only, and a budget above the largest first region ORT accepts resolves to several,
-/// which the prediction cannot hold.
+/// The profile the output records is one ORT offers: held outputs are offered in one region
+/// only, and the planner holds the need under the largest first region ORT accepts
+/// ([`ckpt_ir::Profile::arena_bound`]), so a plan that breaks this is an internal error.
 pub fn check_profile(job: &Job, planned: &PlannedJob) -> Result<(), Failure> {
-    if let Outcome::Rewritten(r) = &planned.outcome {
-        job.recorded_profile(planned.before.ledger.fixed_bytes)
-            .one_region(r.after.device.arena_bytes)
-            .map_err(|e| Failure::input(anyhow!(e)))?;
-    }
-    Ok(())
+    let fixed = planned.before.ledger.fixed_bytes;
+    let need = match &planned.outcome {
+        Outcome::CannotFit(_) => return Ok(()),
+        Outcome::AlreadyFits => planned.before.device.arena_bytes,
+        Outcome::Rewritten(r) => r.after.device.arena_bytes,
+    };
+    job.recorded_profile(fixed)
+        .one_region(need)
+        .map_err(|e| Failure::internal(anyhow!(e)))
 }
 
 /// Stage the job's output: the rewrite (at `-o` or the default output), or the unchanged

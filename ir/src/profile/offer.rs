@@ -147,6 +147,25 @@ impl Profile {
         })
     }
 
+    /// The most arena bytes this profile's steps may use: with held outputs or on
+    /// onnxruntime-training, a CPU arena of `kNextPowerOfTwo` regions is offered in one region
+    /// only, and ORT's first region is at most [`crate::ort::MAX_INITIAL_CHUNK`]; any other
+    /// profile has no such bound (`u64::MAX`). Planning holds the need under it, so whether
+    /// the profile is offered is known before any plan ([`Profile::one_region`] then holds).
+    pub fn arena_bound(&self) -> u64 {
+        let held = self.caller_outputs == CallerOutputs::Held;
+        let training = self.ort_version == TRAINING_ORT_VERSION;
+        let one_region = (held || training)
+            && self.arena_extend_strategy == ExtendStrategy::NextPowerOfTwo
+            && self.execution_provider == ExecutionProvider::Cpu
+            && !matches!(self.initial_chunk, InitialChunk::OrtDefault);
+        if one_region {
+            crate::ort::MAX_INITIAL_CHUNK
+        } else {
+            u64::MAX
+        }
+    }
+
     /// Whether a profile read from a model ([`Profile::offered`] with `recorded`) holds its
     /// steps in one region when they need `need` bytes of arena: a recorded first region below
     /// the need grows further regions, which is not offered with held outputs or on
