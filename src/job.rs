@@ -167,6 +167,7 @@ impl Job {
                 .then(|| ckpt_planner::Trace::new(|e| eprintln!("{e}"))),
             progress: Some(progress),
             refusal_probes: self.refusal_probes,
+            ladder_rungs: ckpt_planner::LADDER_RUNGS,
             max_trials: ckpt_planner::MAX_TRIALS,
             pass_steps: self.search_steps,
         }

@@ -87,11 +87,17 @@ pub struct PlanOptions {
     /// planned (bisection), so that the lowest reachable total reported is no higher than a
     /// plan found at a ceiling in between: the search is not monotone in the ceiling.
     pub refusal_probes: usize,
+    /// Rungs of the ladder: at most how many tighter ceilings (whole percents of the given
+    /// graph's device total, below the ceiling) are planned in turn below a plan that adds
+    /// anything, or below a refusal, the cheapest plan kept ([`LADDER_RUNGS`] by default;
+    /// [`crate::plan`]). A plan that fits a tighter ceiling fits this one: the search alone
+    /// is not monotone in the ceiling.
+    pub ladder_rungs: usize,
     /// Simulations one search may run ([`MAX_TRIALS`] by default; a variant planned after a
     /// plan is in hand gets [`variant_trials`]).
     pub max_trials: usize,
-    /// Schedule steps the candidate searches of one [`crate::plan`] call (its variants and
-    /// its refusal probes together) may simulate, trials times the graph's steps
+    /// Schedule steps the candidate searches of one [`crate::plan`] call (its variants, its
+    /// rungs and its refusal probes together) may simulate, trials times the graph's steps
     /// ([`PASS_STEPS`] by default): each search gets at most the trials the steps left pay
     /// for. A count, so that a refusal ends at the same place on any machine, not at the time
     /// limit.
@@ -112,6 +118,7 @@ impl PlanOptions {
             trace: None,
             progress: None,
             refusal_probes: 0,
+            ladder_rungs: LADDER_RUNGS,
             max_trials: MAX_TRIALS,
             pass_steps: PASS_STEPS,
         }
@@ -332,6 +339,11 @@ pub const VARIANT_STEPS: usize = 1_500_000;
 /// Schedule steps the candidate searches of one [`crate::plan`] call may simulate in all
 /// ([`PlanOptions::pass_steps`]).
 pub const PASS_STEPS: usize = 8_000_000;
+
+/// Rungs of the ladder below the ceiling at most ([`PlanOptions::ladder_rungs`]): whole
+/// percents of the given graph's device total. A bound, not the ladder's stop: it stops at the
+/// first rung with no plan, where the plan in hand outclasses every search.
+pub const LADDER_RUNGS: usize = 16;
 
 /// How many unchosen candidates one search move tries adding.
 pub(crate) const SEARCH_WIDTH: usize = 32;

@@ -47,6 +47,15 @@ pub enum Event {
     BlockStartsSimulated { at: Duration },
     /// The block plan's cut, run beside a variant's search, was taken into account.
     BlockCutSettled { at: Duration },
+    /// A rung of the ladder below the ceiling was planned: its effective ceiling, the plan's
+    /// added cost (FLOPs, or the costs' unit), and whether the plan was kept (cheaper than the
+    /// plan in hand and run in the arena the ceiling records).
+    RungPlanned {
+        ceiling: u64,
+        added: Option<u64>,
+        kept: bool,
+        at: Duration,
+    },
     /// A zero-FLOP variant's candidate search starts.
     VariantSearched { variant: VariantKind },
     /// A zero-FLOP variant was planned.
@@ -341,6 +350,20 @@ impl fmt::Display for Event {
                 write!(f, "blocks: cut taken into account (at {} s)", Secs(*at))
             }
             Event::VariantSearched { variant } => write!(f, "variant: {variant}"),
+            Event::RungPlanned {
+                ceiling,
+                added,
+                kept,
+                at,
+            } => {
+                write!(f, "ladder: rung {ceiling} B: ")?;
+                match added {
+                    Some(a) => write!(f, "+{a}")?,
+                    None => f.write_str("no plan")?,
+                }
+                let kept = if *kept { ", kept" } else { "" };
+                write!(f, "{kept} (at {} s)", Secs(*at))
+            }
             Event::VariantPlanned { result, at } => {
                 write!(f, "variant planned: {result} (at {} s)", Secs(*at))
             }

@@ -18,7 +18,7 @@ use ckpt_passes::recompute::{candidates, problem};
 use crate::analysis::{analyse, Analysis};
 use crate::blocks::{BlockStart, CutResult};
 use crate::leaves::Climbs;
-use crate::options::{variant_trials, Deadline, PlanOptions, Progress};
+use crate::options::{variant_trials, Deadline, PlanOptions, Progress, OUTCLASSED_FACTOR};
 use crate::oracle::{plan_from_set, Oracle, Simulator};
 use crate::outcome::{Diagnosis, Outcome, Rewritten};
 use crate::par::Pool;
@@ -125,16 +125,19 @@ impl Variants {
     /// The first candidate search: of the reordered graph, else of `before`. `None`: `before`
     /// already fits. When a block plan fits (`blocks_fit`), it gets a variant's simulations
     /// ([`variant_trials`]): a deep ceiling it cannot meet must not take the time the block
-    /// plan's cut needs. A count, so the plan does not depend on the clock.
+    /// plan's cut needs. A count, so the plan does not depend on the clock. So does it with a
+    /// plan in hand from a higher ceiling (`in_hand`, its added FLOPs), which it is asked to
+    /// beat ([`in_hand_beat`]).
     pub(crate) fn first(
         &self,
         before: &Analysis,
         blocks_fit: bool,
+        in_hand: Option<u64>,
         o: &PlanOptions,
         pool: &Pool,
     ) -> Result<Option<Result<Box<Rewritten>, Diagnosis>>, PlanError> {
         let bounded;
-        let first_o = if blocks_fit {
+        let first_o = if blocks_fit || in_hand.is_some() {
             bounded = PlanOptions {
                 max_trials: o.max_trials.min(variant_trials(before.sim.schedule.len())),
                 ..o.clone()
@@ -143,9 +146,10 @@ impl Variants {
         } else {
             o
         };
+        let beat = in_hand.map(in_hand_beat);
         Ok(Some(match self.ordered.as_ref() {
-            Some(v) => plan_variant(v, first_o, None, pool)?,
-            None => match search_graph(before, first_o, None, pool)? {
+            Some(v) => plan_variant(v, first_o, beat, pool)?,
+            None => match search_graph(before, first_o, beat, pool)? {
                 Outcome::AlreadyFits => return Ok(None),
                 Outcome::Rewritten(r) => Ok(r),
                 Outcome::CannotFit(d) => Err(d),
@@ -159,6 +163,9 @@ impl Variants {
 #[derive(Default)]
 pub(crate) struct Tried {
     found: Option<Box<Rewritten>>,
+    /// The added FLOPs of a plan in hand from a higher ceiling's pass, which every search here
+    /// is asked to beat ([`in_hand_beat`]).
+    in_hand: Option<u64>,
     refused: Option<Diagnosis>,
     /// The clock stopped some variant's search: what is kept may not be what a faster
     /// machine keeps (a stopped variant might have found a cheaper plan).
@@ -168,6 +175,30 @@ pub(crate) struct Tried {
 }
 
 impl Tried {
+    /// Nothing tried yet, with the added FLOPs of a plan in hand from a higher ceiling's pass,
+    /// if any.
+    pub(crate) fn beating(in_hand: Option<u64>) -> Tried {
+        Tried {
+            in_hand,
+            ..Tried::default()
+        }
+    }
+
+    /// The added FLOPs of the cheapest plan in hand: the plan kept's, or the higher ceiling's,
+    /// whichever is lower; `None` with neither.
+    fn in_hand(&self) -> Option<u64> {
+        let found = self.found.as_ref().map(|f| f.counts.added_flops);
+        cheaper(found, self.in_hand)
+    }
+
+    /// What the next search is asked to beat ([`crate::SearchOptions::beat`]): the plan kept
+    /// (outclassed over [`crate::OUTCLASSED_FACTOR`] times it), or the higher ceiling's
+    /// ([`in_hand_beat`]), whichever outclasses more.
+    fn beat(&self) -> Option<u64> {
+        let found = self.found.as_ref().map(|f| f.counts.added_flops);
+        cheaper(found, self.in_hand.map(in_hand_beat))
+    }
+
     /// Keep `planned` if it is cheaper (or lower); whether it is a plan that adds nothing.
     pub(crate) fn consider(&mut self, planned: Result<Box<Rewritten>, Diagnosis>) -> bool {
         self.clock_hit |= match &planned {
@@ -211,6 +242,23 @@ impl Tried {
     }
 }
 
+/// The lower of two costs, either of which may be missing.
+fn cheaper(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// [`crate::SearchOptions::beat`] for a plan in hand from a higher ceiling's pass adding
+/// `in_hand` (a rung of the ladder, [`crate::plan`]): a search whose linear model's optimum
+/// costs more than that plan itself is outclassed, where a variant of the same pass gets
+/// [`crate::OUTCLASSED_FACTOR`] times the plan kept. The model's optimum only grows as the
+/// ceiling falls, so the ladder descends while a rung's model can still beat the plan in hand.
+pub(crate) fn in_hand_beat(in_hand: u64) -> u64 {
+    in_hand.div_ceil(OUTCLASSED_FACTOR)
+}
+
 /// Of two refusals, the one with the lower reachable total (the first on a tie).
 fn lower(a: Diagnosis, b: Diagnosis) -> Diagnosis {
     if b.lowest_reachable_total_bytes < a.lowest_reachable_total_bytes {
@@ -244,11 +292,7 @@ pub(crate) fn race(
     pool: &Pool,
 ) -> Result<bool, PlanError> {
     let cheap = negligible.saturating_mul(BLOCK_CUT_SHARE);
-    let run_cut = blocks.fits(o)
-        && tried
-            .found
-            .as_ref()
-            .is_none_or(|f| f.counts.added_flops > cheap);
+    let run_cut = blocks.fits(o) && tried.in_hand().is_none_or(|flops| flops > cheap);
     let clock = Deadline::new(o.started + o.time_limit);
     std::thread::scope(|s| -> Result<bool, PlanError> {
         let mut cut = PendingCut {
@@ -310,7 +354,7 @@ impl PendingCut<'_, '_> {
         plan: impl FnOnce(&PlanOptions, Option<u64>) -> Result<T, PlanError>,
     ) -> Result<T, PlanError> {
         let o = self.o;
-        let in_hand = tried.found.is_some() || self.pending();
+        let in_hand = tried.in_hand().is_some() || self.pending();
         let budget = PlanOptions {
             max_trials: if in_hand {
                 o.max_trials.min(variant_trials(steps))
@@ -319,8 +363,7 @@ impl PendingCut<'_, '_> {
             },
             ..o.clone()
         };
-        let beat = tried.found.as_ref().map(|f| f.counts.added_flops);
-        let planned = plan(&budget, beat);
+        let planned = plan(&budget, tried.beat());
         self.settle(tried)?;
         planned
     }
@@ -434,7 +477,7 @@ fn plan_variant(
 
 /// Whether the graph `a` analyses fits the ceiling as it is and runs in the arena the written
 /// model records ([`PlanOptions::runs_as_recorded`]).
-fn fits_as_recorded(a: &Analysis, o: &PlanOptions) -> bool {
+pub(crate) fn fits_as_recorded(a: &Analysis, o: &PlanOptions) -> bool {
     a.ledger.total_bytes <= o.effective_ceiling()
         && o.runs_as_recorded(&a.sim, a.ledger.fixed_bytes)
 }
@@ -456,7 +499,13 @@ fn as_is(v: &Variant, o: &PlanOptions) -> Result<Box<Rewritten>, PlanError> {
     };
     let plan = plan_from_set(&prob, vec![false; cands.list.len()]);
     let (_, realised) = oracle.realise(&plan)?;
-    let mut r = Box::new(Rewritten::new(realised, cands, plan, arena_ceiling));
+    let mut r = Box::new(Rewritten::new(
+        realised,
+        cands,
+        plan,
+        arena_ceiling,
+        o.effective_ceiling(),
+    ));
     v.report(&mut r);
     Ok(r)
 }
@@ -638,6 +687,7 @@ mod tests {
             timed_out,
             steps_spent: false,
             ceilings_probed: 0,
+            rungs_planned: 0,
             message: String::new(),
         }
     }
