@@ -107,7 +107,7 @@ impl Diagnosis {
                 o.reserve_pct
             ),
             DiagnosisKind::NoPlanFound => format!(
-                "no recompute plan fits: the lowest device total found under the deployment profile (recomputing every candidate, the search's best, or a plan found at a ceiling in between) is {} ({} fixed + {} arena), above the ceiling of {}; dominant ledger line of the lowest plan found: {}{}{}",
+                "no recompute plan fits: the lowest device total found under the deployment profile (recomputing every candidate, the search's best, or a plan found at a ceiling in between) is {} ({} fixed + {} arena), above the ceiling of {}; dominant ledger line: {}{}{}",
                 human(self.lowest_reachable_total_bytes),
                 human(self.fixed_bytes),
                 human(self.lowest_reachable_total_bytes.saturating_sub(self.fixed_bytes)),
@@ -399,7 +399,7 @@ mod tests {
         assert!(d.message.starts_with(
             "no recompute plan fits: the lowest device total found under the deployment profile"
         ));
-        assert!(d.message.contains("is 2.00 GiB (512 B fixed + 2.00 GiB arena), above the ceiling of 1.50 GiB; dominant ledger line of the lowest plan found: saved activations (the search stopped at the time limit of 120 s;"));
+        assert!(d.message.contains("is 2.00 GiB (512 B fixed + 2.00 GiB arena), above the ceiling of 1.50 GiB; dominant ledger line: saved activations (the search stopped at the time limit of 120 s;"));
         let json = serde_json::to_value(&d).unwrap();
         assert_eq!(json["kind"], "no_plan_found");
         assert_eq!(json["message"], d.message.as_str());

@@ -18,7 +18,7 @@ use ckpt_passes::recompute::{candidates, problem};
 use crate::analysis::{analyse, Analysis};
 use crate::blocks::{BlockStart, CutResult};
 use crate::leaves::Climbs;
-use crate::options::{variant_trials, Deadline, PlanOptions, Progress, OUTCLASSED_FACTOR};
+use crate::options::{variant_trials, Deadline, PlanOptions, Progress};
 use crate::oracle::{plan_from_set, Oracle, Simulator};
 use crate::outcome::{Diagnosis, Outcome, Rewritten};
 use crate::par::Pool;
@@ -127,7 +127,7 @@ impl Variants {
     /// ([`variant_trials`]): a deep ceiling it cannot meet must not take the time the block
     /// plan's cut needs. A count, so the plan does not depend on the clock. So does it with a
     /// plan in hand from a higher ceiling (`in_hand`, its added FLOPs), which it is asked to
-    /// beat ([`in_hand_beat`]).
+    /// beat ([`crate::SearchOptions::beat`]).
     pub(crate) fn first(
         &self,
         before: &Analysis,
@@ -146,10 +146,9 @@ impl Variants {
         } else {
             o
         };
-        let beat = in_hand.map(in_hand_beat);
         Ok(Some(match self.ordered.as_ref() {
-            Some(v) => plan_variant(v, first_o, beat, pool)?,
-            None => match search_graph(before, first_o, beat, pool)? {
+            Some(v) => plan_variant(v, first_o, in_hand, pool)?,
+            None => match search_graph(before, first_o, in_hand, pool)? {
                 Outcome::AlreadyFits => return Ok(None),
                 Outcome::Rewritten(r) => Ok(r),
                 Outcome::CannotFit(d) => Err(d),
@@ -164,7 +163,7 @@ impl Variants {
 pub(crate) struct Tried {
     found: Option<Box<Rewritten>>,
     /// The added FLOPs of a plan in hand from a higher ceiling's pass, which every search here
-    /// is asked to beat ([`in_hand_beat`]).
+    /// is asked to beat.
     in_hand: Option<u64>,
     refused: Option<Diagnosis>,
     /// The clock stopped some variant's search: what is kept may not be what a faster
@@ -184,19 +183,15 @@ impl Tried {
         }
     }
 
-    /// The added FLOPs of the cheapest plan in hand: the plan kept's, or the higher ceiling's,
-    /// whichever is lower; `None` with neither.
+    /// The added FLOPs of the cheapest plan in hand, which the next search is asked to beat
+    /// ([`crate::SearchOptions::beat`]): the plan kept's, or the higher ceiling's, whichever
+    /// is lower; `None` with neither.
     fn in_hand(&self) -> Option<u64> {
         let found = self.found.as_ref().map(|f| f.counts.added_flops);
-        cheaper(found, self.in_hand)
-    }
-
-    /// What the next search is asked to beat ([`crate::SearchOptions::beat`]): the plan kept
-    /// (outclassed over [`crate::OUTCLASSED_FACTOR`] times it), or the higher ceiling's
-    /// ([`in_hand_beat`]), whichever outclasses more.
-    fn beat(&self) -> Option<u64> {
-        let found = self.found.as_ref().map(|f| f.counts.added_flops);
-        cheaper(found, self.in_hand.map(in_hand_beat))
+        match (found, self.in_hand) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Keep `planned` if it is cheaper (or lower); whether it is a plan that adds nothing.
@@ -240,23 +235,6 @@ impl Tried {
         }
         (self.found, self.refused)
     }
-}
-
-/// The lower of two costs, either of which may be missing.
-fn cheaper(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// [`crate::SearchOptions::beat`] for a plan in hand from a higher ceiling's pass adding
-/// `in_hand` (a rung of the ladder, [`crate::plan`]): a search whose linear model's optimum
-/// costs more than that plan itself is outclassed, where a variant of the same pass gets
-/// [`crate::OUTCLASSED_FACTOR`] times the plan kept. The model's optimum only grows as the
-/// ceiling falls, so the ladder descends while a rung's model can still beat the plan in hand.
-pub(crate) fn in_hand_beat(in_hand: u64) -> u64 {
-    in_hand.div_ceil(OUTCLASSED_FACTOR)
 }
 
 /// Of two refusals, the one with the lower reachable total (the first on a tie).
@@ -363,7 +341,7 @@ impl PendingCut<'_, '_> {
             },
             ..o.clone()
         };
-        let planned = plan(&budget, tried.beat());
+        let planned = plan(&budget, tried.in_hand());
         self.settle(tried)?;
         planned
     }
