@@ -231,12 +231,15 @@ pub struct SearchOptions {
     pub progress: Option<fn(Progress)>,
     /// Simulations the climb and the swaps may run (a count: the same plan on any machine).
     pub max_trials: usize,
-    /// The added cost of a plan already in hand (another variant's): a search whose linear
-    /// model's optimum, the ILP's first round, costs more than [`OUTCLASSED_FACTOR`] times it
-    /// stops there ([`crate::Searched::Outclassed`]) without simulating anything. That round
+    /// The added cost of a plan already in hand (another variant's, or a higher ceiling's): a
+    /// search whose linear model's optimum, the ILP's first round, costs more than
+    /// [`OUTCLASSED_FACTOR`] times it stops there ([`crate::Searched::Outclassed`]) without
+    /// simulating anything. Every ILP solve of the search (its rounds, its tightened budgets)
     /// is solved with the factor times it as CBC's cutoff
     /// ([`ckpt_solver::IlpOptions::cutoff`]), so CBC prunes on it and proves a model with
-    /// nothing under it outclassed at its root.
+    /// nothing under it outclassed at its root; a later round or a tightened budget with
+    /// nothing under it (its model is more conservative than the first round's) ends the
+    /// rounds or the tightening.
     pub beat: Option<u64>,
 }
 

@@ -77,10 +77,15 @@ pub enum Event {
         arena_bytes: u64,
         trial: usize,
     },
-    /// The first ILP round proved no plan of the model costs at most `cutoff`.
-    Outclassed { cutoff: u64, at: Duration },
-    /// The first ILP round's plan, its cost re-evaluated, is over `cutoff`.
+    /// An ILP round proved no plan of the model costs at most `cutoff`.
+    Outclassed {
+        round: usize,
+        cutoff: u64,
+        at: Duration,
+    },
+    /// An ILP round's plan, its cost re-evaluated, is over `cutoff`.
     OutclassedCost {
+        round: usize,
         cost: u64,
         cutoff: u64,
         at: Duration,
@@ -447,14 +452,19 @@ impl Event {
     /// The lines of the search's events: the ILP rounds, the climbs and the cut.
     fn fmt_search(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Event::Outclassed { cutoff, at } => write!(
+            Event::Outclassed { round, cutoff, at } => write!(
                 f,
-                "ilp round 0: no plan of the model costs at most {cutoff} ({OUTCLASSED_FACTOR} x the plan in hand): outclassed (at {} s)",
+                "ilp round {round}: no plan of the model costs at most {cutoff} ({OUTCLASSED_FACTOR} x the plan in hand): outclassed (at {} s)",
                 Secs(*at)
             ),
-            Event::OutclassedCost { cost, cutoff, at } => write!(
+            Event::OutclassedCost {
+                round,
+                cost,
+                cutoff,
+                at,
+            } => write!(
                 f,
-                "ilp round 0: cost {cost} is over {OUTCLASSED_FACTOR} x the plan in hand ({cutoff}): outclassed (at {} s)",
+                "ilp round {round}: cost {cost} is over {OUTCLASSED_FACTOR} x the plan in hand ({cutoff}): outclassed (at {} s)",
                 Secs(*at)
             ),
             Event::RoundUnproven {
