@@ -9,7 +9,7 @@
 //! `chain_200k` is built in memory: a 200k-node chain, imported and analysed (no plan).
 //! For each model present in `target/bench/`: import, `analyse` (with its stages timed one by
 //! one: shape inference, phases, ORT schedule, simulation, ledger), the candidates, and the
-//! whole `optimize::plan` at ceilings of 95% and 90% of the predicted total; with
+//! whole plan (`ckpt_opt::pipeline::analyse`, then `Job::plan`) at ceilings of 95% and 90% of the predicted total; with
 //! `SCALE_BENCH_ILP=1` also one bare ILP solve and one simulator trial per ceiling, after the
 //! plan (a solve stopped by its watchdog leaves CBC's thread running, which would slow every
 //! plan timed after it).
@@ -31,12 +31,13 @@ use std::time::{Duration, Instant};
 use ckpt_ir::ops::infer;
 use ckpt_ir::{import_file, Bindings};
 use ckpt_opt::job::Job;
-use ckpt_opt::optimize::{analyse, plan, Outcome};
+use ckpt_opt::pipeline::{analyse, PlannedJob};
 use ckpt_opt::size::human;
 use ckpt_passes::classify;
 use ckpt_passes::ledger::{ledger, Optimizer};
 use ckpt_passes::memory::{schedule, simulate};
 use ckpt_passes::recompute::{candidates, problem, rewrite};
+use ckpt_planner::Outcome;
 use ckpt_solver::{solve_ilp_with, IlpOptions};
 
 struct Bench {
@@ -195,7 +196,7 @@ fn run_chain() -> anyhow::Result<String> {
     let (a, t_analyse) = timed(|| {
         analyse(
             graph,
-            &ckpt_opt::optimize::AnalyseOptions::with_bindings(Bindings::new()),
+            &ckpt_planner::AnalyseOptions::with_bindings(Bindings::new()),
         )
     });
     a?;
@@ -221,7 +222,7 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
     );
     println!("  import                  {}", secs(t_import));
 
-    // analyse, stage by stage (the same calls as optimize::analyse)
+    // analyse, stage by stage (the same calls as ckpt_planner::analyse)
     let bind = Bindings::new();
     let (types, t_infer) = timed(|| infer(&graph));
     let types = types?;
@@ -267,7 +268,7 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
     let (a, t_analyse) = timed(|| {
         analyse(
             graph.clone(),
-            &ckpt_opt::optimize::AnalyseOptions::with_bindings(bind.clone()),
+            &ckpt_planner::AnalyseOptions::with_bindings(bind.clone()),
         )
     });
     let a = a?;
@@ -297,7 +298,7 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
         model: path.to_path_buf(),
         ceiling,
         output: None,
-        analysis: ckpt_opt::optimize::AnalyseOptions::with_bindings(bind.clone()),
+        analysis: ckpt_planner::AnalyseOptions::with_bindings(bind.clone()),
         reserve_pct: 0.0,
         time_limit: Duration::from_secs_f64(time_limit),
         refusal_probes: 0,
@@ -312,10 +313,11 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
         let (outcome, t_plan) = timed(|| plan(&job_at(ceiling), graph.clone()));
         let whole = t_import + t_plan;
         let met = if whole < b.target { "MET" } else { "NOT met" };
-        let step: u64 = ckpt_opt::optimize::step_flops(&a, &bind);
-        let outcome = outcome?;
+        let step: u64 = ckpt_planner::step_flops(&a, &bind);
+        let planned = outcome?;
+        let before = &planned.before;
         // What the plan's run holds at its in-use peak, by ledger line.
-        let held = match &outcome {
+        let held = match &planned.outcome {
             Outcome::Rewritten(r) => {
                 let h = ckpt_passes::ledger::held(
                     &r.after.graph,
@@ -361,9 +363,9 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
             }
             _ => None,
         };
-        let desc = match outcome {
-            Outcome::AlreadyFits { before } => format!("already fits ({})", human(before.ledger.total_bytes)),
-            Outcome::CannotFit { before, diagnosis } => {
+        let desc = match &planned.outcome {
+            Outcome::AlreadyFits => format!("already fits ({})", human(before.ledger.total_bytes)),
+            Outcome::CannotFit(diagnosis) => {
                 format!("cannot fit: before {}, lowest reachable {}", human(before.ledger.total_bytes), human(diagnosis.lowest_reachable_total_bytes))
             }
             Outcome::Rewritten(r) => format!(
@@ -376,7 +378,7 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
                 r.counts.added_flops,
                 100.0 * r.counts.added_flops as f64 / step.max(1) as f64,
                 if r.time_limit_hit { ", time limit hit" } else { "" },
-                human(r.before.ledger.total_bytes),
+                human(before.ledger.total_bytes),
                 human(r.after.ledger.total_bytes)
             ),
         };
@@ -414,7 +416,7 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
             human(ceiling)
         );
         let (outcome, t_plan) = timed(|| plan(&job_at(ceiling), graph.clone()));
-        let line = match outcome? {
+        let line = match outcome?.outcome {
             Outcome::Rewritten(r) => format!(
                 "{:<9} versus {what}: {} at +{:.1} GFLOP against its +{:.1} GFLOP (ratio {:.2}; {}; plan {:.1} s)",
                 b.stem,
@@ -425,8 +427,8 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
                 if r.counts.added_flops < flops { "fewer: MET" } else { "NOT met" },
                 t_plan.as_secs_f64()
             ),
-            Outcome::AlreadyFits { .. } => format!("{:<9} versus {what}: already fits", b.stem),
-            Outcome::CannotFit { diagnosis, .. } => format!(
+            Outcome::AlreadyFits => format!("{:<9} versus {what}: already fits", b.stem),
+            Outcome::CannotFit(diagnosis) => format!(
                 "{:<9} versus {what}: NOT met, no plan (lowest {}; plan {:.1} s)",
                 b.stem,
                 human(diagnosis.lowest_reachable_total_bytes),
@@ -443,7 +445,7 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
 /// the rest), one simulator trial timed stage by stage, and with `SCALE_BENCH_PROBE` the same
 /// solve under other CBC settings.
 fn diagnose(
-    a: &ckpt_opt::optimize::Analysis,
+    a: &ckpt_planner::Analysis,
     cands: &ckpt_passes::recompute::Candidates,
     bind: &ckpt_ir::Bindings,
     ceiling: u64,
@@ -575,7 +577,7 @@ fn diagnose(
             }
         }
     }
-    let step: u64 = ckpt_opt::optimize::step_flops(a, bind);
+    let step: u64 = ckpt_planner::step_flops(a, bind);
     // Baselines on the same candidates, each rewritten and simulated (the same truth the
     // plan is held to): which fit the ceiling, and at what added FLOPs.
     let fixed_set = |set: Vec<bool>| {
@@ -621,4 +623,10 @@ fn diagnose(
         );
     }
     Ok(())
+}
+
+/// The main job's plan of `graph`: analysed, then planned (the time limit counts from the
+/// analysis).
+fn plan(job: &ckpt_opt::job::Job, graph: ckpt_ir::Graph) -> anyhow::Result<PlannedJob> {
+    Ok(job.plan(analyse(graph, &job.analysis)?)?)
 }

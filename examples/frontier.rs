@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use ckpt_ir::import_file;
 use ckpt_opt::job::Job;
-use ckpt_opt::optimize::{analyse, plan_analysed, step_flops, AnalyseOptions, Outcome};
+use ckpt_opt::pipeline::analyse;
 use ckpt_opt::size::human;
+use ckpt_planner::{step_flops, AnalyseOptions, Outcome};
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
@@ -46,10 +47,10 @@ fn main() -> Result<()> {
         };
         let t = Instant::now();
         let before = analyse(graph.clone(), &options)?;
-        let outcome = plan_analysed(&job, before, t)?;
+        let planned = ckpt_opt::pipeline::plan(before, &job.plan_options(t, 1, None))?;
         let secs = t.elapsed().as_secs_f64();
-        match outcome {
-            Outcome::AlreadyFits { .. } => println!("{pct:>3}%: already fits"),
+        match planned.outcome {
+            Outcome::AlreadyFits => println!("{pct:>3}%: already fits"),
             Outcome::Rewritten(r) => println!(
                 "{pct:>3}%: fits at {} ({:.1}% of the total), +{:.2}% FLOPs, {} of {} recomputed, {secs:.2} s{}",
                 human(r.after.ledger.total_bytes),
@@ -59,7 +60,7 @@ fn main() -> Result<()> {
                 r.plan.recompute.len(),
                 if r.time_limit_hit { " (time limit hit)" } else { "" }
             ),
-            Outcome::CannotFit { diagnosis, .. } => println!(
+            Outcome::CannotFit(diagnosis) => println!(
                 "{pct:>3}%: no plan; lowest reachable {} ({:.1}%), {secs:.2} s{}",
                 human(diagnosis.lowest_reachable_total_bytes),
                 100.0 * diagnosis.lowest_reachable_total_bytes as f64 / total as f64,

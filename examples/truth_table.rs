@@ -103,7 +103,7 @@ fn level_rows(
         };
         let b = Bindings::new();
         // ORT writes no value_info for some tensors it creates: inference gives them.
-        let (graph, _) = ckpt_opt::optimize::with_inferred_types(o.graph)?;
+        let (graph, _) = ckpt_planner::with_inferred_types(o.graph)?;
         let sim = simulate(&graph, &schedule(&graph)?, &b)?;
         let pred = device_need(&sim, &o.profile);
         let saved = ckpt_ir::export_bytes(&graph);
@@ -162,7 +162,7 @@ fn training_rows(
     for (name, dims, ranges) in artifacts {
         let path = root.join(format!("tests/fixtures/{name}.onnx"));
         // The artifact's training ops leave some values untyped: inference gives them.
-        let (g, _) = ckpt_opt::optimize::with_inferred_types(ckpt_ir::import_file(&path)?)?;
+        let (g, _) = ckpt_planner::with_inferred_types(ckpt_ir::import_file(&path)?)?;
         let mut b = Bindings::new();
         for (d, v) in dims.iter() {
             b.insert(d.to_string(), *v);

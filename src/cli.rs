@@ -188,6 +188,14 @@ pub struct ModelArgs {
     /// model needs).
     #[arg(long = "dim", value_name = "NAME=VALUE", value_parser = dim_binding, allow_hyphen_values = true)]
     pub dims: Vec<DimBinding>,
+    #[command(flatten)]
+    pub training: TrainingArgs,
+}
+
+/// How a training step is analysed besides its dims: the loss, the optimizer that runs
+/// outside the graph, and the deployment profile.
+#[derive(Args, Debug, Clone)]
+pub struct TrainingArgs {
     /// The loss output (default: the first floating-point scalar output).
     #[arg(long)]
     pub loss: Option<String>,
@@ -201,7 +209,7 @@ pub struct ModelArgs {
     pub profile: ProfileArgs,
 }
 
-impl ModelArgs {
+impl TrainingArgs {
     pub fn optimizer(&self) -> (ckpt_passes::ledger::Optimizer, u64) {
         use ckpt_passes::ledger::Optimizer;
         let o = match self.optimizer.as_str() {
@@ -336,17 +344,8 @@ pub struct ReportArgs {
     /// searches as a bare name, `--dim batch`.
     #[arg(long = "dim", value_name = "NAME[=VALUE]", allow_hyphen_values = true)]
     pub dims: Vec<String>,
-    /// The loss output (default: the first floating-point scalar output).
-    #[arg(long)]
-    pub loss: Option<String>,
-    /// An optimizer that runs outside the graph, for its state in the ledger.
-    #[arg(long, default_value = "none", value_parser = ["none", "sgd", "adam", "adamw"])]
-    pub optimizer: String,
-    /// Element type of the optimizer state.
-    #[arg(long = "optimizer-dtype", default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
-    pub optimizer_dtype: String,
     #[command(flatten)]
-    pub profile: ProfileArgs,
+    pub training: TrainingArgs,
     /// Solver time limit per plan, in seconds, in (0, 1e6].
     #[arg(long = "time-limit", default_value_t = 10.0, value_parser = time_limit, allow_hyphen_values = true)]
     pub time_limit: f64,
@@ -375,10 +374,7 @@ impl ReportArgs {
         Ok((
             ModelArgs {
                 dims,
-                loss: self.loss.clone(),
-                optimizer: self.optimizer.clone(),
-                optimizer_dtype: self.optimizer_dtype.clone(),
-                profile: self.profile.clone(),
+                training: self.training.clone(),
             },
             bare,
         ))

@@ -89,7 +89,8 @@ impl Failure {
     /// one of its causes is ours (a patch that did not apply or verify, a solver problem we
     /// built wrong, an oracle asked about a set of the wrong length); else bad input (shape
     /// inference, declared shapes, phases, a graph that cannot be ordered or simulated).
-    pub fn planning(error: anyhow::Error) -> Failure {
+    pub fn planning(error: impl Into<anyhow::Error>) -> Failure {
+        let error = error.into();
         if is_internal(&error) {
             Failure::internal(error)
         } else {
@@ -112,6 +113,24 @@ fn is_internal(e: &anyhow::Error) -> bool {
         ) || c.downcast_ref::<ckpt_ir::PatchError>().is_some()
             || c.downcast_ref::<ckpt_ir::VerifyError>().is_some()
     })
+}
+
+/// An error and its causes joined by `: `, each cause once: a message that already holds
+/// its cause's text (`cannot write x: No space left on device`, with the OS error as its
+/// source; `x is not a valid ONNX model (protobuf decoding failed: ...); is the file
+/// truncated ...?`) does not repeat it.
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let c = cause.to_string();
+        if text.is_empty() {
+            text = c;
+        } else if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
 }
 
 #[cfg(test)]

@@ -13,9 +13,9 @@ use ckpt_passes::{classify, Classification, ClassifyError, TensorKind};
 use ckpt_opt::cli::InspectArgs;
 use ckpt_opt::exit::Failure;
 use ckpt_opt::model_io::{self, bindings, load, required_dims, OrtFallback};
-use ckpt_opt::optimize::Analysis;
 use ckpt_opt::receipt::{Ledger, Trace};
 use ckpt_opt::size::human;
+use ckpt_planner::Analysis;
 
 /// The phases of a graph, or why they could not be found.
 type Phases = Result<Classification, ClassifyError>;
@@ -28,7 +28,7 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
     // The runtime the model needs (training ops: onnxruntime-training) is the one predicted.
     model_io::on_runtime_of(&mut options.profile, &graph)?;
     model_io::warn_thread_race(&options.profile, &graph);
-    let class = classify(&graph, a.model_args.loss.as_deref());
+    let class = classify(&graph, a.model_args.training.loss.as_deref());
     let params = Parameters::of(&graph, &class, &bindings);
     // What the profile's provider cannot run, and the graph ORT runs for it.
     let (runs, fallback, missing) = match model_io::ort_runs(graph.clone(), &options.profile) {
@@ -39,7 +39,7 @@ pub fn run(a: &InspectArgs) -> Result<(), Failure> {
         Err(e) => return Err(Failure::input(anyhow::anyhow!(e))),
     };
     let analysis = if missing.is_empty() {
-        ckpt_opt::optimize::analyse(runs, &options)
+        ckpt_opt::pipeline::analyse(runs, &options).map_err(anyhow::Error::from)
     } else {
         Err(anyhow::anyhow!(
             "ONNX Runtime {}'s CPU provider has no kernel for {} node(s)",
@@ -226,7 +226,7 @@ fn print_missing(missing: &[NoKernel], profile: &ckpt_ir::Profile) {
 fn at_level(
     given: Graph,
     a: &InspectArgs,
-    options: &mut ckpt_opt::optimize::AnalyseOptions,
+    options: &mut ckpt_planner::AnalyseOptions,
 ) -> Result<Graph, Failure> {
     if options.profile.graph_optimization_level == ckpt_ir::profile::OptLevel::Disable {
         return Ok(given);
@@ -326,7 +326,7 @@ fn print_human(
     }
 }
 
-fn print_memory(an: &ckpt_opt::optimize::Analysis, profile: &ckpt_ir::Profile) {
+fn print_memory(an: &ckpt_planner::Analysis, profile: &ckpt_ir::Profile) {
     let l = &an.ledger;
     println!("runs on: ONNX Runtime {}", profile.ort_version);
     println!("ledger (one training step):");

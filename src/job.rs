@@ -16,11 +16,13 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ckpt_ir::Profile;
-use ckpt_planner::PlanOptions;
+use ckpt_planner::{Analysis, PlanError, PlanOptions};
+
+use crate::pipeline::PlannedJob;
 
 use crate::cli::OptimizeArgs;
-use crate::optimize::AnalyseOptions;
 use crate::size::parse_size;
+use ckpt_planner::AnalyseOptions;
 
 /// A memory ceiling as given: bytes, or a percentage of the original graph's predicted
 /// device total.
@@ -147,6 +149,17 @@ impl Job {
             .resolved(self.ceiling.saturating_sub(fixed_bytes))
     }
 
+    /// Plan from `before`, the analysis of the job's graph: the time limit counts from now,
+    /// recompute costs FLOPs, trials run on [`ckpt_planner::default_threads`].
+    pub fn plan(&self, before: Analysis) -> Result<PlannedJob, PlanError> {
+        self.plan_on(before, ckpt_planner::default_threads())
+    }
+
+    /// [`Job::plan`] with trials simulated on `threads` threads: the same plan on any number.
+    pub fn plan_on(&self, before: Analysis, threads: usize) -> Result<PlannedJob, PlanError> {
+        crate::pipeline::plan(before, &self.plan_options(Instant::now(), threads, None))
+    }
+
     /// The planner's options for this job: the time limit counts from `t0`.
     pub fn plan_options(
         &self,
@@ -174,10 +187,19 @@ impl Job {
     }
 }
 
+/// `model.onnx` → `model.ckpt.onnx` beside it.
+pub fn default_output(model: &std::path::Path) -> PathBuf {
+    let stem = model
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
+    model.with_file_name(format!("{stem}.ckpt.onnx"))
+}
+
 /// The planner's progress, on the progress line.
 fn progress(p: ckpt_planner::Progress) {
     match p {
-        ckpt_planner::Progress::Analysing => crate::optimize::analysing(),
+        ckpt_planner::Progress::Analysing => crate::pipeline::analysing(),
         ckpt_planner::Progress::Trials {
             count,
             best_total_bytes,

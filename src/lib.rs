@@ -6,10 +6,9 @@
 
 pub mod cli;
 pub mod exit;
-pub mod frontier;
 pub mod job;
 pub mod model_io;
-pub mod optimize;
+pub mod pipeline;
 pub mod progress;
 pub mod receipt;
 pub mod reports;

@@ -14,16 +14,15 @@ mod main_job;
 use std::process::ExitCode;
 
 /// mimalloc, not the C library's allocator: a plan's trials build and drop a patched graph, its
-/// shapes and a simulation each, and with glibc's malloc a quarter of the planner's time went to
-/// allocation and page faults (GPT-2 at 48 layers, 60%: 9.4-10.3 s, 6.9-7.4 s with mimalloc,
-/// the same plan). The scale bench uses it too.
+/// shapes and a simulation each, which glibc's malloc serves with page faults (the scale bench
+/// uses mimalloc too; its timings are in `BENCHMARKS.md`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::Parser;
 
 use ckpt_opt::cli;
-use ckpt_opt::exit::Failure;
+use ckpt_opt::exit::{error_text, Failure};
 
 fn main() -> ExitCode {
     // Behave like a Unix filter: a closed pipe (`ckpt-opt print m.onnx | head`) ends the
@@ -84,24 +83,6 @@ fn failure_text(f: &Failure) -> String {
     } else {
         format!("error: {}", error_text(&f.error))
     }
-}
-
-/// An error and its causes joined by `: `, each cause once: a message that already holds
-/// its cause's text (`cannot write x: No space left on device`, with the OS error as its
-/// source; `x is not a valid ONNX model (protobuf decoding failed: ...); is the file
-/// truncated ...?`) does not repeat it.
-fn error_text(e: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in e.chain() {
-        let c = cause.to_string();
-        if text.is_empty() {
-            text = c;
-        } else if !text.contains(&c) {
-            text.push_str(": ");
-            text.push_str(&c);
-        }
-    }
-    text
 }
 
 fn run(cli: cli::Cli) -> Result<(), Failure> {

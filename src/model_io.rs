@@ -363,14 +363,14 @@ pub fn warn_thread_race(profile: &ckpt_ir::Profile, graph: &ckpt_ir::Graph) {
 pub fn analyse_options(
     m: &crate::cli::ModelArgs,
     bindings: &Bindings,
-) -> Result<crate::optimize::AnalyseOptions, Failure> {
-    let (optimizer, optimizer_bits) = m.optimizer();
-    Ok(crate::optimize::AnalyseOptions {
+) -> Result<ckpt_planner::AnalyseOptions, Failure> {
+    let (optimizer, optimizer_bits) = m.training.optimizer();
+    Ok(ckpt_planner::AnalyseOptions {
         bindings: bindings.clone(),
-        loss: m.loss.clone(),
+        loss: m.training.loss.clone(),
         optimizer,
         optimizer_bits,
-        profile: profile(&m.profile)?,
+        profile: profile(&m.training.profile)?,
     })
 }
 

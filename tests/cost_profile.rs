@@ -13,8 +13,9 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use ckpt_ir::{export_bytes, parse_graph, Bindings, Graph, NodeId};
-use ckpt_opt::optimize::{analyse, plan_costed, AnalyseOptions, Outcome, Rewritten};
+use ckpt_opt::pipeline::analyse;
 use ckpt_passes::recompute::candidates;
+use ckpt_planner::{AnalyseOptions, Outcome, Rewritten};
 use ckpt_runtime::NodeEvent;
 use ckpt_validate::measured_cost::{added_ns, apply, node_costs, NodeCosts};
 use common::*;
@@ -72,18 +73,21 @@ fn total(g: &Graph) -> u64 {
         .total_bytes
 }
 
-fn rewritten(ceiling: u64, costs: Option<&NodeCosts>) -> Box<Rewritten> {
+/// The graph planned, and its rewrite at `ceiling`.
+fn rewritten(ceiling: u64, costs: Option<&NodeCosts>) -> (ckpt_ir::Graph, Box<Rewritten>) {
     let job = plan_job(std::path::Path::new("two_saved.onnx"), ceiling, 60);
     let before = analyse(two_saved(), &job.analysis).unwrap();
-    match plan_costed(&job, before, Instant::now(), 1, costs).unwrap() {
-        Outcome::Rewritten(r) => r,
-        Outcome::AlreadyFits { .. } => panic!("fits at {ceiling} without recompute"),
-        Outcome::CannotFit { diagnosis, .. } => panic!("{}", diagnosis.message),
+    let options = job.plan_options(Instant::now(), 1, costs);
+    let planned = ckpt_opt::pipeline::plan(before, &options).unwrap();
+    match planned.outcome {
+        Outcome::Rewritten(r) => (planned.before.graph, r),
+        Outcome::AlreadyFits => panic!("fits at {ceiling} without recompute"),
+        Outcome::CannotFit(diagnosis) => panic!("{}", diagnosis.message),
     }
 }
 
 /// The nodes a plan clones, by name.
-fn cloned(r: &Rewritten) -> BTreeSet<String> {
+fn cloned((g, r): &(ckpt_ir::Graph, Box<Rewritten>)) -> BTreeSet<String> {
     r.cands
         .list
         .iter()
@@ -93,7 +97,7 @@ fn cloned(r: &Rewritten) -> BTreeSet<String> {
             c.nodes
                 .iter()
                 .filter(|n| !c.moved.contains(n))
-                .map(|&n| r.before.graph.node(n).name.clone())
+                .map(|&n| g.node(n).name.clone())
                 .collect::<Vec<_>>()
         })
         .collect()
@@ -132,8 +136,8 @@ fn measured_cost_changes_the_plan_where_times_disagree_with_flops() {
         let ceiling = total(&g) * pct / 100;
         let by_flops = rewritten(ceiling, None);
         let by_time = rewritten(ceiling, Some(&costs));
-        assert!(by_flops.after.ledger.total_bytes <= ceiling);
-        assert!(by_time.after.ledger.total_bytes <= ceiling);
+        assert!(by_flops.1.after.ledger.total_bytes <= ceiling);
+        assert!(by_time.1.after.ledger.total_bytes <= ceiling);
         assert_eq!(
             cloned(&by_flops),
             BTreeSet::from(["Exp_b".to_string()]),
@@ -144,9 +148,9 @@ fn measured_cost_changes_the_plan_where_times_disagree_with_flops() {
             BTreeSet::from(["MatMul_a".to_string()]),
             "{pct}%"
         );
-        let ns = |r: &Rewritten| added_ns(&r.before.graph, &r.cands, &r.plan, &costs);
+        let ns = |(g, r): &(ckpt_ir::Graph, Box<Rewritten>)| added_ns(g, &r.cands, &r.plan, &costs);
         assert_eq!((ns(&by_flops), ns(&by_time)), (1_000_000, 1_000), "{pct}%");
-        assert!(by_flops.counts.added_flops < by_time.counts.added_flops);
+        assert!(by_flops.1.counts.added_flops < by_time.1.counts.added_flops);
     }
 }
 

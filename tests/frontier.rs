@@ -222,7 +222,7 @@ fn frontier_takes_percent_ceilings_and_validates_on_ort() {
 
 #[test]
 fn cheapest_known_plan_is_monotone_in_the_ceiling() {
-    use ckpt_opt::frontier::cheapest_index;
+    use ckpt_opt::reports::frontier::cheapest_index;
     // (total, added FLOPs): a plan found at a lower ceiling (index 3) is cheaper than the one
     // found for a higher ceiling (index 2): the higher ceiling takes it.
     let plans = [(100, 0), (90, 50), (80, 70), (75, 40), (60, 200)];
@@ -248,7 +248,7 @@ fn cheapest_known_plan_is_monotone_in_the_ceiling() {
 /// found at the lowest ceiling was 1,792 bytes under it), and stays where it is otherwise.
 #[test]
 fn evenly_spaced_ceilings_end_at_the_pools_floor() {
-    use ckpt_opt::frontier::end_at_floor;
+    use ckpt_opt::reports::frontier::end_at_floor;
     let mut c = vec![100, 90, 80];
     end_at_floor(&mut c, 75);
     assert_eq!(c, [100, 90, 75]);
@@ -270,10 +270,11 @@ fn evenly_spaced_ceilings_end_at_the_pools_floor() {
 /// rebuilt), and the peak falls below no recompute's.
 #[test]
 fn per_layer_rebuilds_each_block_once_and_keeps_its_input() {
-    use ckpt_opt::frontier::{baselines, PER_LAYER};
-    use ckpt_opt::optimize::{analyse, AnalyseOptions};
+    use ckpt_opt::pipeline::analyse;
+    use ckpt_opt::reports::frontier::{baselines, PER_LAYER};
     use ckpt_passes::recompute::residual_stream;
     use ckpt_passes::Phase;
+    use ckpt_planner::AnalyseOptions;
     for stem in ["gpt2_d0_aot", "llama_d0_makefx"] {
         let path = root().join(format!("tests/fixtures/{stem}.onnx"));
         let g = ckpt_ir::import_file(&path).unwrap();
@@ -347,8 +348,9 @@ fn per_layer_rebuilds_each_block_once_and_keeps_its_input() {
 /// baselines add 15% or more (docs/guide/reports.md, "frontier").
 #[test]
 fn at_block_checkpointings_peak_the_planner_adds_under_half_a_percent() {
-    use ckpt_opt::frontier::{baselines, plan_at, Planned, PER_BLOCK, PER_LAYER};
-    use ckpt_opt::optimize::{analyse, step_flops, AnalyseOptions};
+    use ckpt_opt::pipeline::analyse;
+    use ckpt_opt::reports::frontier::{baselines, plan_at, Planned, PER_BLOCK, PER_LAYER};
+    use ckpt_planner::{step_flops, AnalyseOptions};
     for stem in ["gpt2_d0_aot", "llama_d0_makefx", "bert_d01_aot"] {
         let path = root().join(format!("tests/fixtures/{stem}.onnx"));
         let g = ckpt_ir::import_file(&path).unwrap();

@@ -17,8 +17,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use ckpt_opt::frontier::{self, Ceilings, Sweep};
-use ckpt_opt::optimize::AnalyseOptions;
+use ckpt_opt::reports::frontier::{self, Ceilings, Sweep};
+use ckpt_planner::AnalyseOptions;
 use common::{fixtures, root, Fixture};
 
 /// Points per frontier, as the issue asks.

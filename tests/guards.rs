@@ -16,7 +16,7 @@ fn import(bytes: &[u8]) -> Graph {
         None,
     )
     .unwrap();
-    ckpt_opt::optimize::with_inferred_types(g).unwrap().0
+    ckpt_planner::with_inferred_types(g).unwrap().0
 }
 
 /// (predicted, measured) arena need of `g` under the default profile.

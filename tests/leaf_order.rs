@@ -46,7 +46,7 @@ fn two_layer_step() -> Graph {
         .output("dx", DType::F32, "512,1024")
         .bytes();
     let g = ckpt_ir::import_bytes(bytes.into(), std::path::Path::new("leaves.onnx"), None).unwrap();
-    ckpt_opt::optimize::with_inferred_types(g).unwrap().0
+    ckpt_planner::with_inferred_types(g).unwrap().0
 }
 
 /// (predicted, measured) arena need of `g` under the default profile.
@@ -199,7 +199,7 @@ fn the_judged_sequence_is_the_written_files_schedule() {
     for f in common::std_fixtures() {
         let name = f.path.display().to_string();
         let g = ckpt_ir::import_file(&f.path).unwrap();
-        let g = ckpt_opt::optimize::with_inferred_types(g).unwrap().0;
+        let g = ckpt_planner::with_inferred_types(g).unwrap().0;
         let sched = schedule(&g).unwrap();
         let version = ckpt_ir::ort::runtime_version(&g);
         for start in [
@@ -231,7 +231,7 @@ fn the_judged_sequence_is_the_written_files_schedule() {
 fn a_searched_leaf_order_fits_with_nothing_recomputed() {
     let model = common::root().join("tests/fixtures/gpt2_d0_onnxad.onnx");
     let g = ckpt_ir::import_file(&model).unwrap();
-    let g = ckpt_opt::optimize::with_inferred_types(g).unwrap().0;
+    let g = ckpt_planner::with_inferred_types(g).unwrap().0;
     let before = ckpt_planner::analyse(g.clone(), &Default::default()).unwrap();
     let ceiling = before.ledger.total_bytes * 65 / 100;
     let ready = ckpt_passes::order::order_leaves(&g, &before.sim.schedule, "leaf order");

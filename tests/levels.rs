@@ -295,7 +295,7 @@ fn exact_peaks(bytes: &[u8], label: &str) -> (u64, u64, ckpt_ir::Graph) {
     use ckpt_passes::memory::{schedule, simulate};
     let g =
         ckpt_ir::import_bytes(bytes.to_vec().into(), std::path::Path::new(label), None).unwrap();
-    let (g, _) = ckpt_opt::optimize::with_inferred_types(g).unwrap();
+    let (g, _) = ckpt_planner::with_inferred_types(g).unwrap();
     let b = ckpt_ir::Bindings::new();
     let sim = simulate(&g, &schedule(&g).unwrap(), &b).unwrap();
     let o = ckpt_validate::inputs::InputOverrides::parse(&[], &[]).unwrap();

@@ -94,7 +94,7 @@ fn where_scratch_is_predicted_to_the_byte() {
         None,
     )
     .unwrap();
-    let (g, _) = ckpt_opt::optimize::with_inferred_types(g).unwrap();
+    let (g, _) = ckpt_planner::with_inferred_types(g).unwrap();
     let sim = simulate(&g, &schedule(&g).unwrap(), &Bindings::new()).unwrap();
     let o = InputOverrides::parse(&[], &[]).unwrap();
     let inputs = make_inputs(&g, &Bindings::new(), 7, &o, &[]).unwrap().0;

@@ -5,7 +5,7 @@
 mod common;
 
 use ckpt_ir::{export_bytes, import_file, Bindings};
-use ckpt_opt::optimize::analyse;
+use ckpt_opt::pipeline::analyse;
 use ckpt_passes::memory::{schedule, simulate};
 use ckpt_passes::recompute::{candidates, problem, rewrite};
 use ckpt_runtime::{measure_peak, Arena, Model, OptLevel, SessionConfig};
@@ -36,7 +36,7 @@ fn random_plans_predicted_vs_measured() {
     ] {
         let a = analyse(
             import_file(&root().join(model)).unwrap(),
-            &ckpt_opt::optimize::AnalyseOptions::with_bindings(b.clone()),
+            &ckpt_planner::AnalyseOptions::with_bindings(b.clone()),
         )
         .unwrap();
         let cands = candidates(&a.graph, &a.sim, &a.types, &b);

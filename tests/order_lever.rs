@@ -3,12 +3,11 @@
 
 mod common;
 
-use std::time::Instant;
-
 use ckpt_ir::{import_file, NodeOrigin};
-use ckpt_opt::optimize::{analyse, plan_analysed, AnalyseOptions, Analysis, Outcome};
+use ckpt_opt::pipeline::analyse;
 use ckpt_passes::memory::schedule;
 use ckpt_passes::recompute::{backward_only_terms, candidates, lower_terms, problem, rewrite};
+use ckpt_planner::{AnalyseOptions, Analysis, Outcome};
 
 fn analysed(name: &str) -> Analysis {
     let path = common::root().join("tests/fixtures").join(name);
@@ -125,7 +124,7 @@ fn floors_under_the_default_profile() {
         let path = common::root().join("tests/fixtures").join(name);
         let total = a.ledger.total_bytes;
         let job = common::plan_job(&path, total * pct / 100, 120);
-        match plan_analysed(&job, a, Instant::now()).unwrap() {
+        match job.plan(a).unwrap().outcome {
             Outcome::Rewritten(r) => {
                 let got = r.after.ledger.total_bytes;
                 assert!(

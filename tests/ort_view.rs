@@ -22,7 +22,7 @@ fn need(bytes: &[u8], b: &Bindings) -> (u64, u64, (ckpt_ir::Graph, u64)) {
         None,
     )
     .unwrap();
-    let (g, _) = ckpt_opt::optimize::with_inferred_types(g).unwrap();
+    let (g, _) = ckpt_planner::with_inferred_types(g).unwrap();
     let sim = simulate(&g, &schedule(&g).unwrap(), b).unwrap();
     let p = Profile::default();
     let o = InputOverrides::parse(&[], &[]).unwrap();

@@ -4,10 +4,11 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ckpt_ir::import_file;
-use ckpt_opt::optimize::{analyse, plan_analysed_on, AnalyseOptions, Outcome};
+use ckpt_opt::pipeline::analyse;
+use ckpt_planner::{AnalyseOptions, Outcome};
 use common::*;
 
 /// (patch text, recompute set, trials) of the plan for `name` at `pct`% on `threads` threads.
@@ -29,20 +30,20 @@ fn planned_at(
     let before = analyse(import_file(path).unwrap(), &AnalyseOptions::default()).unwrap();
     let ceiling = before.ledger.total_bytes * pct / 100;
     let job = plan_job(path, ceiling, 600);
-    match plan_analysed_on(&job, before, Instant::now(), threads).unwrap() {
+    match job.plan_on(before, threads).unwrap().outcome {
         Outcome::Rewritten(r) => (
             r.patch_text.clone(),
             r.plan.recompute.clone(),
             r.solve_attempts,
             r.time_limit_hit,
         ),
-        Outcome::CannotFit { diagnosis, .. } => (
+        Outcome::CannotFit(diagnosis) => (
             diagnosis.message.clone(),
             Vec::new(),
             0,
             diagnosis.timed_out,
         ),
-        Outcome::AlreadyFits { .. } => panic!("{name} at {pct}% already fits"),
+        Outcome::AlreadyFits => panic!("{name} at {pct}% already fits"),
     }
 }
 
@@ -90,9 +91,9 @@ fn a_time_limit_that_is_hit_is_reported() {
     let ceiling = before.ledger.total_bytes * 75 / 100;
     let mut job = plan_job(&path, ceiling, 0);
     job.time_limit = Duration::ZERO;
-    match plan_analysed_on(&job, before, Instant::now(), 1).unwrap() {
+    match job.plan_on(before, 1).unwrap().outcome {
         Outcome::Rewritten(r) => assert!(r.time_limit_hit, "a zero time limit was not hit"),
-        Outcome::CannotFit { diagnosis, .. } => {
+        Outcome::CannotFit(diagnosis) => {
             assert!(diagnosis.timed_out, "a zero time limit was not hit");
             assert!(
                 diagnosis.message.contains("time limit"),
@@ -100,6 +101,6 @@ fn a_time_limit_that_is_hit_is_reported() {
                 diagnosis.message
             );
         }
-        Outcome::AlreadyFits { .. } => panic!("already fits"),
+        Outcome::AlreadyFits => panic!("already fits"),
     }
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use ckpt_ir::{import_file, Bindings};
-use ckpt_opt::optimize::analyse;
+use ckpt_opt::pipeline::analyse;
 use ckpt_passes::memory::{schedule, simulate};
 use ckpt_passes::recompute::{candidates, problem, rewrite};
 use common::*;
@@ -21,7 +21,7 @@ fn nodes_read_only_after_the_gap_are_moved_not_cloned() {
     for f in std_fixtures() {
         let a = analyse(
             import_file(&f.path).unwrap(),
-            &ckpt_opt::optimize::AnalyseOptions::with_bindings(b.clone()),
+            &ckpt_planner::AnalyseOptions::with_bindings(b.clone()),
         )
         .unwrap();
         let cands = candidates(&a.graph, &a.sim, &a.types, &b);
@@ -111,7 +111,7 @@ fn idle_buffers_hold_no_value_in_use() {
     let path = root().join("examples/gpt2_4l_train.onnx");
     let a = analyse(
         import_file(&path).unwrap(),
-        &ckpt_opt::optimize::AnalyseOptions::with_bindings(b.clone()),
+        &ckpt_planner::AnalyseOptions::with_bindings(b.clone()),
     )
     .unwrap();
     let sim = &a.sim;

@@ -9,7 +9,8 @@ use std::path::Path;
 
 use ckpt_ir::{parse_graph, Bindings, Graph};
 use ckpt_opt::job::Job;
-use ckpt_opt::optimize::{analyse, plan, Outcome};
+use ckpt_opt::pipeline::analyse;
+use ckpt_planner::Outcome;
 use common::*;
 
 /// loss = sum(tanh(tanh(tanh(x·w1)·w2)·w3) ⊙ c), with its backward.
@@ -116,13 +117,14 @@ fn job(path: &std::path::Path, ceiling: u64) -> Job {
 fn case(name: &str, dropout: bool, pct: u64) {
     let g = mlp(dropout);
     let path = Path::new("mlp.onnx");
-    let total = analyse(g.clone(), &ckpt_opt::optimize::AnalyseOptions::default())
+    let total = analyse(g.clone(), &ckpt_planner::AnalyseOptions::default())
         .unwrap()
         .ledger
         .total_bytes;
     let ceiling = total * pct / 100;
-    let outcome = plan(&job(path, ceiling), g).unwrap();
-    if let Outcome::Rewritten(r) = &outcome {
+    let job = job(path, ceiling);
+    let outcome = job.plan(analyse(g, &job.analysis).unwrap()).unwrap();
+    if let Outcome::Rewritten(r) = &outcome.outcome {
         assert!(r.after.ledger.total_bytes <= ceiling);
         // Random ops are never cloned; their outputs may be kept boundaries.
         assert!(
@@ -166,7 +168,7 @@ fn hand_built_mlp_validates_on_ort() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("mlp3.onnx");
     std::fs::write(&model, ckpt_ir::export_bytes(&mlp(false))).unwrap();
-    let total = analyse(mlp(false), &ckpt_opt::optimize::AnalyseOptions::default())
+    let total = analyse(mlp(false), &ckpt_planner::AnalyseOptions::default())
         .unwrap()
         .ledger
         .total_bytes;

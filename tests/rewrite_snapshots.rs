@@ -6,7 +6,7 @@ mod common;
 
 use ckpt_ir::import_file;
 use ckpt_opt::job::Job;
-use ckpt_opt::optimize::{plan, Outcome};
+use ckpt_planner::Outcome;
 use common::*;
 
 fn job(path: &std::path::Path, ceiling: u64) -> Job {
@@ -21,14 +21,16 @@ fn case(name: &str, pct: u64) {
         .find(|f| f.name == name)
         .unwrap_or_else(|| panic!("no std fixture {name}"));
     let g = import_file(&f.path).unwrap();
-    let total =
-        ckpt_opt::optimize::analyse(g.clone(), &ckpt_opt::optimize::AnalyseOptions::default())
-            .unwrap()
-            .ledger
-            .total_bytes;
+    let total = ckpt_opt::pipeline::analyse(g.clone(), &ckpt_planner::AnalyseOptions::default())
+        .unwrap()
+        .ledger
+        .total_bytes;
     let ceiling = total * pct / 100;
-    let outcome = plan(&job(&f.path, ceiling), g).unwrap();
-    if let Outcome::Rewritten(r) = &outcome {
+    let job = job(&f.path, ceiling);
+    let outcome = job
+        .plan(ckpt_opt::pipeline::analyse(g, &job.analysis).unwrap())
+        .unwrap();
+    if let Outcome::Rewritten(r) = &outcome.outcome {
         assert!(
             r.after.ledger.total_bytes <= ceiling,
             "{name} at {pct}%: rewritten to {} B, over the ceiling of {ceiling} B",

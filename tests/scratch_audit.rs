@@ -15,7 +15,7 @@ fn peaks(m: ModelBuilder) -> (u64, u64, u64) {
     let bytes = m.bytes();
     let g =
         ckpt_ir::import_bytes(bytes.clone().into(), std::path::Path::new("op.onnx"), None).unwrap();
-    let (g, _) = ckpt_opt::optimize::with_inferred_types(g).unwrap();
+    let (g, _) = ckpt_planner::with_inferred_types(g).unwrap();
     let b = Bindings::new();
     let s = schedule(&g).unwrap();
     let sim = simulate(&g, &s, &b).unwrap();

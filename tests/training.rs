@@ -186,8 +186,7 @@ fn training_artifact_need_is_predicted_to_the_byte() {
     let Some(mut r) = runner() else { return };
     let (bytes, inputs) = mlp_inputs();
     let path = root().join("tests/fixtures/ort_mlp_training.onnx");
-    let (g, _) =
-        ckpt_opt::optimize::with_inferred_types(ckpt_ir::import_file(&path).unwrap()).unwrap();
+    let (g, _) = ckpt_planner::with_inferred_types(ckpt_ir::import_file(&path).unwrap()).unwrap();
     let mut b = Bindings::new();
     b.insert("batch".to_string(), 8);
     let sim = simulate(&g, &schedule(&g).unwrap(), &b).unwrap();
@@ -244,8 +243,7 @@ fn gpt2() -> (
     Vec<ckpt_runtime::HostTensor>,
 ) {
     let path = root().join("tests/fixtures/ort_gpt2_training.onnx");
-    let (g, _) =
-        ckpt_opt::optimize::with_inferred_types(ckpt_ir::import_file(&path).unwrap()).unwrap();
+    let (g, _) = ckpt_planner::with_inferred_types(ckpt_ir::import_file(&path).unwrap()).unwrap();
     let mut b = Bindings::new();
     b.insert("batch".to_string(), 2);
     b.insert("seq".to_string(), 32);

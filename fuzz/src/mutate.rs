@@ -311,10 +311,9 @@ pub fn exercise(bytes: &[u8], depth: Depth, plan_time_limit: Duration) -> Reache
     let b: Bindings = [("batch".to_string(), 2), ("seq".to_string(), 8)]
         .into_iter()
         .collect();
-    let Ok(a) = ckpt_opt::optimize::analyse(
-        g,
-        &ckpt_opt::optimize::AnalyseOptions::with_bindings(b.clone()),
-    ) else {
+    let Ok(a) =
+        ckpt_opt::pipeline::analyse(g, &ckpt_planner::AnalyseOptions::with_bindings(b.clone()))
+    else {
         return Reached::RefusedAtAnalysis;
     };
     if depth == Depth::Analyse {
@@ -339,7 +338,7 @@ pub fn exercise(bytes: &[u8], depth: Depth, plan_time_limit: Duration) -> Reache
         model: path.to_path_buf(),
         ceiling: a.ledger.total_bytes / 10 * 9,
         output: None,
-        analysis: ckpt_opt::optimize::AnalyseOptions::with_bindings(b),
+        analysis: ckpt_planner::AnalyseOptions::with_bindings(b),
         reserve_pct: 0.0,
         time_limit: plan_time_limit,
         refusal_probes: 0,
@@ -347,8 +346,8 @@ pub fn exercise(bytes: &[u8], depth: Depth, plan_time_limit: Duration) -> Reache
     };
     let ceiling = job.ceiling;
     // The analysis made above is the job's: plan from it rather than analyse again.
-    let planned = ckpt_opt::optimize::plan_analysed(&job, a, std::time::Instant::now());
-    if let Ok(ckpt_opt::optimize::Outcome::Rewritten(r)) = planned {
+    let planned = job.plan(a);
+    if let Some(r) = planned.as_ref().ok().and_then(|p| p.rewritten()) {
         if r.after.ledger.total_bytes > ceiling {
             return Reached::WrongAnswer(format!(
                 "the rewrite's predicted device total {} B is over the ceiling of {ceiling} B",

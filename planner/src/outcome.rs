@@ -9,6 +9,7 @@
 //! `lowest_reachable_total_bytes`), and is worded ([`Diagnosis::message`]) with the given
 //! graph's fixed bytes and the options it was planned with.
 
+use schemars::JsonSchema;
 use serde::{Serialize, Serializer};
 
 use ckpt_passes::ledger::Ledger;
@@ -18,8 +19,9 @@ use ckpt_solver::{Plan, Problem, Status};
 use crate::analysis::Analysis;
 use crate::options::PlanOptions;
 
-/// Why no plan fits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+/// Why no plan fits: `fixed_exceeds_ceiling`, what the caller feeds alone is over the
+/// ceiling; `no_plan_found`, the lowest total found under the profile is over it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DiagnosisKind {
     /// What the caller feeds alone (parameters, optimizer state, data) is over the ceiling.
@@ -29,7 +31,7 @@ pub enum DiagnosisKind {
 }
 
 /// Why no plan fits, as data.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct Diagnosis {
     pub kind: DiagnosisKind,
     /// The ceiling after the reserve.

@@ -12,11 +12,12 @@ use ckpt_planner::{IlpReport, IlpRound as PlannerRound};
 
 use super::{
     node_name, ArenaBinding, BeforeAfter, Excluded, FileHash, Ilp, IlpRound, Ledger, LiveTensor,
-    NamedBytes, Ort, Peak, PhasePeak, RandomOpSeeds, Receipt, Segment, Solver, Status, Tool, Trace,
+    NamedBytes, Peak, PhasePeak, RandomOpSeeds, Receipt, Segment, Solver, Status, Tool, Trace,
 };
 use crate::job::{Ceiling, Job};
-use crate::optimize::{step_flops, Analysis, Outcome, Rewritten};
+use crate::pipeline::PlannedJob;
 use crate::size::human;
+use ckpt_planner::{step_flops, Analysis, Outcome, Rewritten};
 use ckpt_validate::measured_cost::{added_ns, CostKind, MeasuredCost, NodeCosts};
 use ckpt_validate::memory::MemoryCheck;
 use ckpt_validate::paired::Validation;
@@ -41,12 +42,9 @@ pub struct JobRecord<'a> {
 /// The receipt of a job that ended as `outcome`: its status (`already_fits`,
 /// `ceiling_cannot_be_met` or `rewritten`) and everything the plan says; validation, the
 /// written output and the time taken are added after.
-pub fn receipt(r: &JobRecord, outcome: &Outcome) -> Receipt {
+pub fn receipt(r: &JobRecord, planned: &PlannedJob) -> Receipt {
     let job = r.job;
-    let before = match outcome {
-        Outcome::AlreadyFits { before } | Outcome::CannotFit { before, .. } => before,
-        Outcome::Rewritten(rw) => &rw.before,
-    };
+    let before = &planned.before;
     let profile = &job.analysis.profile;
     let bindings = &job.analysis.bindings;
     let mut receipt = Receipt {
@@ -110,18 +108,18 @@ pub fn receipt(r: &JobRecord, outcome: &Outcome) -> Receipt {
         ort: None,
         seconds: 0.0,
     };
-    match outcome {
-        Outcome::AlreadyFits { before } => receipt.record_peaks(before, before, profile),
-        Outcome::CannotFit { before, diagnosis } => {
+    match &planned.outcome {
+        Outcome::AlreadyFits => receipt.record_peaks(before, before, profile),
+        Outcome::CannotFit(diagnosis) => {
             receipt.status = Status::CeilingCannotBeMet;
             receipt.lowest_reachable_total_bytes = Some(diagnosis.lowest_reachable_total_bytes);
             receipt.diagnosis = Some(diagnosis.clone());
             receipt.record_peaks(before, before, profile);
         }
         Outcome::Rewritten(rw) => {
-            receipt.record_rewrite(rw, profile, bindings);
+            receipt.record_rewrite(before, rw, profile, bindings);
             if let Some(c) = r.costs {
-                receipt.restate_measured_cost(rw, c, bindings);
+                receipt.restate_measured_cost(before, rw, c, bindings);
             }
         }
     }
@@ -154,16 +152,22 @@ impl Receipt {
 
     /// A rewrite: its peaks, ledgers and traces before and after, what it adds, its segments,
     /// the excluded activations, how it was found and its patch.
-    fn record_rewrite(&mut self, r: &Rewritten, profile: &ckpt_ir::Profile, bindings: &Bindings) {
-        let step = step_flops(&r.before, bindings).max(1);
+    fn record_rewrite(
+        &mut self,
+        before: &Analysis,
+        r: &Rewritten,
+        profile: &ckpt_ir::Profile,
+        bindings: &Bindings,
+    ) {
+        let step = step_flops(before, bindings).max(1);
         self.status = Status::Rewritten;
-        self.record_peaks(&r.before, &r.after, profile);
+        self.record_peaks(before, &r.after, profile);
         self.ledger = BeforeAfter {
-            before: Ledger::of(&r.before.ledger),
+            before: Ledger::of(&before.ledger),
             after: Ledger::of(&r.after.ledger),
         };
         self.trace = Some(BeforeAfter {
-            before: Trace::of(&r.before),
+            before: Trace::of(before),
             after: Trace::of(&r.after),
         });
         self.added_flops = r.counts.added_flops;
@@ -172,19 +176,25 @@ impl Receipt {
         self.nodes_moved = r.counts.moved;
         self.step_flops = Some(step);
         self.added_flops_percent = Some(100.0 * r.counts.added_flops as f64 / step as f64);
-        self.segments = Segment::of_plan(r);
+        self.segments = Segment::of_plan(before, r);
         self.candidates = Some(r.cands.list.len());
-        self.excluded = Excluded::of_plan(r);
+        self.excluded = Excluded::of_plan(before, r);
         self.solver = Some(Solver::of(r));
         self.patch = Some(r.patch_text.clone());
     }
 
     /// `--cost profile`: the plan's cost in milliseconds, and each segment's FLOPs (the
     /// planner's per-candidate cost is then nanoseconds) beside its milliseconds.
-    fn restate_measured_cost(&mut self, r: &Rewritten, costs: &NodeCosts, bindings: &Bindings) {
+    fn restate_measured_cost(
+        &mut self,
+        before: &Analysis,
+        r: &Rewritten,
+        costs: &NodeCosts,
+        bindings: &Bindings,
+    ) {
         self.measured_cost = Some(MeasuredCost::new(
             costs,
-            added_ns(&r.before.graph, &r.cands, &r.plan, costs),
+            added_ns(&before.graph, &r.cands, &r.plan, costs),
         ));
         let mut model_flops = 0u64;
         for (segment, c) in self.segments.iter_mut().zip(chosen(r)) {
@@ -193,7 +203,7 @@ impl Receipt {
                 .iter()
                 .filter(|n| !c.moved.contains(n))
                 .filter_map(|&n| {
-                    ckpt_ir::ops::flops(&r.before.graph, n, &r.before.types, bindings).ok()
+                    ckpt_ir::ops::flops(&before.graph, n, &before.types, bindings).ok()
                 })
                 .sum();
             model_flops += flops;
@@ -205,17 +215,11 @@ impl Receipt {
 
     /// A validation that ran: its values and its memory check, the runtime that ran it, and
     /// with `--cost profile` the measured p50 step-time increase beside the predicted one.
-    /// `Err`: the validation's runtime is not stated as a library and a version.
-    pub fn record_validation(
-        &mut self,
-        v: &Validation,
-        m: MemoryCheck,
-    ) -> Result<(), serde_json::Error> {
-        self.ort = Some(serde_json::from_value::<Ort>(v.ort.clone())?);
+    pub fn record_validation(&mut self, v: &Validation, m: MemoryCheck) {
+        self.ort = Some(v.ort.clone());
         self.validation = Some(v.clone());
         self.memory = Some(m);
         self.record_measured_added();
-        Ok(())
     }
 
     /// With `--validate` and `--cost profile`: the measured p50 step-time increase.
@@ -344,8 +348,8 @@ impl Trace {
 
 impl Segment {
     /// The plan's recomputes, in candidate order.
-    pub fn of_plan(r: &Rewritten) -> Vec<Segment> {
-        let g = r.planned();
+    pub fn of_plan(before: &Analysis, r: &Rewritten) -> Vec<Segment> {
+        let g = r.planned(&before.graph);
         r.cands
             .list
             .iter()
@@ -367,7 +371,7 @@ impl Segment {
                     dropped_from_step: c.model.free_from,
                     rematerialised_at_step: r.plan.remat_at.get(i).copied().flatten(),
                     next_use_step: c.model.needed_at,
-                    boundary: boundary(r, c),
+                    boundary: boundary(before, r, c),
                     why: format!(
                         "dropping frees {} from step {} to step {}, under the ceiling at the high-water mark",
                         human(c.model.bytes),
@@ -382,8 +386,12 @@ impl Segment {
 }
 
 /// The values a recompute reads that stay, sorted, each with why it stays.
-fn boundary(r: &Rewritten, c: &ckpt_passes::recompute::Candidate) -> Vec<String> {
-    let g = r.planned();
+fn boundary(
+    before: &Analysis,
+    r: &Rewritten,
+    c: &ckpt_passes::recompute::Candidate,
+) -> Vec<String> {
+    let g = r.planned(&before.graph);
     let mut names: Vec<String> = c
         .nodes
         .iter()
@@ -404,7 +412,7 @@ fn boundary(r: &Rewritten, c: &ckpt_passes::recompute::Candidate) -> Vec<String>
                     let pol = ckpt_ir::ops::policy(g, p);
                     if !pol.is_recomputable() {
                         format!("produced by {} ({})", g.node(p).op_label(), pol.reason())
-                    } else if r.before.class.kind(t) == TensorKind::SavedActivation {
+                    } else if before.class.kind(t) == TensorKind::SavedActivation {
                         "kept saved activation (checkpoint)".to_string()
                     } else {
                         "kept".to_string()
@@ -418,8 +426,8 @@ fn boundary(r: &Rewritten, c: &ckpt_passes::recompute::Candidate) -> Vec<String>
 
 impl Excluded {
     /// The activations the op policy keeps, with the reason.
-    pub fn of_plan(r: &Rewritten) -> Vec<Excluded> {
-        let g = &r.before.graph;
+    pub fn of_plan(before: &Analysis, r: &Rewritten) -> Vec<Excluded> {
+        let g = &before.graph;
         r.cands
             .excluded
             .iter()

@@ -37,37 +37,7 @@ pub enum Status {
     NotValidated,
 }
 
-/// Why no plan fits, as data.
-#[derive(Clone, Debug, Serialize, JsonSchema)]
-pub struct Diagnosis {
-    /// `fixed_exceeds_ceiling`: what the caller feeds alone is over the ceiling;
-    /// `no_plan_found`: the lowest total found under the profile is over it.
-    pub kind: DiagnosisKind,
-    /// The ceiling after `--reserve`.
-    pub effective_ceiling_bytes: u64,
-    pub fixed_bytes: u64,
-    /// The lowest device total found (recomputing every candidate, the search's best, or with the main job's refusal probes a plan found at a ceiling in between).
-    pub lowest_reachable_total_bytes: u64,
-    /// The largest ledger line.
-    pub dominant_ledger_line: String,
-    /// The search stopped at `--time-limit` (a longer one may find a plan).
-    pub timed_out: bool,
-    /// The searches spent `--search-steps` (a larger budget may find a plan).
-    pub steps_spent: bool,
-    /// Ceilings between this one and the lowest total found that were planned again to lower
-    /// that total (the main job's refusal probes, at most 3; none is started once the time
-    /// left before `--time-limit` is less than twice the longest planning pass so far).
-    pub ceilings_probed: usize,
-    /// The same in one sentence.
-    pub message: String,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum DiagnosisKind {
-    FixedExceedsCeiling,
-    NoPlanFound,
-}
+pub use ckpt_planner::{Diagnosis, DiagnosisKind};
 
 /// A before/after pair.
 #[derive(Clone, Copy, Debug, Serialize, JsonSchema)]
@@ -100,9 +70,19 @@ impl FileHash {
         }
         Ok(FileHash {
             path: path.display().to_string(),
-            sha256: h.finalize().iter().map(|b| format!("{b:02x}")).collect(),
+            sha256: hex(&h.finalize()),
         })
     }
+}
+
+/// The SHA-256 of `bytes`, in hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex(&sha2::Sha256::digest(bytes))
+}
+
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Where the output model's external data lives.
@@ -438,13 +418,7 @@ pub enum IlpRound {
     },
 }
 
-/// The ONNX Runtime that validated.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize, JsonSchema)]
-pub struct Ort {
-    /// The library's path (the training runtime: the Python it runs in).
-    pub library: String,
-    pub version: String,
-}
+pub use ckpt_validate::paired::Ort;
 
 /// A solver enum as its variant's name (`Ilp`, `FeasibleOnTimeout`).
 fn debug_name<T: std::fmt::Debug, S: Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
@@ -492,7 +466,7 @@ pub struct ArenaBinding {
 }
 
 /// The name of the node run at `step` of `a`'s run (empty past its end), for reports.
-pub fn node_name(a: &crate::optimize::Analysis, step: usize) -> String {
+pub fn node_name(a: &ckpt_planner::Analysis, step: usize) -> String {
     ckpt_passes::memory::node_at(&a.sim, step)
         .map_or_else(String::new, |n| a.graph.node(n).name.clone())
 }

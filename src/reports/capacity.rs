@@ -26,9 +26,10 @@ use serde::Serialize;
 
 use ckpt_ir::{Bindings, Graph};
 
-use crate::frontier::{baselines, cheapest_fitting, plan_at, KnownPlan, Planned};
-use crate::optimize::{analyse, step_flops, AnalyseOptions};
+use crate::pipeline::analyse;
+use crate::reports::frontier::{baselines, cheapest_fitting, plan_at, KnownPlan, Planned};
 use crate::size::human;
+use ckpt_planner::{step_flops, AnalyseOptions};
 
 /// What to search.
 #[derive(Clone, Debug)]
@@ -253,7 +254,7 @@ impl Search<'_> {
             step_flops: nr_step.unwrap_or(0),
             step_time_increase_percent: 0.0,
             throughput_relative: if nr.is_some() { 1.0 } else { 0.0 },
-            method: crate::frontier::NO_RECOMPUTE.into(),
+            method: crate::reports::frontier::NO_RECOMPUTE.into(),
             above,
         })
     }
@@ -386,7 +387,7 @@ pub fn markdown(c: &Capacity) -> String {
         c.dim,
         human(c.ceiling_bytes),
         c.profile,
-        crate::frontier::bindings_text(&c.bindings),
+        crate::reports::frontier::bindings_text(&c.bindings),
         c.dim,
         c.searched_up_to,
         c.items

@@ -1,10 +1,11 @@
-//! The decision reports: `frontier` (the sweep is [`crate::frontier`]'s), [`capacity`] and
+//! The decision reports: `frontier` (the sweep is [`crate::reports::frontier`]'s), [`capacity`] and
 //! [`buckets`], with the frontier's [`plot`]; and their commands at the CLI edge
 //! ([`run_frontier`], [`run_capacity`], [`run_buckets`]): flags in, files out (JSON beside a
 //! Markdown summary; the frontier's SVG), exit codes.
 
 pub mod buckets;
 pub mod capacity;
+pub mod frontier;
 pub mod plot;
 
 use std::path::Path;
@@ -19,10 +20,10 @@ use capacity::CapacityQuery;
 
 use crate::cli::{BucketsArgs, CapacityArgs, FrontierArgs, ReportArgs};
 use crate::exit::Failure;
-use crate::frontier::{self, Ceilings};
 use crate::job::Ceiling;
 use crate::model_io::{self, analyse_options, bindings, load};
 use crate::size::human;
+use frontier::Ceilings;
 
 fn write(dir: &Path, name: &str, text: &str) -> Result<(), Failure> {
     let p = dir.join(name);
@@ -43,7 +44,7 @@ fn options(
     r: &ReportArgs,
     graph: &ckpt_ir::Graph,
     bare_ok: bool,
-) -> Result<(crate::optimize::AnalyseOptions, Vec<String>), Failure> {
+) -> Result<(ckpt_planner::AnalyseOptions, Vec<String>), Failure> {
     let (m, bare) = r.model_args().map_err(|e| Failure::input(anyhow!(e)))?;
     if !bare_ok {
         if let Some(b) = bare.first() {
@@ -59,7 +60,7 @@ fn options(
 }
 
 /// Refuse a profile the planner cannot plan for (as the main job does).
-fn plannable(o: &crate::optimize::AnalyseOptions) -> Result<(), Failure> {
+fn plannable(o: &ckpt_planner::AnalyseOptions) -> Result<(), Failure> {
     if o.profile.graph_optimization_level != ckpt_ir::profile::OptLevel::Disable {
         return Err(Failure::input(anyhow!(
             "--ort-opt-level {}: plans are made for the graph ORT runs at level disable",
@@ -83,7 +84,7 @@ pub fn run_frontier(a: &FrontierArgs) -> Result<(), Failure> {
     let name = a.model.display().to_string();
     let costs = match a.cost.as_str() {
         "profile" => {
-            let before = crate::optimize::analyse(graph.clone(), &o).map_err(Failure::planning)?;
+            let before = crate::pipeline::analyse(graph.clone(), &o).map_err(Failure::planning)?;
             ckpt_validate::measured_cost::profilable(&before).map_err(Failure::input)?;
             Some(
                 ckpt_validate::measured_cost::measure(
@@ -169,12 +170,12 @@ pub fn run_capacity(a: &CapacityArgs) -> Result<(), Failure> {
         spec => {
             let mut b = o.bindings.clone();
             b.insert(dim.clone(), 1);
-            let oo = crate::optimize::AnalyseOptions {
+            let oo = ckpt_planner::AnalyseOptions {
                 bindings: b,
                 ..o.clone()
             };
             spec.resolve(
-                crate::optimize::analyse(graph.clone(), &oo)
+                crate::pipeline::analyse(graph.clone(), &oo)
                     .map_err(Failure::planning)?
                     .ledger
                     .total_bytes,

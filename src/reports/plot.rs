@@ -9,7 +9,7 @@
 
 use plotters::prelude::*;
 
-use crate::frontier::{Frontier, NO_RECOMPUTE, PER_BLOCK, PER_LAYER, RECOMPUTE_ALL};
+use crate::reports::frontier::{Frontier, NO_RECOMPUTE, PER_BLOCK, PER_LAYER, RECOMPUTE_ALL};
 
 const WIDTH: u32 = 900;
 const HEIGHT: u32 = 560;

@@ -139,9 +139,10 @@ pub fn assert_validated_rewrite(r: &serde_json::Value, label: &str) -> (u64, u64
 /// A plan's outcome as snapshot text: the patch and the rewritten graph in schedule order
 /// with phases, or the refusal. The patch prints against the numbering of the rewritten graph
 /// as printed ([`ckpt_ir::print_patch`]), so each tensor has one `%N` in the snapshot.
-pub fn outcome_text(outcome: &ckpt_opt::optimize::Outcome, ceiling: u64) -> String {
-    use ckpt_opt::optimize::Outcome;
-    match outcome {
+pub fn outcome_text(planned: &ckpt_opt::pipeline::PlannedJob, ceiling: u64) -> String {
+    use ckpt_planner::Outcome;
+    let before = &planned.before;
+    match &planned.outcome {
         Outcome::Rewritten(r) => {
             let a = &r.after;
             // Schedule order, after the nodes that are not steps (Constant nodes, which ORT
@@ -159,7 +160,7 @@ pub fn outcome_text(outcome: &ckpt_opt::optimize::Outcome, ceiling: u64) -> Stri
             // The patch the plan wrote, rebuilt from the plan as the job built it (on the
             // variant it planned: after the variant's own moves and guards).
             let mut patch = ckpt_passes::recompute::rewrite(
-                r.planned(),
+                r.planned(&before.graph),
                 &r.cands,
                 &r.plan,
                 &format!("recompute for ceiling {ceiling}"),
@@ -169,7 +170,7 @@ pub fn outcome_text(outcome: &ckpt_opt::optimize::Outcome, ceiling: u64) -> Stri
                     .analysis
                     .profile,
                 ceiling,
-                &r.before.ledger,
+                &before.ledger,
             ));
             assert!(
                 r.patch_text == patch.to_string()
@@ -179,7 +180,7 @@ pub fn outcome_text(outcome: &ckpt_opt::optimize::Outcome, ceiling: u64) -> Stri
             );
             format!(
                 "ceiling {ceiling}: predicted {} -> {}\n{}\n{}",
-                r.before.ledger.total_bytes,
+                before.ledger.total_bytes,
                 a.ledger.total_bytes,
                 ckpt_ir::print_patch(&patch, &a.graph, &order),
                 {
@@ -197,13 +198,13 @@ pub fn outcome_text(outcome: &ckpt_opt::optimize::Outcome, ceiling: u64) -> Stri
                 }
             )
         }
-        Outcome::CannotFit { diagnosis, .. } => {
+        Outcome::CannotFit(diagnosis) => {
             format!(
                 "ceiling {ceiling}: refused, lowest {}\n{}\n",
                 diagnosis.lowest_reachable_total_bytes, diagnosis.message
             )
         }
-        Outcome::AlreadyFits { .. } => format!("ceiling {ceiling}: already fits\n"),
+        Outcome::AlreadyFits => format!("ceiling {ceiling}: already fits\n"),
     }
 }
 
@@ -213,7 +214,7 @@ pub fn plan_job(path: &Path, ceiling: u64, time_limit_secs: u64) -> ckpt_opt::jo
         model: path.to_path_buf(),
         ceiling,
         output: None,
-        analysis: ckpt_opt::optimize::AnalyseOptions::default(),
+        analysis: ckpt_planner::AnalyseOptions::default(),
         reserve_pct: 0.0,
         time_limit: std::time::Duration::from_secs(time_limit_secs),
         refusal_probes: 0,

@@ -287,6 +287,26 @@ pub struct MemoryExpectation {
 }
 
 impl MemoryExpectation {
+    /// What the analyses of `original` and `rewritten` predict under `profile` (with
+    /// `ceiling`, the capped run too); each graph's external data resolves against its `dirs`.
+    pub fn of(
+        profile: &ckpt_ir::Profile,
+        (original, rewritten): (&ckpt_planner::Analysis, &ckpt_planner::Analysis),
+        ceiling_bytes: Option<u64>,
+        (original_dir, rewritten_dir): (Option<std::path::PathBuf>, Option<std::path::PathBuf>),
+    ) -> MemoryExpectation {
+        MemoryExpectation {
+            profile: profile.clone(),
+            fixed_bytes: original.ledger.fixed_bytes,
+            load_bytes: original.ledger.load_bytes,
+            original_arena_bytes: original.device.arena_bytes,
+            rewritten_arena_bytes: rewritten.device.arena_bytes,
+            ceiling_bytes,
+            original_dir,
+            rewritten_dir,
+        }
+    }
+
     /// What is held outside the arena's cap: the caller's bytes and constants outside it.
     pub fn outside_arena_bytes(&self) -> u64 {
         self.fixed_bytes.saturating_sub(self.load_bytes)

@@ -177,9 +177,18 @@ pub struct Validation {
     pub rewritten_peak_bytes_with_cse: u64,
     /// Set when CSE undoes the recompute (the peak with CSE on is above the peak without).
     pub cse_warning: Option<String>,
-    pub ort: serde_json::Value,
-    pub session: serde_json::Value,
+    pub ort: Ort,
+    /// The session options the values ran under.
+    pub session: SessionConfig,
     pub input_generation: Vec<String>,
+}
+
+/// The ONNX Runtime that validated.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct Ort {
+    /// The library's path (the training runtime: the Python it runs in).
+    pub library: String,
+    pub version: String,
 }
 
 /// Options of a validation.
@@ -284,8 +293,8 @@ pub(crate) struct Runs {
     pub rewritten: Measured,
     pub rewritten_peak_bytes_with_cse: u64,
     pub cse_warning: Option<String>,
-    pub ort: serde_json::Value,
-    pub session: serde_json::Value,
+    pub ort: Ort,
+    pub session: SessionConfig,
 }
 
 impl Runs {
@@ -377,8 +386,11 @@ pub(crate) fn run_pair(
         rewritten: rewritten_m,
         rewritten_peak_bytes_with_cse: with_cse,
         cse_warning,
-        ort: serde_json::json!({"library": info.library.display().to_string(), "version": info.version}),
-        session: serde_json::to_value(&values_cfg).unwrap_or_default(),
+        ort: Ort {
+            library: info.library.display().to_string(),
+            version: info.version.to_string(),
+        },
+        session: values_cfg,
     })
 }
 

@@ -149,10 +149,13 @@ pub(crate) fn run_pair(
         rewritten: rewritten_m,
         rewritten_peak_bytes_with_cse: 0,
         cse_warning: None,
-        ort: serde_json::json!({
-            "library": format!("onnxruntime-training (python {})", runner.runtime.python.display()),
-            "version": runner.ort_version,
-        }),
-        session: serde_json::to_value(&o.cfg).unwrap_or_default(),
+        ort: crate::paired::Ort {
+            library: format!(
+                "onnxruntime-training (python {})",
+                runner.runtime.python.display()
+            ),
+            version: runner.ort_version.to_string(),
+        },
+        session: o.cfg.clone(),
     })
 }

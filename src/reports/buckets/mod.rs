@@ -140,7 +140,7 @@ pub fn markdown(r: &BucketsReport) -> String {
                 None => format!("≤ {}", b.up_to),
             },
             100.0 * b.share,
-            crate::frontier::bindings_text(&b.bindings),
+            crate::reports::frontier::bindings_text(&b.bindings),
             human(b.predicted_peak_bytes),
             b.policy,
             b.predicted_peak_after_bytes.map_or("-".into(), human),

@@ -13,13 +13,15 @@ use serde::Serialize;
 use super::decide::{decide, rule_text};
 use super::trace::Range;
 use super::{BucketMeasurement, BucketRow, BucketsReport, Decision};
-use crate::frontier::{
+use crate::pipeline::analyse;
+use crate::receipt::sha256_hex;
+use crate::receipt::{BeforeAfter, FileHash};
+use crate::reports::frontier::{
     baselines, cheapest_fitting, evaluate_set, measure, measurement_inputs, plan_at, KnownPlan,
     Planned, NO_RECOMPUTE,
 };
-use crate::optimize::{analyse, sha256_hex, step_flops, AnalyseOptions, Analysis};
-use crate::receipt::{BeforeAfter, FileHash};
 use crate::size::human;
+use ckpt_planner::{step_flops, AnalyseOptions, Analysis};
 
 /// The model one bucket is planned on: its graph, where it came from, and its analysis options
 /// (bindings at the bucket's largest shape).
@@ -281,7 +283,8 @@ fn write_planned(
         .apply(&mut g)
         .context("recording the deployment profile in the model's metadata")?;
     let out = job.out_dir.join(format!("bucket_{i}.ckpt.onnx"));
-    let bytes = crate::optimize::write(&g, &out, &m.path)?;
+    let bytes = ckpt_ir::export_bytes(&g);
+    ckpt_ir::write_atomic(&out, &bytes, Some(&m.path))?;
     let hash = sha256_hex(&bytes);
     let receipt_path = job.out_dir.join(format!("bucket_{i}.receipt.json"));
     let receipt = BucketReceipt {

@@ -31,8 +31,9 @@ use ckpt_planner::PlanOptions;
 pub use ckpt_planner::{KnownPlan, Planned, NO_RECOMPUTE, PER_BLOCK, PER_LAYER, RECOMPUTE_ALL};
 
 use crate::job::{Ceiling, Job};
-use crate::optimize::{analyse, default_threads, step_flops, AnalyseOptions, Analysis};
+use crate::pipeline::analyse;
 use crate::size::human;
+use ckpt_planner::{default_threads, step_flops, AnalyseOptions, Analysis};
 use ckpt_validate::measured_cost::NodeCosts;
 
 /// The planner's options for the frontier's plans at `ceiling` (no reserve, no refusal
@@ -636,16 +637,13 @@ pub fn measure(
 ) -> Result<Measurement> {
     let a = &plan.analysis;
     let model = ckpt_ir::export(&a.graph);
-    let e = ckpt_validate::memory::MemoryExpectation {
-        profile: options.profile.clone(),
-        fixed_bytes: a.ledger.fixed_bytes,
-        load_bytes: a.ledger.load_bytes,
-        original_arena_bytes: a.device.arena_bytes,
-        rewritten_arena_bytes: a.device.arena_bytes,
-        ceiling_bytes: None,
-        original_dir: a.graph.dir().map(std::path::Path::to_path_buf),
-        rewritten_dir: a.graph.dir().map(std::path::Path::to_path_buf),
-    };
+    let dir = a.graph.dir().map(std::path::Path::to_path_buf);
+    let e = ckpt_validate::memory::MemoryExpectation::of(
+        &options.profile,
+        (a, a),
+        None,
+        (dir.clone(), dir),
+    );
     let d = ckpt_validate::memory::measure_device(
         &plan.method,
         &model,
