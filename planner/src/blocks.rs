@@ -198,8 +198,9 @@ impl BlockStart {
     }
 
     /// The [`CUTS`] fitting block plans of the lowest totals cut to what the ceiling needs
-    /// (while the clock allows); the one adding the fewest FLOPs, made real against its base (whose
-    /// candidates it indexes), with the base's index in `bases`. `None` when none fits.
+    /// (while the clock allows: past the time limit, the lowest is taken as it is); the one
+    /// adding the fewest FLOPs, made real against its base (whose candidates it indexes), with
+    /// the base's index in `bases`. `None` when none fits.
     pub(crate) fn cut_best(
         &self,
         bases: &[&Analysis],
@@ -228,7 +229,9 @@ impl BlockStart {
         fitting.truncate(CUTS);
         let mut best: Option<(u64, &Start, Plan)> = None; // (added FLOPs, start, plan)
         for (start, granularity, plan, _) in fitting {
-            if clock.passed() {
+            // Past the time limit the first (lowest) plan is still taken, uncut: it fits, and
+            // a refusal whose lowest total fits the ceiling would say otherwise.
+            if clock.passed() && best.is_some() {
                 break;
             }
             let base = bases[start.base];

@@ -208,6 +208,34 @@ fn no_refusal_probe_starts_after_the_time_limit() {
     );
 }
 
+/// With no time at all, a refusal never names a lowest total that fits the ceiling: where a
+/// block plan fits, it is the plan, uncut and saying the time limit was hit.
+#[test]
+fn a_block_plan_that_fits_is_a_plan_past_the_time_limit() {
+    let g = ckpt_ir::import_file(&fixture("gpt2_d0_aot.onnx")).unwrap();
+    let before = analyse(g, &AnalyseOptions::default()).unwrap();
+    let ceiling = before.ledger.total_bytes * 75 / 100;
+    let o = PlanOptions {
+        time_limit: Duration::ZERO,
+        ..options(ceiling)
+    };
+    match plan(&before, &o).unwrap() {
+        Outcome::Rewritten(r) => {
+            assert!(r.after.ledger.total_bytes <= ceiling);
+            assert!(
+                r.time_limit_hit,
+                "the plan does not say the limit stopped it"
+            );
+            assert_eq!(r.plan.info.method, Method::BlockCut);
+        }
+        Outcome::CannotFit(d) => panic!(
+            "refused at {ceiling} B with a lowest total of {} B",
+            d.lowest_reachable_total_bytes
+        ),
+        Outcome::AlreadyFits => panic!("the graph fits at 75%"),
+    }
+}
+
 /// The simulator's yes-or-no answer (`Oracle::fits`, which stops its bisection as soon as
 /// either end settles the question) is its total within the ceiling, for recompute sets drawn
 /// at random on a fixture, at ceilings just under, at and over each set's total.
