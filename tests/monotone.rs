@@ -45,6 +45,11 @@ fn main_job(model: &Path, pct: u64) -> Option<(u64, u64, u64)> {
         "{pct}%: {}",
         r["solver"]
     );
+    let found_at = r["solver"]["found_at_ceiling_bytes"].as_u64().unwrap();
+    assert!(
+        found_at <= r["ceiling_bytes"].as_u64().unwrap(),
+        "{pct}%: found at {found_at} B"
+    );
     Some((
         r["ceiling_bytes"].as_u64().unwrap(),
         r["added_flops"].as_u64().unwrap(),
