@@ -170,6 +170,7 @@ impl Job {
         PlanOptions {
             analysis: self.analysis.clone(),
             ceiling: self.ceiling,
+            recorded_ceiling: None,
             reserve_pct: self.reserve_pct,
             time_limit: self.time_limit,
             started: t0,

@@ -22,6 +22,7 @@ fn main_job(model: &Path, pct: u64) -> Option<(u64, u64, u64)> {
     let dir = tempfile::tempdir().unwrap();
     let receipt = dir.path().join("r.json");
     let ceiling = format!("{pct}%");
+    let out = dir.path().join("out.onnx");
     let o = run(&[
         path_str(model),
         "--ceiling",
@@ -29,7 +30,7 @@ fn main_job(model: &Path, pct: u64) -> Option<(u64, u64, u64)> {
         "--time-limit",
         "600",
         "-o",
-        path_str(&dir.path().join("out.onnx")),
+        path_str(&out),
         "--receipt",
         path_str(&receipt),
     ]);
@@ -49,6 +50,19 @@ fn main_job(model: &Path, pct: u64) -> Option<(u64, u64, u64)> {
     assert!(
         found_at <= r["ceiling_bytes"].as_u64().unwrap(),
         "{pct}%: found at {found_at} B"
+    );
+    // The model written records the ceiling asked for, wherever the plan was found.
+    let written = ckpt_ir::import_file(&out).unwrap();
+    let recorded = written
+        .model()
+        .metadata_props
+        .iter()
+        .find(|p| p.key.as_deref() == Some("ckpt-opt.ceiling_bytes"))
+        .and_then(|p| p.value.clone());
+    assert_eq!(
+        recorded,
+        Some(r["ceiling_bytes"].to_string()),
+        "{pct}%: the model records another ceiling"
     );
     Some((
         r["ceiling_bytes"].as_u64().unwrap(),

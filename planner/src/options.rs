@@ -71,6 +71,11 @@ pub struct PlanOptions {
     pub analysis: AnalyseOptions,
     /// The device ceiling, in bytes.
     pub ceiling: u64,
+    /// The ceiling the plan's model records (its profile's arena, its deployment's byte
+    /// counts, its patch's label) where that is not `ceiling`: a rung of the ladder is planned
+    /// under a tighter ceiling than the one its plan is for ([`crate::plan`]). `None`:
+    /// `ceiling`.
+    pub recorded_ceiling: Option<u64>,
     /// Percent of the ceiling kept free.
     pub reserve_pct: f64,
     /// The search's clock: counted from `started`.
@@ -110,6 +115,7 @@ impl PlanOptions {
         PlanOptions {
             analysis,
             ceiling,
+            recorded_ceiling: None,
             reserve_pct: 0.0,
             time_limit: Duration::from_secs(120),
             started: Instant::now(),
@@ -129,22 +135,30 @@ impl PlanOptions {
         (self.ceiling as f64 * (1.0 - self.reserve_pct / 100.0)).floor() as u64
     }
 
-    /// The profile a plan records: an arena sized to the budget becomes the ceiling less what
-    /// the caller feeds (`fixed_bytes`), in bytes.
+    /// The ceiling a plan's model records: [`PlanOptions::recorded_ceiling`], else the
+    /// ceiling.
+    pub fn recorded(&self) -> u64 {
+        self.recorded_ceiling.unwrap_or(self.ceiling)
+    }
+
+    /// The profile a plan records: an arena sized to the budget becomes the recorded ceiling
+    /// less what the caller feeds (`fixed_bytes`), in bytes.
     pub fn recorded_profile(&self, fixed_bytes: u64) -> Profile {
         self.analysis
             .profile
-            .resolved(self.ceiling.saturating_sub(fixed_bytes))
+            .resolved(self.recorded().saturating_sub(fixed_bytes))
     }
 
     /// The `metadata_props` a plan's model records: the profile (its arena sized to the budget
-    /// beside `ledger`'s fixed bytes) and the deployment's byte counts.
+    /// beside `ledger`'s fixed bytes) and the deployment's byte counts, at the recorded
+    /// ceiling.
     pub fn recorded_metadata(&self, ledger: &ckpt_passes::ledger::Ledger) -> Vec<(String, String)> {
-        recorded_metadata(&self.analysis.profile, self.ceiling, ledger)
+        recorded_metadata(&self.analysis.profile, self.recorded(), ledger)
     }
 
     /// Whether the steps of `sim` run in the arena the written model records: a first region
-    /// of the budget (the ceiling less `fixed_bytes`, what the caller feeds), capped at it.
+    /// of the budget (the recorded ceiling less `fixed_bytes`, what the caller feeds), capped
+    /// at it.
     /// The need a bisection finds under the budget does not say so: the BFC arena splits a
     /// chunk only at twice the request, so it is not monotone in its cap, and a larger first
     /// region can place chunks worse.
@@ -153,7 +167,7 @@ impl PlanOptions {
         sim: &ckpt_passes::memory::Simulation,
         fixed_bytes: u64,
     ) -> bool {
-        let budget = self.ceiling.saturating_sub(fixed_bytes);
+        let budget = self.recorded().saturating_sub(fixed_bytes);
         ckpt_passes::device::fits(sim, &self.analysis.profile, budget)
     }
 

@@ -334,7 +334,7 @@ impl Oracle for Simulator<'_> {
             &before.graph,
             self.cands,
             plan,
-            &format!("recompute for ceiling {}", o.ceiling),
+            &format!("recompute for ceiling {}", o.recorded()),
         );
         // The deployment profile the plan holds under, for runners to read.
         patch.metadata.extend(o.recorded_metadata(&before.ledger));

@@ -139,8 +139,10 @@ fn laddered(
             clock_hit = true;
             break;
         }
+        // Planned under the rung, recorded under the ceiling: the model written is for it.
         let at = PlanOptions {
             ceiling: rung,
+            recorded_ceiling: Some(o.recorded()),
             reserve_pct: 0.0,
             refusal_probes: 0,
             ..o.clone()

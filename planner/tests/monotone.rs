@@ -44,7 +44,7 @@ fn added(before: &Analysis, o: &PlanOptions) -> (u64, Box<ckpt_planner::Rewritte
 
 /// gpt2_d0_aot: the first pass at 84% finds +49,152 FLOPs, at 82% +32,768 (a plan with a
 /// lower total). With the ladder the plan at 84% is found at a rung below it, adds no more
-/// than the plan at 82%, and runs in the arena the 84% ceiling records.
+/// than the plan at 82%, runs in the arena the 84% ceiling records, and records that ceiling.
 #[test]
 fn a_plan_adds_no_more_than_one_found_at_a_tighter_ceiling() {
     let before = analysed("gpt2_d0_aot.onnx");
@@ -80,6 +80,28 @@ fn a_plan_adds_no_more_than_one_found_at_a_tighter_ceiling() {
         ckpt_passes::device::fits(&r.after.sim, &o.analysis.profile, budget),
         "the plan found at a rung does not run in the arena the ceiling records ({budget} B)"
     );
+    // The model it writes is for the ceiling, not the rung: its deployment, its label.
+    let recorded: Vec<(&str, &str)> = r
+        .after
+        .graph
+        .model()
+        .metadata_props
+        .iter()
+        .map(|p| {
+            (
+                p.key.as_deref().unwrap_or(""),
+                p.value.as_deref().unwrap_or(""),
+            )
+        })
+        .collect();
+    let ceiling = o.ceiling.to_string();
+    assert!(
+        recorded.contains(&("ckpt-opt.ceiling_bytes", ceiling.as_str())),
+        "{recorded:?}"
+    );
+    assert!(r
+        .patch_text
+        .contains(&format!("recompute for ceiling {}", o.ceiling)));
     // The rungs are whole percents of the total, the highest first, and the plan kept is
     // one of theirs.
     let rungs: Vec<(u64, bool)> = events
