@@ -170,6 +170,7 @@ impl Job {
         PlanOptions {
             analysis: self.analysis.clone(),
             ceiling: self.ceiling,
+            recorded_ceiling: None,
             reserve_pct: self.reserve_pct,
             time_limit: self.time_limit,
             started: t0,
@@ -180,6 +181,7 @@ impl Job {
                 .then(|| ckpt_planner::Trace::new(|e| eprintln!("{e}"))),
             progress: Some(progress),
             refusal_probes: self.refusal_probes,
+            ladder_rungs: ckpt_planner::LADDER_RUNGS,
             max_trials: ckpt_planner::MAX_TRIALS,
             pass_steps: self.search_steps,
         }

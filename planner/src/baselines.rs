@@ -219,10 +219,7 @@ pub fn plan_at(graph: &Graph, o: &PlanOptions) -> Result<Planned, PlanError> {
             found_at_ceiling_bytes: Some(o.ceiling),
             total_bytes: r.after.ledger.total_bytes,
             added_flops: r.counts.added_flops,
-            added_cost: o
-                .costs
-                .as_ref()
-                .map(|c| c.of_patch(&rewrite(&before.graph, &r.cands, &r.plan, "cost"))),
+            added_cost: o.costs.as_ref().map(|_| r.added_cost(&before.graph, o)),
             analysis: r.after,
         })),
     })

@@ -178,9 +178,29 @@ impl BlockStart {
             .min()
     }
 
+    /// [`BlockStart::lowest`] with the dominant line of that plan's ledger (one trial of its
+    /// rewrite of its base, one of `bases`, the bases [`BlockStart::new`] was given).
+    pub(crate) fn lowest_plan(
+        &self,
+        bases: &[&Analysis],
+        o: &PlanOptions,
+    ) -> Result<Option<(u64, &'static str)>, PlanError> {
+        let lowest = self
+            .starts
+            .iter()
+            .flat_map(|s| s.seeds.iter().map(move |x| (x.2, s, &x.1)))
+            .min_by_key(|x| x.0);
+        let Some((total, start, plan)) = lowest else {
+            return Ok(None);
+        };
+        let ledger = start.oracle(bases[start.base], o).ledger_of(plan)?;
+        Ok(Some((total, ledger.dominant())))
+    }
+
     /// The [`CUTS`] fitting block plans of the lowest totals cut to what the ceiling needs
-    /// (while the clock allows); the one adding the fewest FLOPs, made real against its base (whose
-    /// candidates it indexes), with the base's index in `bases`. `None` when none fits.
+    /// (while the clock allows: past the time limit, the lowest is taken as it is); the one
+    /// adding the fewest FLOPs, made real against its base (whose candidates it indexes), with
+    /// the base's index in `bases`. `None` when none fits.
     pub(crate) fn cut_best(
         &self,
         bases: &[&Analysis],
@@ -209,7 +229,9 @@ impl BlockStart {
         fitting.truncate(CUTS);
         let mut best: Option<(u64, &Start, Plan)> = None; // (added FLOPs, start, plan)
         for (start, granularity, plan, _) in fitting {
-            if clock.passed() {
+            // Past the time limit the first (lowest) plan is still taken, uncut: it fits, and
+            // a refusal whose lowest total fits the ceiling would say otherwise.
+            if clock.passed() && best.is_some() {
                 break;
             }
             let base = bases[start.base];
@@ -244,7 +266,13 @@ impl BlockStart {
         if total > effective {
             return Ok(None);
         }
-        let mut r = Rewritten::new(realised, start.cands.clone(), plan, start.prob.ceiling);
+        let mut r = Rewritten::new(
+            realised,
+            start.cands.clone(),
+            plan,
+            start.prob.ceiling,
+            effective,
+        );
         r.time_limit_hit = clock.hit();
         Ok(Some((start.base, Box::new(r))))
     }

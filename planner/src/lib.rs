@@ -7,7 +7,8 @@
 //!   simulation, the device need under the profile, the ledger).
 //! - `options.rs`: [`PlanOptions`] (the ceiling, the costs, the threads, the trace sink, the
 //!   limits), [`SearchOptions`], and the deadline every search reads.
-//! - `plan.rs`: [`plan`], the first pass, then the refusal probes.
+//! - `plan.rs`: [`plan`], the first pass, then the ladder of tighter ceilings below it, then
+//!   the refusal probes.
 //! - `variants.rs`: the zero-FLOP variant race of the first pass, with block checkpointing's
 //!   cut beside it.
 //! - `leaves.rs`: the leaves' order searched for the arena (a variant).
@@ -59,6 +60,13 @@
 //!    run fits) where the candidate search finds nothing adding under 5% of a step. Labelled
 //!    [`ckpt_solver::Method::BlockCut`]: no optimality bound.
 //!
+//! 6. **The ladder** (`plan.rs`): a plan that fits a tighter ceiling fits this one, and the
+//!    search is not monotone in the ceiling, so below a plan that adds anything (or a
+//!    refusal) the whole percents of the given graph's total are planned in turn, each with
+//!    the plan in hand to beat, until one has no plan (at most
+//!    [`PlanOptions::ladder_rungs`]); the cheapest plan that runs in the arena the ceiling
+//!    records is the answer ([`Rewritten::found_at_ceiling_bytes`]).
+//!
 //! ILP rounds stop at a node count, not a clock ([`ckpt_solver::IlpOptions::max_nodes`]):
 //! the plan is the same on a loaded machine.
 //!
@@ -78,7 +86,9 @@
 //!   ([`Oracle::peak_below`], [`Oracle::fits`]); its answers must be the total's.
 //! - [`Diagnosis::lowest_reachable_total_bytes`] is a total some recompute set really reaches
 //!   under the oracle (recomputing every candidate, the search's best, or no recompute), not
-//!   a proven floor.
+//!   a proven floor; [`Diagnosis::dominant_ledger_line`] is that plan's ledger's.
+//! - The plan at a ceiling adds no more than the plan of any rung of the ladder below it that
+//!   the ladder reaches (FLOPs, or [`PlanOptions::costs`]' unit).
 //! - No I/O: the trace is typed [`Event`]s sent to [`PlanOptions::trace`], progress goes to
 //!   the [`PlanOptions::progress`] callback; errors are typed ([`PlanError`]); nothing panics
 //!   on user input. The CLI parses, orchestrates, writes and prints.
@@ -105,7 +115,8 @@ pub use baselines::{
 pub use error::PlanError;
 pub use options::{
     default_threads, recorded_metadata, variant_trials, Costs, PlanOptions, Progress,
-    SearchOptions, MAX_TRIALS, OUTCLASSED_FACTOR, PASS_STEPS, VARIANT_STEPS, VARIANT_TRIALS,
+    SearchOptions, LADDER_RUNGS, MAX_TRIALS, OUTCLASSED_FACTOR, PASS_STEPS, VARIANT_STEPS,
+    VARIANT_TRIALS,
 };
 pub use oracle::{patch_flops, plan_from_set, Oracle, RunTrace, Simulator, TableOracle};
 pub use outcome::{

@@ -71,6 +71,11 @@ pub struct PlanOptions {
     pub analysis: AnalyseOptions,
     /// The device ceiling, in bytes.
     pub ceiling: u64,
+    /// The ceiling the plan's model records (its profile's arena, its deployment's byte
+    /// counts, its patch's label) where that is not `ceiling`: a rung of the ladder is planned
+    /// under a tighter ceiling than the one its plan is for ([`crate::plan`]). `None`:
+    /// `ceiling`.
+    pub recorded_ceiling: Option<u64>,
     /// Percent of the ceiling kept free.
     pub reserve_pct: f64,
     /// The search's clock: counted from `started`.
@@ -87,11 +92,17 @@ pub struct PlanOptions {
     /// planned (bisection), so that the lowest reachable total reported is no higher than a
     /// plan found at a ceiling in between: the search is not monotone in the ceiling.
     pub refusal_probes: usize,
+    /// Rungs of the ladder: at most how many tighter ceilings (whole percents of the given
+    /// graph's device total, below the ceiling) are planned in turn below a plan that adds
+    /// anything, or below a refusal, the cheapest plan kept ([`LADDER_RUNGS`] by default;
+    /// [`crate::plan`]). A plan that fits a tighter ceiling fits this one: the search alone
+    /// is not monotone in the ceiling.
+    pub ladder_rungs: usize,
     /// Simulations one search may run ([`MAX_TRIALS`] by default; a variant planned after a
     /// plan is in hand gets [`variant_trials`]).
     pub max_trials: usize,
-    /// Schedule steps the candidate searches of one [`crate::plan`] call (its variants and
-    /// its refusal probes together) may simulate, trials times the graph's steps
+    /// Schedule steps the candidate searches of one [`crate::plan`] call (its variants, its
+    /// rungs and its refusal probes together) may simulate, trials times the graph's steps
     /// ([`PASS_STEPS`] by default): each search gets at most the trials the steps left pay
     /// for. A count, so that a refusal ends at the same place on any machine, not at the time
     /// limit.
@@ -104,6 +115,7 @@ impl PlanOptions {
         PlanOptions {
             analysis,
             ceiling,
+            recorded_ceiling: None,
             reserve_pct: 0.0,
             time_limit: Duration::from_secs(120),
             started: Instant::now(),
@@ -112,6 +124,7 @@ impl PlanOptions {
             trace: None,
             progress: None,
             refusal_probes: 0,
+            ladder_rungs: LADDER_RUNGS,
             max_trials: MAX_TRIALS,
             pass_steps: PASS_STEPS,
         }
@@ -122,23 +135,30 @@ impl PlanOptions {
         (self.ceiling as f64 * (1.0 - self.reserve_pct / 100.0)).floor() as u64
     }
 
-    /// The profile a plan records: an arena sized to the budget becomes the ceiling less what
-    /// the caller feeds (`fixed_bytes`), in bytes.
+    /// The ceiling a plan's model records: [`PlanOptions::recorded_ceiling`], else the
+    /// ceiling.
+    pub fn recorded(&self) -> u64 {
+        self.recorded_ceiling.unwrap_or(self.ceiling)
+    }
+
+    /// The profile a plan records: an arena sized to the budget becomes the recorded ceiling
+    /// less what the caller feeds (`fixed_bytes`), in bytes.
     pub fn recorded_profile(&self, fixed_bytes: u64) -> Profile {
         self.analysis
             .profile
-            .resolved(self.ceiling.saturating_sub(fixed_bytes))
+            .resolved(self.recorded().saturating_sub(fixed_bytes))
     }
 
     /// The `metadata_props` a plan's model records: the profile (its arena sized to the budget
-    /// beside `ledger`'s fixed bytes) and the deployment's byte counts.
+    /// beside `ledger`'s fixed bytes) and the deployment's byte counts, at the recorded
+    /// ceiling.
     pub fn recorded_metadata(&self, ledger: &ckpt_passes::ledger::Ledger) -> Vec<(String, String)> {
-        recorded_metadata(&self.analysis.profile, self.ceiling, ledger)
+        recorded_metadata(&self.analysis.profile, self.recorded(), ledger)
     }
 
     /// Whether the steps of `sim` run in the arena the written model records: a first region
-    /// of the budget (the ceiling less `fixed_bytes`, what the caller feeds), capped at it,
-    /// and within one region where the profile is offered in one only
+    /// of the budget (the recorded ceiling less `fixed_bytes`, what the caller feeds), capped
+    /// at it, and within one region where the profile is offered in one only
     /// ([`ckpt_ir::Profile::arena_bound`]).
     /// The need a bisection finds under the budget does not say so: the BFC arena splits a
     /// chunk only at twice the request, so it is not monotone in its cap, and a larger first
@@ -149,7 +169,7 @@ impl PlanOptions {
         fixed_bytes: u64,
     ) -> bool {
         let profile = &self.analysis.profile;
-        let budget = self.ceiling.saturating_sub(fixed_bytes);
+        let budget = self.recorded().saturating_sub(fixed_bytes);
         ckpt_passes::device::fits(sim, profile, budget.min(profile.arena_bound()))
     }
 
@@ -227,12 +247,15 @@ pub struct SearchOptions {
     pub progress: Option<fn(Progress)>,
     /// Simulations the climb and the swaps may run (a count: the same plan on any machine).
     pub max_trials: usize,
-    /// The added cost of a plan already in hand (another variant's): a search whose linear
-    /// model's optimum, the ILP's first round, costs more than [`OUTCLASSED_FACTOR`] times it
-    /// stops there ([`crate::Searched::Outclassed`]) without simulating anything. That round
+    /// The added cost of a plan already in hand (another variant's, or a higher ceiling's): a
+    /// search whose linear model's optimum, the ILP's first round, costs more than
+    /// [`OUTCLASSED_FACTOR`] times it stops there ([`crate::Searched::Outclassed`]) without
+    /// simulating anything. Every ILP solve of the search (its rounds, its tightened budgets)
     /// is solved with the factor times it as CBC's cutoff
     /// ([`ckpt_solver::IlpOptions::cutoff`]), so CBC prunes on it and proves a model with
-    /// nothing under it outclassed at its root.
+    /// nothing under it outclassed at its root; a later round or a tightened budget with
+    /// nothing under it (its model is more conservative than the first round's) ends the
+    /// rounds or the tightening.
     pub beat: Option<u64>,
 }
 
@@ -335,6 +358,11 @@ pub const VARIANT_STEPS: usize = 1_500_000;
 /// Schedule steps the candidate searches of one [`crate::plan`] call may simulate in all
 /// ([`PlanOptions::pass_steps`]).
 pub const PASS_STEPS: usize = 8_000_000;
+
+/// Rungs of the ladder below the ceiling at most ([`PlanOptions::ladder_rungs`]): whole
+/// percents of the given graph's device total. A bound, not the ladder's stop: it stops at the
+/// first rung with no plan, where the plan in hand outclasses every search.
+pub const LADDER_RUNGS: usize = 16;
 
 /// How many unchosen candidates one search move tries adding.
 pub(crate) const SEARCH_WIDTH: usize = 32;

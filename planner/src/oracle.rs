@@ -10,7 +10,9 @@
 use std::collections::BTreeSet;
 
 use ckpt_ir::{Graph, TensorId};
+use ckpt_passes::classify;
 use ckpt_passes::device::{device_need, device_need_below, device_need_within};
+use ckpt_passes::ledger::{ledger, Ledger};
 use ckpt_passes::memory::{schedule, simulate_resolved, Simulation};
 use ckpt_passes::ort_view::resolved_shapes_after;
 use ckpt_passes::recompute::{rewrite, Candidates};
@@ -209,6 +211,26 @@ impl Simulator<'_> {
         Ok((self.total_of(&sim), live))
     }
 
+    /// The ledger of `plan`'s rewrite, from a trial's run (one simulation): what
+    /// [`crate::analyse`] finds for the verified rewrite ([`Oracle::realise`]'s), at a trial's
+    /// cost. A refusal names its lowest plan's dominant line from it.
+    pub fn ledger_of(&self, plan: &Plan) -> Result<Ledger, PlanError> {
+        let (g, sim) = self.rewritten_run(plan)?;
+        let a = &self.options.analysis;
+        let class = classify(&g, a.loss.as_deref())?;
+        let need = device_need(&sim, &a.profile).arena_bytes;
+        Ok(ledger(
+            &g,
+            &class,
+            &sim,
+            need,
+            &a.bindings,
+            a.optimizer,
+            a.optimizer_bits,
+            a.profile.ort_version,
+        ))
+    }
+
     /// `plan`'s rewrite of the graph (unverified: a trial) and its simulated run.
     fn rewritten_run(&self, plan: &Plan) -> Result<(Graph, Simulation), PlanError> {
         let patch = rewrite(&self.before.graph, self.cands, plan, "trial");
@@ -312,7 +334,7 @@ impl Oracle for Simulator<'_> {
             &before.graph,
             self.cands,
             plan,
-            &format!("recompute for ceiling {}", o.ceiling),
+            &format!("recompute for ceiling {}", o.recorded()),
         );
         // The deployment profile the plan holds under, for runners to read.
         patch.metadata.extend(o.recorded_metadata(&before.ledger));

@@ -4,14 +4,16 @@
 //!
 //! Invariants: every type here is `Serialize`, with the field names and values the receipt
 //! records (kinds in `snake_case`, a solver status by its name); analyses, candidates, plans
-//! and graphs are the caller's to print and are skipped. A [`Diagnosis`] is worded
-//! ([`Diagnosis::message`]) from the given graph's ledger and the options it was planned with.
+//! and graphs are the caller's to print and are skipped. A [`Diagnosis`] names the dominant
+//! ledger line of the lowest plan found (the rewrite whose total is its
+//! `lowest_reachable_total_bytes`), and is worded ([`Diagnosis::message`]) with the given
+//! graph's fixed bytes and the options it was planned with.
 
 use schemars::JsonSchema;
 use serde::{Serialize, Serializer};
 
 use ckpt_passes::ledger::Ledger;
-use ckpt_passes::recompute::Candidates;
+use ckpt_passes::recompute::{rewrite, Candidates};
 use ckpt_solver::{Plan, Problem, Status};
 
 use crate::analysis::Analysis;
@@ -38,7 +40,10 @@ pub struct Diagnosis {
     /// The lowest device total the oracle gave any set the planner tried (recomputing every
     /// candidate, the search's best, or no recompute): a total some set reaches, not a bound.
     pub lowest_reachable_total_bytes: u64,
-    /// The largest ledger line.
+    /// The largest line of the ledger of the lowest plan found: the rewrite (or the graph as
+    /// given, or a zero-FLOP variant of it, where recomputing nothing is the lowest) whose
+    /// total is `lowest_reachable_total_bytes`. Where the fixed bytes exceed the ceiling, the
+    /// given graph's.
     pub dominant_ledger_line: String,
     /// The time limit stopped the search (a longer one may find a plan).
     pub timed_out: bool,
@@ -49,12 +54,17 @@ pub struct Diagnosis {
     /// that total ([`PlanOptions::refusal_probes`]; none is started once the time left is
     /// less than twice the longest planning pass so far).
     pub ceilings_probed: usize,
+    /// Rungs of the ladder below the ceiling that were planned ([`PlanOptions::ladder_rungs`]:
+    /// at most one where the first rung has no plan either).
+    pub rungs_planned: usize,
     /// The same in one sentence (empty until [`crate::plan`] words it).
     pub message: String,
 }
 
 impl Diagnosis {
-    /// A refusal of a graph whose ledger is `ledger`, not yet worded.
+    /// A refusal of a graph whose ledger is `ledger`, not yet worded; `ledger` is also the
+    /// lowest plan's (its dominant line is named) until [`Diagnosis::lowest_at`] says
+    /// otherwise.
     pub(crate) fn new(
         kind: DiagnosisKind,
         effective: u64,
@@ -70,7 +80,18 @@ impl Diagnosis {
             timed_out: false,
             steps_spent: false,
             ceilings_probed: 0,
+            rungs_planned: 0,
             message: String::new(),
+        }
+    }
+
+    /// This refusal with `total` as its lowest reachable total, reached by a plan whose
+    /// ledger's dominant line is `dominant`.
+    pub(crate) fn lowest_at(self, total: u64, dominant: &str) -> Diagnosis {
+        Diagnosis {
+            lowest_reachable_total_bytes: total,
+            dominant_ledger_line: dominant.to_string(),
+            ..self
         }
     }
 
@@ -238,6 +259,12 @@ pub struct Rewritten {
     /// The plan is of the graph with its constant reshape targets guarded
     /// ([`ckpt_passes::guards`]; the guards come before the recompute in the patch).
     pub guarded: bool,
+    /// The effective ceiling of the planning pass that found the plan: the ceiling's own, or a
+    /// lower rung's of the ladder ([`crate::plan`]; a plan that fits a lower ceiling fits this
+    /// one too).
+    pub found_at_ceiling_bytes: u64,
+    /// Rungs of the ladder below the ceiling that were planned ([`PlanOptions::ladder_rungs`]).
+    pub rungs_planned: usize,
     /// The graph `cands` and `plan` index when it is a variant (terms moved, targets
     /// guarded: it may have nodes the given graph lacks); `None`: the given graph.
     #[serde(skip)]
@@ -245,13 +272,14 @@ pub struct Rewritten {
 }
 
 impl Rewritten {
-    /// A plan of `cands` made real as `after` (its patch text and counts), with no ILP rounds
-    /// and no moves, the clock not hit.
+    /// A plan of `cands` made real as `after` (its patch text and counts), found under the
+    /// effective ceiling `found_at`, with no ILP rounds and no moves, the clock not hit.
     pub(crate) fn new(
         (after, patch_text, counts): (Analysis, String, RewriteCounts),
         cands: Candidates,
         plan: Plan,
         arena_ceiling: u64,
+        found_at: u64,
     ) -> Rewritten {
         Rewritten {
             after,
@@ -265,7 +293,24 @@ impl Rewritten {
             time_limit_hit: false,
             lowered: false,
             guarded: false,
+            found_at_ceiling_bytes: found_at,
+            rungs_planned: 0,
             planned_graph: None,
+        }
+    }
+
+    /// What the plan adds, in the unit plans are compared in: with [`PlanOptions::costs`],
+    /// the cost of every node its recompute patch of `given` (the graph given to
+    /// [`crate::plan`]) clones, each once; else the FLOPs its clones add.
+    pub fn added_cost(&self, given: &ckpt_ir::Graph, o: &PlanOptions) -> u64 {
+        match &o.costs {
+            Some(c) => c.of_patch(&rewrite(
+                self.planned(given),
+                &self.cands,
+                &self.plan,
+                "cost",
+            )),
+            None => self.counts.added_flops,
         }
     }
 
@@ -347,6 +392,7 @@ mod tests {
             timed_out: true,
             steps_spent: false,
             ceilings_probed: 1,
+            rungs_planned: 0,
             message: String::new(),
         };
         let ledger = Ledger::default();

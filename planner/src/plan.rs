@@ -1,13 +1,31 @@
 //! `plan(&Analysis, &PlanOptions) -> Outcome`: the recompute set (and, where the graph as
 //! given has no plan, the zero-FLOP order moves) that fits the ceiling at the fewest added
 //! FLOPs this planner finds. A first pass races the given graph's zero-FLOP variants
-//! ([`crate::variants`]) and block checkpointing's cut ([`crate::blocks`]); a refusal is then
-//! probed at ceilings in between.
+//! ([`crate::variants`]) and block checkpointing's cut ([`crate::blocks`]); a plan that adds
+//! anything is then planned again on the ladder of tighter ceilings below it, and a refusal is
+//! probed at ceilings in between it and the lowest total found.
+//!
+//! The ladder: a plan that fits a tighter ceiling fits this one too, so the plan at a ceiling
+//! is the cheapest of the first pass's and the plans found at the ladder's rungs, the whole
+//! percents of the given graph's device total below the ceiling (the unit a `90%` ceiling is
+//! written in), the highest first. A rung is planned with the plan in hand to beat, as a
+//! variant of the first pass is: its searches get a variant's simulations, and one whose
+//! linear model's optimum costs over [`crate::OUTCLASSED_FACTOR`] times the plan in hand is
+//! outclassed at the ILP's root. The ladder stops at the first rung with no plan (the model's
+//! optimum only grows as the ceiling falls, so below a rung where every search is outclassed
+//! they are too; where the first pass refused, the first rung is planned with nothing in
+//! hand, and finding no plan either ends it), after [`LADDER_PATIENCE`] rungs in a row that
+//! find nothing cheaper, or after [`PlanOptions::ladder_rungs`]: counts, not the clock. A
+//! rung's plan is kept only where it also runs in the arena the ceiling records. So the plan
+//! at a ceiling adds no more than the plan of any rung the ladder reaches, and a sweep at
+//! whole percents, two apart, plans below each ceiling the next one among its rungs.
 //!
 //! Invariants: the plan depends on the input and the options only (every search counts its
-//! trials against the pass's schedule steps, shared by the first pass and the probes); a
-//! probe starts only where the time left pays for it; a refusal is worded from the given
-//! graph's ledger.
+//! trials against the pass's schedule steps, shared by the first pass, the rungs and the
+//! probes; the time limit is a safety stop): a rung starts before the limit with at least the
+//! longest rung so far left, a probe with twice the longest pass so far, and a plan or a
+//! refusal says when the clock stopped one or kept one from starting. A refusal names the
+//! dominant ledger line of the lowest plan found.
 
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
@@ -15,17 +33,25 @@ use std::time::{Duration, Instant};
 use crate::analysis::{step_flops, Analysis};
 use crate::blocks::BlockStart;
 use crate::leaves::Climbs;
-use crate::options::{Deadline, PlanOptions};
-use crate::outcome::{Diagnosis, DiagnosisKind, Outcome};
+use crate::options::{variant_trials, Deadline, PlanOptions};
+use crate::outcome::{Diagnosis, DiagnosisKind, Outcome, Rewritten};
 use crate::par::Pool;
 use crate::search::search_graph;
 use crate::trace::Event;
-use crate::variants::{race, Tried, Variants};
+use crate::variants::{fits_as_recorded, race, Tried, Variants};
 use crate::PlanError;
 
 /// A first plan adding at most 1/`NEGLIGIBLE_SHARE` of a step's FLOPs is not
 /// planned again on the variants.
 const NEGLIGIBLE_SHARE: u64 = 1000;
+
+/// The ladder stops after this many rungs in a row that find nothing cheaper than the plan in
+/// hand: each cheaper plan found buys as many rungs below it. The search is not monotone in
+/// the ceiling, so a dearer rung does not end the ladder (the example at 70% of its total:
+/// +1.54% of a step; its rungs at 69% and 68% +2.14% and +2.16%, at 67% +1.54% again, at 64%
+/// +0.34%); the plans the ladder kept on the fixtures were found within three rungs of the
+/// last one kept, and deep rungs of the 2-layer Llama each spend seconds in CBC for nothing.
+const LADDER_PATIENCE: usize = 3;
 
 /// Plan `before` (the analysis of the graph as given, under `o.analysis`).
 ///
@@ -44,7 +70,8 @@ const NEGLIGIBLE_SHARE: u64 = 1000;
 /// variant's plan is reported against the graph as given, its patch the variant's followed
 /// by the recompute; of the refusals, the one with the lowest reachable total is reported.
 /// Measured costs belong to the given graph's nodes, so with `o.costs` there are no variants.
-/// A refusal is probed `o.refusal_probes` times ([`PlanOptions::refusal_probes`]).
+/// A plan that adds anything is planned again at `o.ladder_rungs` tighter ceilings (the
+/// module doc); a refusal is probed `o.refusal_probes` times ([`PlanOptions::refusal_probes`]).
 ///
 /// Where the profile holds its steps in one region ([`ckpt_ir::Profile::arena_bound`]), the
 /// ceiling planned to is at most what the caller feeds plus that region, so the profile the
@@ -58,6 +85,7 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
     let o = if bound < o.ceiling {
         bounded = PlanOptions {
             ceiling: bound,
+            recorded_ceiling: Some(o.recorded()),
             ..o.clone()
         };
         &bounded
@@ -68,7 +96,7 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
         pool: Pool::new(o.pass_steps),
         climbs: RefCell::new(None),
     };
-    let outcome = probed(before, o, &pass);
+    let outcome = planned(before, o, &pass);
     o.emit(|| Event::StepsSpent {
         spent: o.pass_steps - pass.pool.left(),
         of: o.pass_steps,
@@ -80,25 +108,152 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
 }
 
 /// What one [`plan`] call's passes share: the schedule steps its searches may still
-/// simulate, and the leaves' order climbs ([`Climbs`]), kept for every probe.
+/// simulate, and the leaves' order climbs ([`Climbs`]), kept for every rung and probe.
 struct Pass {
     pool: Pool,
     climbs: RefCell<Option<Climbs>>,
 }
 
-/// [`plan`] with the steps its searches may simulate.
-fn probed(before: &Analysis, o: &PlanOptions, pass: &Pass) -> Result<Outcome, PlanError> {
+/// [`plan`] with the steps its searches may simulate: the first pass, then the ladder below
+/// it, then, where there is still no plan, the probes above the refusal.
+fn planned(before: &Analysis, o: &PlanOptions, pass: &Pass) -> Result<Outcome, PlanError> {
     let started = Instant::now();
-    let outcome = plan_once(before, o, pass)?;
-    let mut longest = started.elapsed();
-    let Outcome::CannotFit(mut d) = outcome else {
-        return Ok(outcome);
+    let first = match plan_once(before, o, pass, None)? {
+        Outcome::Rewritten(r) => Ok(r),
+        Outcome::CannotFit(d) if d.kind == DiagnosisKind::NoPlanFound => Err(d),
+        outcome => return Ok(outcome),
     };
-    if d.kind != DiagnosisKind::NoPlanFound {
-        return Ok(Outcome::CannotFit(d));
+    let first_took = started.elapsed();
+    let (found, longest_rung) = laddered(before, o, pass, first)?;
+    match found {
+        Ok(r) => Ok(Outcome::Rewritten(r)),
+        Err(d) => probed(before, o, pass, d, first_took.max(longest_rung)),
     }
+}
+
+/// The ladder below `first`, the first pass's plan or refusal (see the module doc): the
+/// cheapest plan found at the ceiling or a rung that runs in the arena the ceiling records,
+/// or the refusal (lowered to the first rung's, where that is lower), with the rungs planned
+/// and whether the clock stopped one recorded; and the longest rung's time.
+fn laddered(
+    before: &Analysis,
+    o: &PlanOptions,
+    pass: &Pass,
+    mut found: Result<Box<Rewritten>, Diagnosis>,
+) -> Result<(Result<Box<Rewritten>, Diagnosis>, Duration), PlanError> {
+    let mut best_cost = found.as_ref().ok().map(|r| r.added_cost(&before.graph, o));
+    let (mut planned, mut clock_hit, mut longest) = (0, false, Duration::ZERO);
+    let mut dearer = 0;
+    let deadline = Deadline::new(o.started + o.time_limit);
+    let (total, fixed) = (before.ledger.total_bytes, before.ledger.fixed_bytes);
+    for rung in rungs(total, o.effective_ceiling(), fixed, o.ladder_rungs) {
+        if best_cost == Some(0) || dearer == LADDER_PATIENCE {
+            break;
+        }
+        // The time limit is the ladder's safety stop, not its bound: a rung starts before the
+        // limit with at least the longest rung so far left (a rung searched with a plan in
+        // hand to beat costs less than the first pass where that plan outclasses its
+        // searches).
+        if !rung_pays(&deadline, longest) {
+            clock_hit = true;
+            break;
+        }
+        // Planned under the rung, recorded under the ceiling: the model written is for it.
+        let at = PlanOptions {
+            ceiling: rung,
+            recorded_ceiling: Some(o.recorded()),
+            reserve_pct: 0.0,
+            refusal_probes: 0,
+            ..o.clone()
+        };
+        planned += 1;
+        let started = Instant::now();
+        let outcome = plan_once(before, &at, pass, best_cost)?;
+        longest = longest.max(started.elapsed());
+        let r = match outcome {
+            Outcome::Rewritten(r) => r,
+            // No plan here (none, or every search outclassed by the plan in hand): none at
+            // the tighter rungs either.
+            outcome => {
+                o.emit(|| Event::RungPlanned {
+                    ceiling: rung,
+                    added: None,
+                    kept: false,
+                    at: o.at(),
+                });
+                if let Outcome::CannotFit(refused) = outcome {
+                    clock_hit |= refused.timed_out;
+                    if let Err(d) = found.as_mut() {
+                        lower_to(d, refused);
+                    }
+                }
+                break;
+            }
+        };
+        clock_hit |= r.time_limit_hit;
+        let cost = r.added_cost(&before.graph, o);
+        let kept = best_cost.is_none_or(|b| cost < b) && fits_as_recorded(&r.after, o);
+        o.emit(|| Event::RungPlanned {
+            ceiling: rung,
+            added: Some(cost),
+            kept,
+            at: o.at(),
+        });
+        if kept {
+            (found, best_cost, dearer) = (Ok(r), Some(cost), 0);
+        } else {
+            dearer += 1;
+        }
+    }
+    match found.as_mut() {
+        Ok(r) => {
+            r.rungs_planned = planned;
+            r.time_limit_hit |= clock_hit;
+        }
+        Err(d) => {
+            d.rungs_planned = planned;
+            d.timed_out |= clock_hit;
+        }
+    }
+    Ok((found, longest))
+}
+
+/// `d` lowered to `rung`'s lowest total (and its dominant line) where that is lower, marked
+/// with what stopped `rung`'s searches.
+fn lower_to(d: &mut Diagnosis, rung: Diagnosis) {
+    d.timed_out |= rung.timed_out;
+    d.steps_spent |= rung.steps_spent;
+    if rung.lowest_reachable_total_bytes < d.lowest_reachable_total_bytes {
+        d.lowest_reachable_total_bytes = rung.lowest_reachable_total_bytes;
+        d.dominant_ledger_line = rung.dominant_ledger_line;
+    }
+}
+
+/// The ladder's rungs below the effective ceiling `effective`: the whole percents of `total`
+/// (the given graph's device total) under it and over `fixed` (the bytes no recompute
+/// changes), the highest first, at most `n`.
+fn rungs(total: u64, effective: u64, fixed: u64, n: usize) -> Vec<u64> {
+    let mut rungs: Vec<u64> = (1..100u128)
+        .rev()
+        .map(|pct| (total as u128 * pct / 100) as u64)
+        .filter(|&r| r < effective && r > fixed)
+        .collect();
+    rungs.dedup();
+    rungs.truncate(n);
+    rungs
+}
+
+/// The refusal probes above `d`, the first pass's refusal, which took `longest`.
+fn probed(
+    before: &Analysis,
+    o: &PlanOptions,
+    pass: &Pass,
+    mut d: Diagnosis,
+    mut longest: Duration,
+) -> Result<Outcome, PlanError> {
     // Bisect between the ceiling and the lowest total found: a plan that fits a ceiling in
-    // between is reachable, and lowers the reported total to its own.
+    // between is reachable, and lowers the reported total to its own (and the dominant line
+    // to its ledger's).
     // Once the time limit has passed a probe's searches stop before their first trial, and
     // what it would still compute (its variants, their block plans, recomputing every
     // candidate) says nothing the first pass did not: no probe is started then (GPT-2 at 132
@@ -108,9 +263,10 @@ fn probed(before: &Analysis, o: &PlanOptions, pass: &Pass) -> Result<Outcome, Pl
     // It would end past the limit, with what it found cut short (GPT-2 at 96 layers: at 80%
     // passes of 12 s, the second probe ran from 24 s to 33.5 s; at 60% a first pass of 9 s,
     // then probes of up to 15 s).
-    let (mut lo, mut hi) = (o.effective_ceiling(), d.lowest_reachable_total_bytes);
+    let mut lo = o.effective_ceiling();
     let deadline = Deadline::new(o.started + o.time_limit);
     for _ in 0..o.refusal_probes {
+        let hi = d.lowest_reachable_total_bytes;
         if hi <= lo + 1 {
             break;
         }
@@ -127,21 +283,28 @@ fn probed(before: &Analysis, o: &PlanOptions, pass: &Pass) -> Result<Outcome, Pl
         };
         d.ceilings_probed += 1;
         let started = Instant::now();
-        let planned = plan_once(before, &probe, pass)?;
+        let planned = plan_once(before, &probe, pass, None)?;
         longest = longest.max(started.elapsed());
-        match planned {
-            Outcome::Rewritten(r) => hi = hi.min(r.after.ledger.total_bytes),
+        let (total, dominant) = match planned {
+            Outcome::Rewritten(r) => (r.after.ledger.total_bytes, r.after.ledger.dominant().into()),
             Outcome::CannotFit(p) => {
                 lo = mid;
-                hi = hi.min(p.lowest_reachable_total_bytes);
                 d.timed_out |= p.timed_out;
                 d.steps_spent |= p.steps_spent;
+                (p.lowest_reachable_total_bytes, p.dominant_ledger_line)
             }
-            Outcome::AlreadyFits => hi = hi.min(before.ledger.total_bytes),
+            Outcome::AlreadyFits => (before.ledger.total_bytes, before.ledger.dominant().into()),
+        };
+        if total < d.lowest_reachable_total_bytes {
+            d = d.lowest_at(total, &dominant);
         }
     }
-    d.lowest_reachable_total_bytes = hi;
     Ok(Outcome::CannotFit(d))
+}
+/// Whether a rung of the ladder may start: the time limit has not passed, and the time left
+/// is at least `longest`, the longest rung so far.
+fn rung_pays(deadline: &Deadline, longest: Duration) -> bool {
+    !deadline.passed() && deadline.left() >= longest
 }
 
 /// Whether a refusal probe may start: the time limit has not passed, and the time left is at
@@ -150,11 +313,22 @@ fn probe_pays(deadline: &Deadline, longest: Duration) -> bool {
     !deadline.passed() && deadline.left() >= longest.saturating_mul(2)
 }
 
-/// [`plan`] without the refusal probes: the variants built, block checkpointing's starts
-/// simulated on them, the first candidate search, then the race ([`race`]).
-fn plan_once(before: &Analysis, o: &PlanOptions, pass: &Pass) -> Result<Outcome, PlanError> {
+/// One planning pass at `o.ceiling`: the variants built, block checkpointing's starts
+/// simulated on them, the first candidate search, then the race ([`race`]). `in_hand`: the
+/// added cost of a plan in hand from a higher ceiling, which every search is asked to beat.
+fn plan_once(
+    before: &Analysis,
+    o: &PlanOptions,
+    pass: &Pass,
+    in_hand: Option<u64>,
+) -> Result<Outcome, PlanError> {
     if o.costs.is_some() || before.ledger.total_bytes <= o.effective_ceiling() {
-        return search_graph(before, o, None, &pass.pool);
+        let bounded = PlanOptions {
+            max_trials: o.max_trials.min(variant_trials(before.sim.schedule.len())),
+            ..o.clone()
+        };
+        let o = if in_hand.is_some() { &bounded } else { o };
+        return search_graph(before, o, in_hand, &pass.pool);
     }
     let variants = match Variants::build(before, o, &pass.climbs)? {
         Ok(v) => v,
@@ -165,11 +339,11 @@ fn plan_once(before: &Analysis, o: &PlanOptions, pass: &Pass) -> Result<Outcome,
     let blocks = BlockStart::new(&bases, o)?;
     o.emit(|| Event::BlockStartsSimulated { at: o.at() });
     let negligible = step_flops(before, &o.analysis.bindings) / NEGLIGIBLE_SHARE;
-    let Some(first) = variants.first(before, blocks.fits(o), o, &pass.pool)? else {
+    let Some(first) = variants.first(before, blocks.fits(o), in_hand, o, &pass.pool)? else {
         return Ok(Outcome::AlreadyFits);
     };
     // A plan adding under a thousandth of a step is kept: no variant can save more than that.
-    let mut tried = Tried::default();
+    let mut tried = Tried::beating(in_hand);
     match first {
         Ok(r) if r.counts.added_flops <= negligible => return Ok(Outcome::Rewritten(r)),
         planned => tried.consider(planned),
@@ -183,17 +357,12 @@ fn plan_once(before: &Analysis, o: &PlanOptions, pass: &Pass) -> Result<Outcome,
     let (found, refused) = tried.finish();
     Ok(match (found, refused) {
         (Some(r), _) => Outcome::Rewritten(r),
-        // The refusal names the given graph's dominant line, the ledger the user reads beside
-        // it (a variant's lowest total may come from a graph whose ledger differs); a block
-        // plan's total is a total a rewrite reaches too.
-        (None, Some(d)) => Outcome::CannotFit(Diagnosis {
-            dominant_ledger_line: before.ledger.dominant().to_string(),
-            lowest_reachable_total_bytes: blocks
-                .lowest()
-                .map_or(d.lowest_reachable_total_bytes, |b| {
-                    b.min(d.lowest_reachable_total_bytes)
-                }),
-            ..d
+        // A block plan's total is a total a rewrite reaches too: the lower names its ledger.
+        (None, Some(d)) => Outcome::CannotFit(match blocks.lowest_plan(&bases, o)? {
+            Some((total, dominant)) if total < d.lowest_reachable_total_bytes => {
+                d.lowest_at(total, dominant)
+            }
+            _ => d,
         }),
         (None, None) => Outcome::AlreadyFits,
     })
@@ -218,6 +387,34 @@ mod tests {
         let passed = Deadline::new(Instant::now());
         assert!(!probe_pays(&passed, Duration::ZERO));
         assert!(passed.hit());
+    }
+
+    /// A rung starts before the limit with at least the longest rung so far left (the first
+    /// one whenever the limit has not passed); a passed limit is recorded as hit.
+    #[test]
+    fn a_rung_starts_only_when_the_time_left_pays_for_the_longest_rung() {
+        let ahead = Deadline::new(Instant::now() + Duration::from_secs(60));
+        assert!(rung_pays(&ahead, Duration::ZERO));
+        assert!(rung_pays(&ahead, Duration::from_secs(40)));
+        assert!(!rung_pays(&ahead, Duration::from_secs(70)));
+        assert!(!ahead.hit());
+        let passed = Deadline::new(Instant::now());
+        assert!(!rung_pays(&passed, Duration::ZERO));
+        assert!(passed.hit());
+    }
+
+    /// The ladder's rungs are the whole percents of the total under the effective ceiling and
+    /// over the fixed bytes, the highest first, at most the number asked for.
+    #[test]
+    fn the_rungs_are_whole_percents_of_the_total_below_the_ceiling() {
+        assert_eq!(rungs(1000, 800, 0, 3), vec![790, 780, 770]);
+        // A ceiling between two percents: the first rung is the percent just under it.
+        assert_eq!(rungs(1000, 795, 0, 2), vec![790, 780]);
+        // Not over the fixed bytes.
+        assert_eq!(rungs(1000, 800, 775, 16), vec![790, 780]);
+        assert!(rungs(1000, 800, 0, 0).is_empty());
+        // A total under 100 bytes: each rung once.
+        assert_eq!(rungs(50, 40, 0, 3), vec![39, 38, 37]);
     }
 
     /// loss = sum(tanh(tanh(x·w1)·w2) ⊙ c), with its backward.
@@ -252,8 +449,8 @@ output %22 "w1_grad"
 output %15 "w2_grad"
 "#;
 
-    /// A plan on a small text graph sends its trace to the sink, not to stderr, in the order
-    /// the planner works: the leaves' order climbed, block checkpointing's starts, the first
+    /// A plan on a small text graph (no ladder) sends its trace to the sink, not to stderr, in
+    /// the order the planner works: the leaves' order climbed, block checkpointing's starts, the first
     /// search's ILP round with what its run holds at the peak, the other variants outclassed
     /// by the plan in hand, and the steps the pass spent, last. Each event prints as one line
     /// (a peak as several).
@@ -266,6 +463,7 @@ output %15 "w2_grad"
         let o = PlanOptions {
             threads: 1,
             trace: Some(Trace::new(move |e| sink.lock().unwrap().push(e.clone()))),
+            ladder_rungs: 0,
             ..PlanOptions::new(before.ledger.total_bytes * 80 / 100, Default::default())
         };
         let planned = plan(&before, &o).unwrap();
@@ -308,7 +506,41 @@ output %15 "w2_grad"
         }
     }
 
-    /// The kind of an event, for the test above.
+    /// A refusal names the dominant ledger line of the lowest plan found, not the given
+    /// graph's: on MLP2 one byte over the fixed bytes, the given graph's largest line is the
+    /// transient bytes at its peak; the lowest plan recomputes them away, and the outputs the
+    /// caller holds are its largest line. A plan at that lowest total says the same.
+    #[test]
+    fn a_refusal_names_the_lowest_plans_dominant_line() {
+        let g = ckpt_ir::parse_graph(MLP2).unwrap();
+        let before = analyse(g, &AnalyseOptions::default()).unwrap();
+        assert_eq!(before.ledger.dominant(), "transient at peak");
+        let at = |ceiling: u64| {
+            let o = PlanOptions {
+                threads: 1,
+                ..PlanOptions::new(ceiling, Default::default())
+            };
+            plan(&before, &o).unwrap()
+        };
+        let Outcome::CannotFit(d) = at(before.ledger.fixed_bytes + 1) else {
+            panic!("a plan one byte over the fixed bytes");
+        };
+        assert_eq!(d.kind, DiagnosisKind::NoPlanFound);
+        assert_eq!(d.dominant_ledger_line, "outputs held by the caller");
+        assert!(
+            d.message
+                .ends_with("dominant ledger line: outputs held by the caller"),
+            "{}",
+            d.message
+        );
+        let Outcome::Rewritten(r) = at(d.lowest_reachable_total_bytes) else {
+            panic!("no plan at the lowest total found");
+        };
+        assert_eq!(r.after.ledger.total_bytes, d.lowest_reachable_total_bytes);
+        assert_eq!(r.after.ledger.dominant(), d.dominant_ledger_line);
+    }
+
+    /// The kind of an event, for the trace test.
     fn kind(e: &Event) -> &'static str {
         match e {
             Event::LeafMoved { .. } => "leaf moved",

@@ -47,6 +47,15 @@ pub enum Event {
     BlockStartsSimulated { at: Duration },
     /// The block plan's cut, run beside a variant's search, was taken into account.
     BlockCutSettled { at: Duration },
+    /// A rung of the ladder below the ceiling was planned: its effective ceiling, the plan's
+    /// added cost (FLOPs, or the costs' unit), and whether the plan was kept (cheaper than the
+    /// plan in hand and run in the arena the ceiling records).
+    RungPlanned {
+        ceiling: u64,
+        added: Option<u64>,
+        kept: bool,
+        at: Duration,
+    },
     /// A zero-FLOP variant's candidate search starts.
     VariantSearched { variant: VariantKind },
     /// A zero-FLOP variant was planned.
@@ -68,10 +77,15 @@ pub enum Event {
         arena_bytes: u64,
         trial: usize,
     },
-    /// The first ILP round proved no plan of the model costs at most `cutoff`.
-    Outclassed { cutoff: u64, at: Duration },
-    /// The first ILP round's plan, its cost re-evaluated, is over `cutoff`.
+    /// An ILP round proved no plan of the model costs at most `cutoff`.
+    Outclassed {
+        round: usize,
+        cutoff: u64,
+        at: Duration,
+    },
+    /// An ILP round's plan, its cost re-evaluated, is over `cutoff`.
     OutclassedCost {
+        round: usize,
         cost: u64,
         cutoff: u64,
         at: Duration,
@@ -341,6 +355,20 @@ impl fmt::Display for Event {
                 write!(f, "blocks: cut taken into account (at {} s)", Secs(*at))
             }
             Event::VariantSearched { variant } => write!(f, "variant: {variant}"),
+            Event::RungPlanned {
+                ceiling,
+                added,
+                kept,
+                at,
+            } => {
+                write!(f, "ladder: rung {ceiling} B: ")?;
+                match added {
+                    Some(a) => write!(f, "+{a}")?,
+                    None => f.write_str("no plan")?,
+                }
+                let kept = if *kept { ", kept" } else { "" };
+                write!(f, "{kept} (at {} s)", Secs(*at))
+            }
             Event::VariantPlanned { result, at } => {
                 write!(f, "variant planned: {result} (at {} s)", Secs(*at))
             }
@@ -424,14 +452,19 @@ impl Event {
     /// The lines of the search's events: the ILP rounds, the climbs and the cut.
     fn fmt_search(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Event::Outclassed { cutoff, at } => write!(
+            Event::Outclassed { round, cutoff, at } => write!(
                 f,
-                "ilp round 0: no plan of the model costs at most {cutoff} ({OUTCLASSED_FACTOR} x the plan in hand): outclassed (at {} s)",
+                "ilp round {round}: no plan of the model costs at most {cutoff} ({OUTCLASSED_FACTOR} x the plan in hand): outclassed (at {} s)",
                 Secs(*at)
             ),
-            Event::OutclassedCost { cost, cutoff, at } => write!(
+            Event::OutclassedCost {
+                round,
+                cost,
+                cutoff,
+                at,
+            } => write!(
                 f,
-                "ilp round 0: cost {cost} is over {OUTCLASSED_FACTOR} x the plan in hand ({cutoff}): outclassed (at {} s)",
+                "ilp round {round}: cost {cost} is over {OUTCLASSED_FACTOR} x the plan in hand ({cutoff}): outclassed (at {} s)",
                 Secs(*at)
             ),
             Event::RoundUnproven {

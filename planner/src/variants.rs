@@ -125,16 +125,19 @@ impl Variants {
     /// The first candidate search: of the reordered graph, else of `before`. `None`: `before`
     /// already fits. When a block plan fits (`blocks_fit`), it gets a variant's simulations
     /// ([`variant_trials`]): a deep ceiling it cannot meet must not take the time the block
-    /// plan's cut needs. A count, so the plan does not depend on the clock.
+    /// plan's cut needs. A count, so the plan does not depend on the clock. So does it with a
+    /// plan in hand from a higher ceiling (`in_hand`, its added FLOPs), which it is asked to
+    /// beat ([`crate::SearchOptions::beat`]).
     pub(crate) fn first(
         &self,
         before: &Analysis,
         blocks_fit: bool,
+        in_hand: Option<u64>,
         o: &PlanOptions,
         pool: &Pool,
     ) -> Result<Option<Result<Box<Rewritten>, Diagnosis>>, PlanError> {
         let bounded;
-        let first_o = if blocks_fit {
+        let first_o = if blocks_fit || in_hand.is_some() {
             bounded = PlanOptions {
                 max_trials: o.max_trials.min(variant_trials(before.sim.schedule.len())),
                 ..o.clone()
@@ -144,8 +147,8 @@ impl Variants {
             o
         };
         Ok(Some(match self.ordered.as_ref() {
-            Some(v) => plan_variant(v, first_o, None, pool)?,
-            None => match search_graph(before, first_o, None, pool)? {
+            Some(v) => plan_variant(v, first_o, in_hand, pool)?,
+            None => match search_graph(before, first_o, in_hand, pool)? {
                 Outcome::AlreadyFits => return Ok(None),
                 Outcome::Rewritten(r) => Ok(r),
                 Outcome::CannotFit(d) => Err(d),
@@ -159,6 +162,9 @@ impl Variants {
 #[derive(Default)]
 pub(crate) struct Tried {
     found: Option<Box<Rewritten>>,
+    /// The added FLOPs of a plan in hand from a higher ceiling's pass, which every search here
+    /// is asked to beat.
+    in_hand: Option<u64>,
     refused: Option<Diagnosis>,
     /// The clock stopped some variant's search: what is kept may not be what a faster
     /// machine keeps (a stopped variant might have found a cheaper plan).
@@ -168,6 +174,26 @@ pub(crate) struct Tried {
 }
 
 impl Tried {
+    /// Nothing tried yet, with the added FLOPs of a plan in hand from a higher ceiling's pass,
+    /// if any.
+    pub(crate) fn beating(in_hand: Option<u64>) -> Tried {
+        Tried {
+            in_hand,
+            ..Tried::default()
+        }
+    }
+
+    /// The added FLOPs of the cheapest plan in hand, which the next search is asked to beat
+    /// ([`crate::SearchOptions::beat`]): the plan kept's, or the higher ceiling's, whichever
+    /// is lower; `None` with neither.
+    fn in_hand(&self) -> Option<u64> {
+        let found = self.found.as_ref().map(|f| f.counts.added_flops);
+        match (found, self.in_hand) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// Keep `planned` if it is cheaper (or lower); whether it is a plan that adds nothing.
     pub(crate) fn consider(&mut self, planned: Result<Box<Rewritten>, Diagnosis>) -> bool {
         self.clock_hit |= match &planned {
@@ -244,11 +270,7 @@ pub(crate) fn race(
     pool: &Pool,
 ) -> Result<bool, PlanError> {
     let cheap = negligible.saturating_mul(BLOCK_CUT_SHARE);
-    let run_cut = blocks.fits(o)
-        && tried
-            .found
-            .as_ref()
-            .is_none_or(|f| f.counts.added_flops > cheap);
+    let run_cut = blocks.fits(o) && tried.in_hand().is_none_or(|flops| flops > cheap);
     let clock = Deadline::new(o.started + o.time_limit);
     std::thread::scope(|s| -> Result<bool, PlanError> {
         let mut cut = PendingCut {
@@ -310,7 +332,7 @@ impl PendingCut<'_, '_> {
         plan: impl FnOnce(&PlanOptions, Option<u64>) -> Result<T, PlanError>,
     ) -> Result<T, PlanError> {
         let o = self.o;
-        let in_hand = tried.found.is_some() || self.pending();
+        let in_hand = tried.in_hand().is_some() || self.pending();
         let budget = PlanOptions {
             max_trials: if in_hand {
                 o.max_trials.min(variant_trials(steps))
@@ -319,8 +341,7 @@ impl PendingCut<'_, '_> {
             },
             ..o.clone()
         };
-        let beat = tried.found.as_ref().map(|f| f.counts.added_flops);
-        let planned = plan(&budget, beat);
+        let planned = plan(&budget, tried.in_hand());
         self.settle(tried)?;
         planned
     }
@@ -434,7 +455,7 @@ fn plan_variant(
 
 /// Whether the graph `a` analyses fits the ceiling as it is and runs in the arena the written
 /// model records ([`PlanOptions::runs_as_recorded`]).
-fn fits_as_recorded(a: &Analysis, o: &PlanOptions) -> bool {
+pub(crate) fn fits_as_recorded(a: &Analysis, o: &PlanOptions) -> bool {
     a.ledger.total_bytes <= o.effective_ceiling()
         && o.runs_as_recorded(&a.sim, a.ledger.fixed_bytes)
 }
@@ -456,7 +477,13 @@ fn as_is(v: &Variant, o: &PlanOptions) -> Result<Box<Rewritten>, PlanError> {
     };
     let plan = plan_from_set(&prob, vec![false; cands.list.len()]);
     let (_, realised) = oracle.realise(&plan)?;
-    let mut r = Box::new(Rewritten::new(realised, cands, plan, arena_ceiling));
+    let mut r = Box::new(Rewritten::new(
+        realised,
+        cands,
+        plan,
+        arena_ceiling,
+        o.effective_ceiling(),
+    ));
     v.report(&mut r);
     Ok(r)
 }
@@ -640,6 +667,7 @@ mod tests {
             timed_out,
             steps_spent: false,
             ceilings_probed: 0,
+            rungs_planned: 0,
             message: String::new(),
         }
     }

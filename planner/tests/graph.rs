@@ -73,7 +73,8 @@ fn a_plan_fits_under_the_simulator_and_is_labelled_by_its_method() {
 }
 
 /// Below the fixed bytes: `FixedExceedsCeiling`, its lowest total the fixed bytes. Just above
-/// them: `NoPlanFound`, its lowest total above the ceiling and no higher than no recompute.
+/// them: `NoPlanFound`, its lowest total above the ceiling and no higher than no recompute,
+/// with a line of the ledger named (the lowest plan's: `plan`'s unit tests).
 #[test]
 fn refusals_are_typed() {
     let g = ckpt_ir::import_file(&fixture("mlp_d0_onnxad.onnx")).unwrap();
@@ -91,7 +92,48 @@ fn refusals_are_typed() {
     assert_eq!(d.kind, DiagnosisKind::NoPlanFound);
     assert!(d.lowest_reachable_total_bytes > ceiling);
     assert!(d.lowest_reachable_total_bytes <= before.ledger.total_bytes);
-    assert_eq!(d.dominant_ledger_line, before.ledger.dominant());
+    assert!(before
+        .ledger
+        .lines()
+        .iter()
+        .any(|(line, _)| *line == d.dominant_ledger_line));
+}
+
+/// A ledger from a trial's run (`Simulator::ledger_of`, what a refusal names its lowest
+/// plan's dominant line from) is the verified rewrite's, analysed in full
+/// (`Oracle::realise`), for recompute sets drawn at random on a fixture.
+#[test]
+fn a_trials_ledger_is_the_realised_rewrites() {
+    let g = ckpt_ir::import_file(&fixture("llama_d0_makefx.onnx")).unwrap();
+    let a = analyse(g, &AnalyseOptions::default()).unwrap();
+    let o = options(a.ledger.total_bytes * 2);
+    let cands =
+        ckpt_passes::recompute::candidates(&a.graph, &a.sim, &a.types, &o.analysis.bindings);
+    let prob = ckpt_passes::recompute::problem(&a.sim, &cands, 1);
+    let oracle = Simulator {
+        before: &a,
+        cands: &cands,
+        prob: &prob,
+        options: &o,
+    };
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for trial in 0..4 {
+        let set: Vec<bool> = (0..cands.list.len())
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                trial == 3 || seed.is_multiple_of(3)
+            })
+            .collect();
+        let plan = ckpt_planner::plan_from_set(&prob, set);
+        let (_, (after, _, _)) = oracle.realise(&plan).unwrap();
+        assert_eq!(
+            oracle.ledger_of(&plan).unwrap(),
+            after.ledger,
+            "set {trial}"
+        );
+    }
 }
 
 /// Refusal probes: below the floor, the lowest reachable total reported with probes is no
@@ -164,6 +206,34 @@ fn no_refusal_probe_starts_after_the_time_limit() {
         d.timed_out,
         "the refusal does not say the time limit stopped it"
     );
+}
+
+/// With no time at all, a refusal never names a lowest total that fits the ceiling: where a
+/// block plan fits, it is the plan, uncut and saying the time limit was hit.
+#[test]
+fn a_block_plan_that_fits_is_a_plan_past_the_time_limit() {
+    let g = ckpt_ir::import_file(&fixture("gpt2_d0_aot.onnx")).unwrap();
+    let before = analyse(g, &AnalyseOptions::default()).unwrap();
+    let ceiling = before.ledger.total_bytes * 75 / 100;
+    let o = PlanOptions {
+        time_limit: Duration::ZERO,
+        ..options(ceiling)
+    };
+    match plan(&before, &o).unwrap() {
+        Outcome::Rewritten(r) => {
+            assert!(r.after.ledger.total_bytes <= ceiling);
+            assert!(
+                r.time_limit_hit,
+                "the plan does not say the limit stopped it"
+            );
+            assert_eq!(r.plan.info.method, Method::BlockCut);
+        }
+        Outcome::CannotFit(d) => panic!(
+            "refused at {ceiling} B with a lowest total of {} B",
+            d.lowest_reachable_total_bytes
+        ),
+        Outcome::AlreadyFits => panic!("the graph fits at 75%"),
+    }
 }
 
 /// The simulator's yes-or-no answer (`Oracle::fits`, which stops its bisection as soon as

@@ -459,6 +459,8 @@ impl Solver {
             attempts: r.solve_attempts,
             time_limit_hit: r.time_limit_hit,
             arena_ceiling_bytes: r.arena_ceiling,
+            found_at_ceiling_bytes: r.found_at_ceiling_bytes,
+            rungs_planned: r.rungs_planned,
             ilp: Ilp::of(&r.ilp),
         }
     }

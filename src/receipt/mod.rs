@@ -382,7 +382,15 @@ pub struct Solver {
     pub attempts: usize,
     /// The time limit stopped some part of the search: the plan is the best found by then.
     pub time_limit_hit: bool,
+    /// The ILP's arena budget of the pass that found the plan: its effective ceiling less the
+    /// fixed bytes and the profile's overhead.
     pub arena_ceiling_bytes: u64,
+    /// The effective ceiling of the planning pass that found the plan: the ceiling's own, or
+    /// a tighter rung's of the planner's ladder (a plan that fits a tighter ceiling fits this
+    /// one).
+    pub found_at_ceiling_bytes: u64,
+    /// Rungs of the ladder below the ceiling that were planned.
+    pub rungs_planned: usize,
     pub ilp: Ilp,
 }
 

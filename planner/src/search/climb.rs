@@ -36,8 +36,9 @@ const MOVES_AFTER_FIT: usize = 8;
 pub(super) struct Climbed {
     /// The first climb's plan that fits.
     pub(super) found: Option<Plan>,
-    /// The lowest simulated total the climbs reached (no recompute's where none went lower).
-    pub(super) current: u64,
+    /// The lowest simulated total the climbs reached (no recompute's where none went lower),
+    /// and the set that reached it (`None`: no recompute).
+    pub(super) current: (u64, Option<Vec<bool>>),
     /// Their simulations.
     pub(super) trials: usize,
     /// The trial budget stopped a climb.
@@ -74,7 +75,7 @@ pub(super) fn climbs<O: Oracle>(
         .map(|(_, set)| set.clone())
         .collect();
     starts.push(vec![false; prob.candidates.len()]);
-    let mut current = input.baseline_total;
+    let mut current = (input.baseline_total, None);
     let mut found: Option<Plan> = None;
     // More starting points when those fail: the ILP's optima at tighter budgets (its linear
     // model under-counts what ORT's allocator holds, so a tighter target lands nearer the
@@ -97,7 +98,11 @@ pub(super) fn climbs<O: Oracle>(
                 found = Some(*plan);
                 break;
             }
-            Climb::Stuck(total) => current = current.min(total),
+            Climb::Stuck(total, set) => {
+                if total < current.0 {
+                    current = (total, Some(set));
+                }
+            }
         }
     }
     Ok(Climbed {
@@ -147,8 +152,8 @@ struct Climber<'a, O> {
 enum Climb {
     /// This plan fits.
     Fits(Box<Plan>),
-    /// No flip lowers the peak any more: the lowest simulated total reached.
-    Stuck(u64),
+    /// No flip lowers the peak any more: the lowest simulated total reached, and its set.
+    Stuck(u64, Vec<bool>),
 }
 
 /// The best flip of a move that does not fit: (score, total, flip, cost, peak step).
@@ -225,7 +230,7 @@ impl<O: Oracle> Climber<'_, O> {
         if let Some(plan) = incumbent {
             return Ok(Climb::Fits(Box::new(plan)));
         }
-        Ok(Climb::Stuck(current))
+        Ok(Climb::Stuck(current, set))
     }
 
     /// Flips worth trying from `set`: every chosen candidate (drop it) and the unchosen ones

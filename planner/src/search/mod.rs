@@ -27,7 +27,7 @@ use ckpt_solver::{Plan, Problem};
 
 use crate::analysis::{step_flops, Analysis};
 use crate::options::{Deadline, PlanOptions, SearchOptions};
-use crate::oracle::{Oracle, Simulator};
+use crate::oracle::{plan_from_set, Oracle, Simulator};
 use crate::outcome::{Diagnosis, DiagnosisKind, IlpReport, Outcome, Rewritten};
 use crate::par::Pool;
 use crate::trace::Event;
@@ -68,6 +68,8 @@ pub enum Searched<R> {
     /// the climbs' best, or no recompute).
     Stuck {
         lowest_reachable_total_bytes: u64,
+        /// The set whose total that is (`None`: no recompute).
+        lowest_set: Option<Vec<bool>>,
         timed_out: bool,
         /// The climbs' simulations, counted against [`SearchOptions::max_trials`].
         trials: usize,
@@ -155,8 +157,10 @@ pub fn search<O: Oracle>(
         .found
         .or_else(|| tight_fit.as_ref().map(|(p, _)| p.clone()))
     else {
+        let (lowest, lowest_set) = lowest_reachable(oracle, input, climbed.current);
         return Ok(Searched::Stuck {
-            lowest_reachable_total_bytes: lowest_reachable(oracle, input, Some(climbed.current)),
+            lowest_reachable_total_bytes: lowest,
+            lowest_set,
             timed_out: clock.hit(),
             trials: climbed.trials,
             budget_hit: climbed.budget_hit,
@@ -179,14 +183,24 @@ pub fn search<O: Oracle>(
     Ok(run.found((plan, realised), attempts, trials, ilp))
 }
 
-/// The lowest total the oracle gives: recomputing every candidate, or the best set the
-/// search reached, or nothing, whichever is lowest.
-fn lowest_reachable<O: Oracle>(oracle: &O, input: &SearchInput, best: Option<u64>) -> u64 {
+/// The lowest total the oracle gives, with the set that reaches it (`None`: no recompute):
+/// no recompute, the best set the search reached (`best`), or recomputing every candidate,
+/// whichever is lowest (the first on a tie). A set whose rewrite the oracle cannot run is
+/// passed over.
+fn lowest_reachable<O: Oracle>(
+    oracle: &O,
+    input: &SearchInput,
+    best: (u64, Option<Vec<bool>>),
+) -> (u64, Option<Vec<bool>>) {
     let all = vec![true; input.problem.candidates.len()];
     let simulated_all = oracle.total(&all).unwrap_or(u64::MAX);
-    simulated_all
-        .min(best.unwrap_or(u64::MAX))
-        .min(input.baseline_total)
+    let mut lowest = (input.baseline_total, None);
+    for (total, set) in [best, (simulated_all, Some(all))] {
+        if total < lowest.0 {
+            lowest = (total, set);
+        }
+    }
+    lowest
 }
 
 /// Bytes freed times window length per FLOP: how promising a candidate looks.
@@ -270,7 +284,7 @@ pub(crate) fn search_graph(
     Ok(match searched {
         Searched::Fits(f) => {
             let f = *f;
-            let mut r = Rewritten::new(f.realised, cands, f.plan, arena_ceiling);
+            let mut r = Rewritten::new(f.realised, cands, f.plan, arena_ceiling, effective);
             r.solve_attempts = f.attempts;
             r.ilp = f.ilp;
             r.time_limit_hit = f.time_limit_hit;
@@ -278,14 +292,26 @@ pub(crate) fn search_graph(
         }
         Searched::Stuck {
             lowest_reachable_total_bytes,
+            lowest_set,
             timed_out,
             budget_hit,
             ..
-        } => Outcome::CannotFit(Diagnosis {
-            timed_out,
-            steps_spent: budget_hit && pooled,
-            ..refusal(DiagnosisKind::NoPlanFound, lowest_reachable_total_bytes)
-        }),
+        } => {
+            let d = refusal(DiagnosisKind::NoPlanFound, lowest_reachable_total_bytes);
+            // The refusal names the lowest plan's dominant line: its rewrite's ledger.
+            let d = match lowest_set {
+                Some(set) => {
+                    let lowest = oracle.ledger_of(&plan_from_set(&prob, set))?;
+                    d.lowest_at(lowest_reachable_total_bytes, lowest.dominant())
+                }
+                None => d,
+            };
+            Outcome::CannotFit(Diagnosis {
+                timed_out,
+                steps_spent: budget_hit && pooled,
+                ..d
+            })
+        }
         Searched::Outclassed { .. } => Outcome::CannotFit(refusal(
             DiagnosisKind::NoPlanFound,
             before.ledger.total_bytes,

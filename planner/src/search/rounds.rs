@@ -17,7 +17,8 @@
 //! Tightened budgets ([`tighten`]): where the rounds stall above the ceiling, what the
 //! corrected model still misses is about the overshoot: solve again with the budget lowered
 //! by it, simulate, and repeat while no plan simulates higher than the last, at most
-//! [`TIGHTEN_STEPS`] times. One ILP and one simulation a step, against a climb's hundreds of
+//! [`TIGHTEN_STEPS`] times (given a plan in hand, under the rounds' cutoff: a lower budget's
+//! optimum is no lower). One ILP and one simulation a step, against a climb's hundreds of
 //! simulations a move; the ILP's cost only grows as the budget falls, so the first plan that
 //! fits is the cheapest these steps find. It does not end the search: the climbs still run
 //! and their fit is cut; where they find none, the tightened fit is cut; the cheaper plan is
@@ -99,9 +100,17 @@ pub(super) fn ilp_options<O>(run: &Run<O>) -> IlpOptions {
     }
 }
 
-/// The simulator-corrected ILP rounds (see the module doc). Given a plan in hand, the first
-/// round only wants plans costing at most [`OUTCLASSED_FACTOR`] times it: CBC prunes on that,
-/// and proves it when the model has none.
+/// CBC's cutoff given a plan in hand ([`crate::SearchOptions::beat`]): [`OUTCLASSED_FACTOR`]
+/// times it; `None` without one.
+fn cutoff<O>(run: &Run<O>) -> Option<u64> {
+    run.so.beat.map(|b| b.saturating_mul(OUTCLASSED_FACTOR))
+}
+
+/// The simulator-corrected ILP rounds (see the module doc). Given a plan in hand, every round
+/// only wants plans costing at most [`OUTCLASSED_FACTOR`] times it: CBC prunes on that, and
+/// proves it when the model has none. Round 0 with none is outclassed; a later round with
+/// none ends the rounds (its model is more conservative than round 0's, so its optimum is no
+/// lower, and a plan over the cutoff is no start for a plan that beats the one in hand).
 pub(super) fn rounds<O: Oracle>(run: &Run<O>) -> Result<Ended<O::Realised>, PlanError> {
     let (prob, effective, fixed) = (run.input.problem, run.input.effective, run.input.fixed);
     let mut r = Rounds {
@@ -116,26 +125,27 @@ pub(super) fn rounds<O: Oracle>(run: &Run<O>) -> Result<Ended<O::Realised>, Plan
         if run.clock.passed() {
             break;
         }
-        let cutoff = run
-            .so
-            .beat
-            .filter(|_| round == 0)
-            .map(|b| b.saturating_mul(OUTCLASSED_FACTOR));
+        let cutoff = cutoff(run);
         let plan = match solve_round(run, &mut r, round, cutoff)? {
             Solved::Plan(plan) => plan,
             Solved::Stop => break,
-            Solved::Outclassed(cutoff) => {
+            Solved::Outclassed(cutoff) if round == 0 => {
                 return Ok(Ended::Searched(Searched::Outclassed { cutoff }))
             }
+            Solved::Outclassed(_) => break,
         };
         // The plan's cost re-evaluated (each cost was rounded down in the model) can still be
-        // over the cutoff: outclassed as well.
+        // over the cutoff: outclassed as well (a later round's plan ends the rounds).
         if let Some(cutoff) = cutoff.filter(|&c| plan.cost > c) {
             run.so.emit(|| Event::OutclassedCost {
+                round,
                 cost: plan.cost,
                 cutoff,
                 at: run.so.at(),
             });
+            if round > 0 {
+                break;
+            }
             return Ok(Ended::Searched(Searched::Outclassed { cutoff }));
         }
         r.attempts += 1;
@@ -189,8 +199,8 @@ pub(super) fn rounds<O: Oracle>(run: &Run<O>) -> Result<Ended<O::Realised>, Plan
     Ok(Ended::Stalled(r))
 }
 
-/// Solve round `round`'s corrected model (with `cutoff`, round 0 given a plan in hand); a
-/// round that ends the rounds is recorded in `r`'s report.
+/// Solve round `round`'s corrected model (with `cutoff`, given a plan in hand); a round that
+/// ends the rounds is recorded in `r`'s report (round 0 outclassed ends the search).
 fn solve_round<O: Oracle>(
     run: &Run<O>,
     r: &mut Rounds,
@@ -207,11 +217,18 @@ fn solve_round<O: Oracle>(
     );
     run.clock.note_ilp(&solved);
     Ok(match solved {
-        Err(SolveError::NoPlanWithinCutoff { cutoff }) => {
+        Err(e @ SolveError::NoPlanWithinCutoff { cutoff }) => {
             run.so.emit(|| Event::Outclassed {
+                round,
                 cutoff,
                 at: run.so.at(),
             });
+            if round > 0 {
+                r.report.push(IlpRound::NoPlan {
+                    round,
+                    error: e.to_string(),
+                });
+            }
             Solved::Outclassed(cutoff)
         }
         Ok(p)
@@ -320,8 +337,15 @@ pub(super) fn tighten<O: Oracle>(
             break;
         }
         tight.ceiling -= overshoot;
-        // A solve the time limit cut short makes the plan the clock's: reported as such.
-        let solved = solve_ilp_with(&tight, &ilp_options(run));
+        // A solve the time limit cut short makes the plan the clock's: reported as such. With
+        // a plan in hand, under the cutoff (a lower budget's optimum is no lower).
+        let solved = solve_ilp_with(
+            &tight,
+            &IlpOptions {
+                cutoff: cutoff(run),
+                ..ilp_options(run)
+            },
+        );
         run.clock.note_ilp(&solved);
         let plan = match solved {
             Ok(p) if matches!(p.info.status, Status::Optimal | Status::WithinGap) => p,

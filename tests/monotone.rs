@@ -1,0 +1,156 @@
+//! The main job never charges more for a looser ceiling: over a sweep of ceilings, the FLOPs
+//! its plans add never rise as the ceiling rises, and no point of the frontier is dominated by
+//! a plan the main job finds (one that fits the point's ceiling at fewer FLOPs). Without the
+//! planner's ladder of tighter ceilings (`ckpt_planner::plan`) both fail on these fixtures:
+//! gpt2_d0_aot's first pass adds 49,152 FLOPs at 84% and 32,768 at 82%, 954,368 at 76% and
+//! 811,008 at 74%; bert_d01_aot's 28,672 at 88% and 20,480 at 86%, 729,088 at 76% and 217,088
+//! at 74%.
+
+mod common;
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use common::*;
+
+/// The sweep: ten ceilings, the loosest first, in percent of the unmodified graph's total.
+const CEILINGS: [u64; 10] = [90, 88, 86, 84, 82, 80, 78, 76, 74, 72];
+
+/// The main job's plan at `pct`% of `model`'s total: (ceiling, added FLOPs, device total), or
+/// `None` where it refuses (exit 2). Room to finish: the time limit stops nothing.
+fn main_job(model: &Path, pct: u64) -> Option<(u64, u64, u64)> {
+    let dir = tempfile::tempdir().unwrap();
+    let receipt = dir.path().join("r.json");
+    let ceiling = format!("{pct}%");
+    let out = dir.path().join("out.onnx");
+    let o = run(&[
+        path_str(model),
+        "--ceiling",
+        &ceiling,
+        "--time-limit",
+        "600",
+        "-o",
+        path_str(&out),
+        "--receipt",
+        path_str(&receipt),
+    ]);
+    match o.status.code() {
+        Some(0) => {}
+        Some(2) => return None,
+        _ => panic!("{} at {pct}%: {}", model.display(), stderr(&o)),
+    }
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap()).unwrap();
+    assert_eq!(
+        r["solver"]["time_limit_hit"], false,
+        "{pct}%: {}",
+        r["solver"]
+    );
+    let found_at = r["solver"]["found_at_ceiling_bytes"].as_u64().unwrap();
+    assert!(
+        found_at <= r["ceiling_bytes"].as_u64().unwrap(),
+        "{pct}%: found at {found_at} B"
+    );
+    // The model written records the ceiling asked for, wherever the plan was found.
+    let written = ckpt_ir::import_file(&out).unwrap();
+    let recorded = written
+        .model()
+        .metadata_props
+        .iter()
+        .find(|p| p.key.as_deref() == Some("ckpt-opt.ceiling_bytes"))
+        .and_then(|p| p.value.clone());
+    assert_eq!(
+        recorded,
+        Some(r["ceiling_bytes"].to_string()),
+        "{pct}%: the model records another ceiling"
+    );
+    Some((
+        r["ceiling_bytes"].as_u64().unwrap(),
+        r["added_flops"].as_u64().unwrap(),
+        r["predicted_peak_bytes"]["after"].as_u64().unwrap(),
+    ))
+}
+
+/// The main job's plans at [`CEILINGS`] on `name`, once per test binary.
+fn swept(name: &str) -> &'static [Option<(u64, u64, u64)>] {
+    static GPT2: OnceLock<Vec<Option<(u64, u64, u64)>>> = OnceLock::new();
+    static BERT: OnceLock<Vec<Option<(u64, u64, u64)>>> = OnceLock::new();
+    let cell = match name {
+        "gpt2_d0_aot" => &GPT2,
+        "bert_d01_aot" => &BERT,
+        _ => panic!("no sweep of {name}"),
+    };
+    cell.get_or_init(|| {
+        let model = root().join("tests/fixtures").join(format!("{name}.onnx"));
+        CEILINGS.iter().map(|&pct| main_job(&model, pct)).collect()
+    })
+}
+
+/// Over the sweep, every plan fits its ceiling, a refusal comes only below every plan, and
+/// the FLOPs added never rise as the ceiling rises.
+#[test]
+fn added_flops_never_rise_with_the_ceiling() {
+    for name in ["gpt2_d0_aot", "bert_d01_aot"] {
+        let plans = swept(name);
+        let mut looser: Option<u64> = None;
+        let mut refused = false;
+        for (&pct, planned) in CEILINGS.iter().zip(plans) {
+            let Some((ceiling, flops, total)) = *planned else {
+                refused = true;
+                continue;
+            };
+            assert!(!refused, "{name}: a plan at {pct}%, below a refusal");
+            assert!(
+                total <= ceiling,
+                "{name} at {pct}%: {total} B over {ceiling} B"
+            );
+            if let Some(l) = looser {
+                assert!(
+                    l <= flops,
+                    "{name}: +{l} FLOPs at the ceiling above {pct}%, +{flops} at {pct}%: {plans:?}"
+                );
+            }
+            looser = Some(flops);
+        }
+        assert!(looser.is_some_and(|f| f > 0), "{name}: no plan adds FLOPs");
+    }
+}
+
+/// The frontier over part of the sweep's ceilings takes, at each, the cheapest plan its pool
+/// has that fits: no plan the main job finds at any of the sweep's ceilings fits a point's
+/// ceiling at fewer FLOPs.
+#[test]
+fn no_frontier_point_is_dominated_by_a_main_job_plan() {
+    let name = "bert_d01_aot";
+    let model = root().join("tests/fixtures").join(format!("{name}.onnx"));
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(&[
+        "frontier",
+        path_str(&model),
+        "--ceilings",
+        "88%,84%,80%,76%",
+        "--time-limit",
+        "600",
+        "--out",
+        path_str(dir.path()),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let f: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("frontier.json")).unwrap())
+            .unwrap();
+    let points = f["points"].as_array().unwrap();
+    assert_eq!(points.len(), 4, "{f}");
+    let plans: Vec<(u64, u64, u64)> = swept(name).iter().flatten().copied().collect();
+    for p in points {
+        let ceiling = p["ceiling_bytes"].as_u64().unwrap();
+        let flops = p["added_flops"].as_u64().unwrap();
+        assert_eq!(p["fits"], true, "{p}");
+        for &(at, q_flops, q_total) in &plans {
+            assert!(
+                q_total > ceiling || q_flops >= flops,
+                "the frontier's point at {ceiling} B (+{flops} FLOPs) is dominated by the main \
+                 job's plan at {at} B: {q_total} B, +{q_flops} FLOPs"
+            );
+        }
+    }
+}
