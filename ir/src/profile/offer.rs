@@ -147,19 +147,22 @@ impl Profile {
         })
     }
 
-    /// The most arena bytes this profile's steps may use: with held outputs or on
-    /// onnxruntime-training, a CPU arena of `kNextPowerOfTwo` regions is offered in one region
-    /// only, and ORT's first region is at most [`crate::ort::MAX_INITIAL_CHUNK`]; any other
-    /// profile has no such bound (`u64::MAX`). Planning holds the need under it, so whether
-    /// the profile is offered is known before any plan ([`Profile::one_region`] then holds).
-    pub fn arena_bound(&self) -> u64 {
-        let held = self.caller_outputs == CallerOutputs::Held;
-        let training = self.ort_version == TRAINING_ORT_VERSION;
-        let one_region = (held || training)
+    /// Whether this profile is offered in one arena region only: a CPU arena of
+    /// `kNextPowerOfTwo` regions with held outputs or on onnxruntime-training (further regions
+    /// are not offered there).
+    fn one_region_only(&self) -> bool {
+        (self.caller_outputs == CallerOutputs::Held || self.ort_version == TRAINING_ORT_VERSION)
             && self.arena_extend_strategy == ExtendStrategy::NextPowerOfTwo
             && self.execution_provider == ExecutionProvider::Cpu
-            && !matches!(self.initial_chunk, InitialChunk::OrtDefault);
-        if one_region {
+    }
+
+    /// The most arena bytes this profile's steps may use: in one region only
+    /// ([`Profile::one_region_only`]) from a first region of the budget or of a size, at most
+    /// ORT's largest first region, [`crate::ort::MAX_INITIAL_CHUNK`]; any other profile has no
+    /// such bound (`u64::MAX`). Planning holds the need under it, so whether the profile is
+    /// offered is known before any plan ([`Profile::one_region`] then holds).
+    pub fn arena_bound(&self) -> u64 {
+        if self.one_region_only() && self.initial_chunk != InitialChunk::OrtDefault {
             crate::ort::MAX_INITIAL_CHUNK
         } else {
             u64::MAX
@@ -172,13 +175,8 @@ impl Profile {
     /// onnxruntime-training.
     pub fn one_region(&self, need: u64) -> Result<(), ProfileError> {
         let held = self.caller_outputs == CallerOutputs::Held;
-        let training = self.ort_version == TRAINING_ORT_VERSION;
         match self.initial_chunk {
-            InitialChunk::Bytes(b)
-                if (held || training)
-                    && self.arena_extend_strategy == ExtendStrategy::NextPowerOfTwo
-                    && self.execution_provider == ExecutionProvider::Cpu
-                    && b < need =>
+            InitialChunk::Bytes(b) if self.one_region_only() && b < need =>
             {
                 Err(ProfileError::NotOffered {
                     flags: format!(
