@@ -84,10 +84,15 @@ fn stamped(venv: &Path) -> bool {
         })
 }
 
+/// Whether [`DISABLE_ENV`] turns the training runtime off.
+fn turned_off() -> bool {
+    std::env::var(DISABLE_ENV).is_ok_and(|v| v == "off")
+}
+
 /// Whether [`training_runtime`] is ready without installing anything: not turned off
 /// ([`DISABLE_ENV`]) and its venv installed.
 pub fn is_installed() -> bool {
-    !std::env::var(DISABLE_ENV).is_ok_and(|v| v == "off") && stamped(&training_venv())
+    !turned_off() && stamped(&training_venv())
 }
 
 /// The training runtime, its venv created and installed first when its stamp does not match (minutes, needs
@@ -102,7 +107,7 @@ pub fn training_runtime() -> Result<TrainingRuntime> {
         venv: venv.clone(),
         message,
     };
-    if std::env::var(DISABLE_ENV).is_ok_and(|v| v == "off") {
+    if turned_off() {
         return Err(fail(format!("turned off ({DISABLE_ENV}=off)")));
     }
     let python = venv.join("bin").join("python");
