@@ -151,20 +151,7 @@ fn a_100000_link_chain_gets_its_candidates_in_seconds() {
         .iter()
         .position(|n| n.op_type.as_deref() == Some("Relu"))
         .unwrap();
-    let mut prev = g.node[k].input[0].clone();
-    let chain: Vec<_> = (0..100_000)
-        .map(|i| {
-            let next = format!("fuzz_chain_{i}");
-            ckpt_ir::onnx::NodeProto {
-                input: vec![std::mem::replace(&mut prev, next.clone())],
-                output: vec![next],
-                op_type: Some("Neg".into()),
-                ..Default::default()
-            }
-        })
-        .collect();
-    g.node[k].input[0] = prev;
-    g.node.splice(k..k, chain);
+    ckpt_ir::build::splice_neg_chain(g, k, 0, 100_000, "fuzz_chain_");
     let t = std::time::Instant::now();
     let reached = ckpt_fuzz::exec::exercise(&m.encode_to_vec(), Depth::Export, Duration::ZERO);
     assert_eq!(reached, ckpt_fuzz::exec::Reached::Through);

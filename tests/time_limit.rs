@@ -18,24 +18,7 @@ fn lengthened_example(dir: &std::path::Path, links: usize) -> std::path::PathBuf
     let k = (g.node.len() / 3..g.node.len())
         .find(|&k| !g.node[k].input.is_empty())
         .unwrap();
-    let mut prev = g.node[k].input[0].clone();
-    let chain: Vec<onnx::NodeProto> = (0..links)
-        .map(|i| {
-            let next = format!("chain_{i}");
-            let n = onnx::NodeProto {
-                input: vec![prev.clone()],
-                output: vec![next.clone()],
-                name: Some(next.clone()),
-                op_type: Some("Neg".into()),
-                domain: Some(String::new()),
-                ..Default::default()
-            };
-            prev = next;
-            n
-        })
-        .collect();
-    g.node[k].input[0] = prev;
-    g.node.splice(k..k, chain);
+    ckpt_ir::build::splice_neg_chain(g, k, 0, links, "chain_");
     let path = dir.join("chain.onnx");
     std::fs::write(&path, m.encode_to_vec()).unwrap();
     path

@@ -242,20 +242,7 @@ fn lengthen_chain(g: &mut onnx::GraphProto, rng: &mut Rng, longest: usize) {
         [10, 100, 1000][rng.below(3)]
     }
     .min(longest);
-    let mut prev = g.node[k].input[slot].clone();
-    let mut chain = Vec::with_capacity(links);
-    for i in 0..links {
-        let next = format!("fuzz_chain_{i}");
-        chain.push(onnx::NodeProto {
-            input: vec![prev],
-            output: vec![next.clone()],
-            op_type: Some("Neg".into()),
-            ..Default::default()
-        });
-        prev = next;
-    }
-    g.node[k].input[slot] = prev;
-    g.node.splice(k..k, chain);
+    ckpt_ir::build::splice_neg_chain(g, k, slot, links, "fuzz_chain_");
 }
 
 #[cfg(test)]

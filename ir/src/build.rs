@@ -169,6 +169,32 @@ pub fn chain(links: usize) -> ModelBuilder {
     .output("loss", DType::F32, "")
 }
 
+/// `links` `Neg` nodes, their outputs named `{prefix}{i}`, spliced into `g` in front of node
+/// `k`, whose input `slot` then reads the chain's end (an even count leaves the values as
+/// they were): a long path through a real graph, for the fuzzer and the scale tests.
+pub fn splice_neg_chain(
+    g: &mut onnx::GraphProto,
+    k: usize,
+    slot: usize,
+    links: usize,
+    prefix: &str,
+) {
+    let mut prev = g.node[k].input[slot].clone();
+    let chain: Vec<onnx::NodeProto> = (0..links)
+        .map(|i| {
+            let next = format!("{prefix}{i}");
+            onnx::NodeProto {
+                input: vec![std::mem::replace(&mut prev, next.clone())],
+                output: vec![next],
+                op_type: Some("Neg".into()),
+                ..Default::default()
+            }
+        })
+        .collect();
+    g.node[k].input[slot] = prev;
+    g.node.splice(k..k, chain);
+}
+
 /// A tensor value_info with a shape written as text.
 pub fn value_info(name: &str, dtype: DType, shape: &str) -> onnx::ValueInfoProto {
     use onnx::tensor_shape_proto::{dimension::Value, Dimension};
