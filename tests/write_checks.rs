@@ -60,25 +60,36 @@ fn an_input_that_breaks_its_ops_schema_is_refused_before_any_work() {
     assert!(!out.exists() && !receipt.exists());
 }
 
-/// Without `--validate`, ONNX Runtime loads the output as staged before it is published; the
-/// receipt says so, with the version that loaded it.
-#[test]
-fn without_validate_the_output_is_loaded_on_onnx_runtime_before_it_is_published() {
+/// The example planned at 90% with `extra` flags and without `--validate`: exit 0, the
+/// output written, and its receipt, valid under the schema (checked as `label`).
+fn planned_receipt(extra: &[&str], label: &str) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
     let (out, receipt) = (dir.path().join("out.onnx"), dir.path().join("r.json"));
-    let o = run(&[
-        path_str(&example()),
+    let model = example();
+    let mut args = vec![
+        path_str(&model),
         "--ceiling",
         "90%",
         "-o",
         path_str(&out),
         "--receipt",
         path_str(&receipt),
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let o = run(&args);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(out.exists());
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap()).unwrap();
-    assert_receipt_valid(&r, "load check");
+    assert_receipt_valid(&r, label);
+    r
+}
+
+/// Without `--validate`, ONNX Runtime loads the output as staged before it is published; the
+/// receipt says so, with the version that loaded it.
+#[test]
+fn without_validate_the_output_is_loaded_on_onnx_runtime_before_it_is_published() {
+    let r = planned_receipt(&[], "load check");
     assert_eq!(r["output_load"]["result"], "loaded", "{}", r["output_load"]);
     assert_eq!(
         r["output_load"]["ort_version"],
@@ -86,36 +97,19 @@ fn without_validate_the_output_is_loaded_on_onnx_runtime_before_it_is_published(
         "{}",
         r["output_load"]
     );
-    assert!(out.exists());
 }
 
 /// With no ONNX Runtime to load it on, the output is still published (the rules were
 /// checked), and the receipt says the load check did not run, naming the library tried.
 #[test]
 fn without_a_runtime_the_receipt_says_the_load_check_did_not_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let (out, receipt) = (dir.path().join("out.onnx"), dir.path().join("r.json"));
-    let o = run(&[
-        path_str(&example()),
-        "--ceiling",
-        "90%",
-        "-o",
-        path_str(&out),
-        "--receipt",
-        path_str(&receipt),
-        "--ort-lib",
-        "/nonexistent/libonnxruntime.so",
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap()).unwrap();
-    assert_receipt_valid(&r, "load check not run");
+    let lib = "/nonexistent/libonnxruntime.so";
+    let r = planned_receipt(&["--ort-lib", lib], "load check not run");
     assert_eq!(
         r["output_load"]["result"], "not_run",
         "{}",
         r["output_load"]
     );
     let why = r["output_load"]["reason"].as_str().unwrap();
-    assert!(why.contains("/nonexistent/libonnxruntime.so"), "{why}");
-    assert!(out.exists());
+    assert!(why.contains(lib), "{why}");
 }

@@ -208,11 +208,11 @@ mod tests {
         let lib = Path::new("/nonexistent/libonnxruntime.so");
         let (cfg, within) = (SessionConfig::default(), Duration::from_secs(60));
         match load_check(&m, "m.onnx", None, &cfg, Some(lib), within) {
+            // Also when an earlier test of this process loaded ORT: asking for another
+            // library is refused the same way, naming it.
             Ok(LoadCheck::NotRun { reason }) => {
                 assert!(reason.contains("/nonexistent"), "{reason}")
             }
-            // ORT was loaded by an earlier test of this process: asking for another library
-            // is refused the same way.
             other => panic!("{other:?}"),
         }
     }
