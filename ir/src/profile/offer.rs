@@ -156,8 +156,8 @@ impl Profile {
             && self.execution_provider == ExecutionProvider::Cpu
     }
 
-    /// The most arena bytes this profile's steps may use: in one region only
-    /// ([`Profile::one_region_only`]) from a first region of the budget or of a size, at most
+    /// The most arena bytes this profile's steps may use: in one region only (held outputs or
+    /// onnxruntime-training, `kNextPowerOfTwo`, CPU) from a first region of the budget or of a size, at most
     /// ORT's largest first region, [`crate::ort::MAX_INITIAL_CHUNK`]; any other profile has no
     /// such bound (`u64::MAX`). Planning holds the need under it, so whether the profile is
     /// offered is known before any plan ([`Profile::one_region`] then holds).
