@@ -246,7 +246,8 @@ pub struct OptimizeArgs {
     pub reserve: f64,
     /// The run's time limit in seconds, in (0, 1e6], counted from its start: import, analysis,
     /// the search, refusal probes and the output's load check (`--validate`'s runs are
-    /// outside it). The best plan found so far is returned, labelled.
+    /// outside it). The best plan found so far is returned, labelled. A run still short of its
+    /// output at the limit plus 10% (at least 2 s) ends with exit 2 and writes nothing.
     #[arg(
         long = "time-limit",
         default_value_t = 30.0,

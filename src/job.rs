@@ -174,6 +174,7 @@ impl Job {
             reserve_pct: self.reserve_pct,
             time_limit: self.time_limit,
             started: t0,
+            reserve: Duration::ZERO,
             threads,
             costs: costs.map(ckpt_validate::measured_cost::NodeCosts::planner_costs),
             trace: std::env::var_os("CKPT_OPT_DEBUG")

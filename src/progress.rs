@@ -15,6 +15,8 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 static BAR: Mutex<Option<ProgressBar>> = Mutex::new(None);
+/// The stage now running, kept whether or not progress is shown ([`current`]).
+static CURRENT: Mutex<String> = Mutex::new(String::new());
 
 /// Whether progress would be drawn: stderr is a terminal and not `quiet`.
 pub fn wanted(quiet: bool) -> bool {
@@ -42,10 +44,22 @@ pub fn enable(quiet: bool) -> bool {
 /// The stage now running, in words (`importing model.onnx`, `validation: running the
 /// control`).
 pub fn stage(what: impl Into<String>) {
+    let what = what.into();
     if let Ok(b) = BAR.lock() {
         if let Some(bar) = b.as_ref() {
-            bar.set_message(what.into());
+            bar.set_message(what.clone());
         }
+    }
+    if let Ok(mut c) = CURRENT.lock() {
+        *c = what;
+    }
+}
+
+/// The last stage [`stage`] named (`starting` before the first).
+pub fn current() -> String {
+    match CURRENT.lock() {
+        Ok(c) if !c.is_empty() => c.clone(),
+        _ => "starting".to_string(),
     }
 }
 

@@ -1,5 +1,5 @@
-//! The main job as an unattended pipeline step sees it: declared shapes that lie are
-//! refused, validation is deterministic and says how random ops are seeded, progress only on
+//! The main job as an unattended pipeline step sees it: declared shapes and element types
+//! that lie are refused, validation is deterministic and says how random ops are seeded, progress only on
 //! a terminal, a short validation summary unless asked for every tensor, each OS error once.
 
 mod common;
@@ -54,6 +54,37 @@ fn lying_value_info_is_refused_by_name() {
     assert!(err.contains("[128,128]"), "{err}");
     assert!(err.contains("declared with shape"), "{err}");
     assert!(!dir.path().join("lying.ckpt.onnx").exists());
+}
+
+/// A value_info that declares another element type than its producer computes (ONNX's
+/// checker refuses it; the output would have kept it) is refused, naming the tensor and both
+/// types.
+#[test]
+fn value_info_of_another_element_type_is_refused_by_name() {
+    let mut m = decode(&example());
+    let g = m.graph.as_mut().unwrap();
+    let vi = g
+        .value_info
+        .iter_mut()
+        .find(|v| v.name.as_deref() == Some("ones"))
+        .expect("the example declares `ones`");
+    let Some(onnx::type_proto::Value::TensorType(tt)) =
+        vi.r#type.as_mut().and_then(|t| t.value.as_mut())
+    else {
+        panic!("`ones` is a tensor")
+    };
+    tt.elem_type = Some(onnx::tensor_proto::DataType::Double as i32);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("retyped.onnx");
+    std::fs::write(&p, m.encode_to_vec()).unwrap();
+    let o = run(&[path_str(&p), "--ceiling", "90%"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("`ones` is declared with element type f64") && err.contains("computes bool"),
+        "{err}"
+    );
+    assert!(!dir.path().join("retyped.ckpt.onnx").exists());
 }
 
 /// Values are compared under ORT's deterministic compute (the example's embedding gradient

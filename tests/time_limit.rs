@@ -1,5 +1,6 @@
 //! `--time-limit` bounds the whole run, counted from its start: import, analysis, the search
-//! and the output's load check, within 10% or 2 s, through the binary.
+//! and the output's load check, within 10% or 2 s, through the binary; a run still short of
+//! its output then ends with exit 2 and writes nothing.
 
 mod common;
 
@@ -63,4 +64,45 @@ fn the_time_limit_bounds_the_whole_run() {
         "{load}"
     );
     assert!(out.exists());
+}
+
+/// A 200,000-node chain, whose import and analyses alone take longer than the limit: the run
+/// ends within the slack of a 5 s limit with exit 2, saying in which stage the time ran out,
+/// and nothing written: no output, no receipt, no temporary file.
+#[test]
+fn a_run_short_of_its_output_at_the_limit_ends_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = lengthened_example(dir.path(), 200_000);
+    let (out, receipt) = (dir.path().join("out.onnx"), dir.path().join("r.json"));
+    let limit = 5.0;
+    let t0 = Instant::now();
+    let o = run(&[
+        path_str(&model),
+        "--ceiling",
+        "90%",
+        "--time-limit",
+        &limit.to_string(),
+        "-o",
+        path_str(&out),
+        "--receipt",
+        path_str(&receipt),
+    ]);
+    let wall = t0.elapsed();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let slack = Duration::from_secs_f64((limit * 0.1_f64).max(2.0));
+    assert!(
+        wall <= Duration::from_secs_f64(limit) + slack,
+        "{wall:?} for a limit of {limit} s"
+    );
+    let err = stderr(&o);
+    assert!(
+        err.contains("time limit of 5 s ran out while") && err.contains("nothing was written"),
+        "{err}"
+    );
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["chain.onnx"]);
 }

@@ -25,11 +25,11 @@
 //!
 //! The rules the importer applies to every input are its own functions, called here: the
 //! header ([`crate::opset::check_opset_imports`]), element types, ops and attributes
-//! (`wellformed::check_elem_types`, `wellformed::check_op`, `wellformed::check_attributes`),
-//! initializer data and external data (`import::init_data`). The schema check
-//! (`wellformed::check_schema`) is applied here only. Sub-graphs (`If`/`Loop` bodies), sparse
-//! initializers, ONNX Runtime's contrib-op schemas and the checker's strict shape inference
-//! are not covered.
+//! (`wellformed::check_elem_types`, `wellformed::check_op`, `wellformed::check_attributes`,
+//! `wellformed::check_schema`), initializer data and external data (`import::init_data`).
+//! Sub-graphs (`If`/`Loop` bodies), sparse initializers, ONNX Runtime's contrib-op schemas and
+//! the checker's strict shape inference are not covered here; the analysis refuses declared
+//! shapes and element types that contradict inference.
 
 use std::collections::HashSet;
 use std::path::Path;

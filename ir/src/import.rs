@@ -233,6 +233,7 @@ fn add_nodes(
         crate::wellformed::check_op(graph.model(), np, &label)?;
         let ir_version = graph.model().ir_version.unwrap_or(0);
         crate::wellformed::check_attributes(np, &label, ir_version)?;
+        crate::wellformed::check_schema(graph.model(), np, &label)?;
         let mut outputs = Vec::with_capacity(np.output.len());
         for out in &np.output {
             if out.is_empty() {

@@ -3,11 +3,9 @@
 //! own domains define, or a function the model defines; every attribute is named, typed (from
 //! IR version 2 on) and holds at most one value field, of its type; every tensor type of a
 //! graph input, output or value_info has an element type; every embedded initializer holds
-//! exactly the data its shape and element type need. Each refusal names the node, attribute
-//! or tensor.
-//!
-//! [`check_schema`] (a node of an ONNX domain meets its op's schema at the imported opset) is
-//! applied by [`crate::check_model_rules`] only: hand-built models the tests import break it.
+//! exactly the data its shape and element type need; a node of an ONNX domain meets its op's
+//! schema at the imported opset ([`check_schema`]). Each refusal names the node, attribute or
+//! tensor.
 
 use crate::dtype::DType;
 use crate::error::ImportError;

@@ -13,6 +13,7 @@ fn small_model() -> onnx::ModelProto {
         .input("x", DType::F32, "batch,4")
         .input("w", DType::F32, "4,3")
         .init_f32("b", &[3], &[0.5, -1.0, 2.0])
+        .init_i64("axes", &[2], &[0, 1])
         .node("MatMul", &["x", "w"], &["h"])
         .node("Add", &["h", "b"], &["a"])
         .node_with(
@@ -22,10 +23,16 @@ fn small_model() -> onnx::ModelProto {
             vec![attr_i("transB", 0), attr_f("alpha", 1.0)],
         )
         .node_with(
-            "ReduceSum",
+            "Transpose",
             &["g"],
+            &["gt"],
+            vec![attr_ints("perm", &[1, 0])],
+        )
+        .node_with(
+            "ReduceSum",
+            &["gt", "axes"],
             &["loss"],
-            vec![attr_i("keepdims", 0), attr_ints("axes", &[0, 1])],
+            vec![attr_i("keepdims", 0)],
         )
         .value_info("h", DType::F32, "batch,3")
         .output("loss", DType::F32, "")
@@ -63,7 +70,7 @@ fn round_trip_is_lossless_and_keeps_presence() {
 #[test]
 fn import_builds_tensors_shapes_and_edges() {
     let g = import(small_model().encode_to_vec()).unwrap();
-    assert_eq!(g.node_count(), 4);
+    assert_eq!(g.node_count(), 5);
     let x = g.tensor_id("x").unwrap();
     assert_eq!(
         g.tensor(x).shape.as_ref().unwrap().dims()[0],
@@ -491,4 +498,25 @@ fn ir_version_1_with_opset_imports() {
         e.contains("IR version 1") && e.contains("opset_import"),
         "{e}"
     );
+}
+
+/// The library's import applies the op's schema, as ONNX's checker does: a `Relu` given two
+/// inputs, or an attribute its schema does not name, is refused, naming the node.
+#[test]
+fn a_node_that_breaks_its_schema_is_refused() {
+    let two_inputs = ModelBuilder::new(17)
+        .input("x", DType::F32, "4")
+        .input("y", DType::F32, "4")
+        .node("Relu", &["x", "y"], &["r"])
+        .output("r", DType::F32, "4")
+        .bytes();
+    let e = err(two_inputs);
+    assert!(e.contains("Relu_r") && e.contains("2 inputs"), "{e}");
+    let stray_attribute = ModelBuilder::new(20)
+        .input("x", DType::F32, "4")
+        .node_with("ReduceSum", &["x"], &["s"], vec![attr_ints("axes", &[0])])
+        .output("s", DType::F32, "")
+        .bytes();
+    let e = err(stray_attribute);
+    assert!(e.contains("ReduceSum_s") && e.contains("`axes`"), "{e}");
 }

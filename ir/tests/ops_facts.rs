@@ -14,12 +14,14 @@ use ckpt_ir::ops::{
 use ckpt_ir::{ort, DType, ONNX_DOMAIN};
 use ops_common::{bind, graph, producer};
 
+/// `y = op(x)`; a `Reshape` also reads its shape `s`.
 fn unary(op: &str) -> ckpt_ir::Graph {
+    let inputs: &[&str] = if op == "Reshape" { &["x", "s"] } else { &["x"] };
     graph(
         ModelBuilder::new(17)
             .input("x", DType::F32, "b,8")
             .init_i64("s", &[2], &[8, -1])
-            .node(op, &["x", "s"], &["y"])
+            .node(op, inputs, &["y"])
             .output("y", DType::F32, "")
             .build(),
     )

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use ckpt_ir::ops::{infer, Types};
-use ckpt_ir::{Bindings, Graph, Profile, Shape, TensorId};
+use ckpt_ir::ops::{infer, TensorType, Types};
+use ckpt_ir::{Bindings, Graph, Profile, TensorId};
 use ckpt_passes::device::{device_need, DeviceNeed};
 use ckpt_passes::ledger::{ledger, Ledger, Optimizer};
 use ckpt_passes::memory::{schedule, simulate_resolved, Simulation};
@@ -75,7 +75,7 @@ pub fn with_inferred_types(mut graph: Graph) -> Result<(Graph, Types), PlanError
         .collect();
     let ids: Vec<_> = graph.tensor_ids().collect();
     for &t in &ids {
-        check_declared(&graph, t, types.shape(t))?;
+        check_declared(&graph, t, types.get(t))?;
     }
     for t in ids {
         let tensor = graph.tensor(t);
@@ -93,13 +93,28 @@ pub fn with_inferred_types(mut graph: Graph) -> Result<(Graph, Types), PlanError
     Ok((graph, types))
 }
 
-/// A shape the file declares (value_info, graph outputs) must agree with what inference
-/// derives from the ops: the same rank, and the same size on every axis where both are
-/// numbers. A model that declares smaller intermediates than its ops produce would otherwise
-/// be planned on the lie.
-fn check_declared(graph: &Graph, t: TensorId, inferred: Option<&Shape>) -> Result<(), PlanError> {
+/// A type the file declares (value_info, graph outputs) must agree with what inference
+/// derives from the ops: the same element type, the same rank, and the same size on every
+/// axis where both are numbers. A model that declares smaller intermediates than its ops
+/// produce would otherwise be planned on the lie, and written with a type ONNX's checker
+/// refuses.
+fn check_declared(
+    graph: &Graph,
+    t: TensorId,
+    inferred: Option<&TensorType>,
+) -> Result<(), PlanError> {
     let tensor = graph.tensor(t);
-    let (Some(declared), Some(inferred)) = (&tensor.shape, inferred) else {
+    let Some(inferred) = inferred else {
+        return Ok(());
+    };
+    if let Some(declared) = tensor.dtype.filter(|&d| d != inferred.dtype) {
+        return Err(PlanError::DeclaredType {
+            tensor: tensor.name.clone(),
+            declared: declared.to_string(),
+            inferred: inferred.dtype.to_string(),
+        });
+    }
+    let (Some(declared), inferred) = (&tensor.shape, &inferred.shape) else {
         return Ok(());
     };
     let differs = declared.rank() != inferred.rank()

@@ -20,6 +20,13 @@ pub enum PlanError {
         declared: String,
         inferred: String,
     },
+    /// A declared element type (value_info, graph outputs) disagrees with what the ops compute.
+    #[error("tensor `{tensor}` is declared with element type {declared}, but its producer computes {inferred}; the file's value_info is wrong (ONNX's checker refuses it, and plans are never made on a declared type the ops do not produce)")]
+    DeclaredType {
+        tensor: String,
+        declared: String,
+        inferred: String,
+    },
     /// Phases could not be found (no loss, an unknown loss name).
     #[error(transparent)]
     Classify(#[from] ClassifyError),

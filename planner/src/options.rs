@@ -81,6 +81,9 @@ pub struct PlanOptions {
     /// The search's clock: counted from `started`.
     pub time_limit: Duration,
     pub started: Instant,
+    /// Time kept back from `time_limit` for the work after the plan (the caller's write and
+    /// checks): every search and probe ends by [`PlanOptions::deadline`].
+    pub reserve: Duration,
     /// Threads trials are simulated on: the plan is the same on any number.
     pub threads: usize,
     /// Recompute costs in place of FLOPs; `None`: the op registry's FLOPs.
@@ -119,6 +122,7 @@ impl PlanOptions {
             reserve_pct: 0.0,
             time_limit: Duration::from_secs(120),
             started: Instant::now(),
+            reserve: Duration::ZERO,
             threads: default_threads(),
             costs: None,
             trace: None,
@@ -198,9 +202,19 @@ impl PlanOptions {
         self.started.elapsed()
     }
 
+    /// When every search and probe ends: `started + time_limit - reserve`.
+    pub(crate) fn deadline(&self) -> Deadline {
+        Deadline::new(self.started + self.search_limit())
+    }
+
+    /// The searches' share of the time limit: `time_limit - reserve`.
+    fn search_limit(&self) -> Duration {
+        self.time_limit.saturating_sub(self.reserve)
+    }
+
     pub(crate) fn search_options(&self) -> SearchOptions {
         SearchOptions {
-            time_limit: self.time_limit,
+            time_limit: self.search_limit(),
             started: self.started,
             threads: self.threads,
             trace: self.trace.clone(),

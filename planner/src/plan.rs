@@ -144,7 +144,7 @@ fn laddered(
     let mut best_cost = found.as_ref().ok().map(|r| r.added_cost(&before.graph, o));
     let (mut planned, mut clock_hit, mut longest) = (0, false, Duration::ZERO);
     let mut dearer = 0;
-    let deadline = Deadline::new(o.started + o.time_limit);
+    let deadline = o.deadline();
     let (total, fixed) = (before.ledger.total_bytes, before.ledger.fixed_bytes);
     for rung in rungs(total, o.effective_ceiling(), fixed, o.ladder_rungs) {
         if best_cost == Some(0) || dearer == LADDER_PATIENCE {
@@ -264,7 +264,7 @@ fn probed(
     // passes of 12 s, the second probe ran from 24 s to 33.5 s; at 60% a first pass of 9 s,
     // then probes of up to 15 s).
     let mut lo = o.effective_ceiling();
-    let deadline = Deadline::new(o.started + o.time_limit);
+    let deadline = o.deadline();
     for _ in 0..o.refusal_probes {
         let hi = d.lowest_reachable_total_bytes;
         if hi <= lo + 1 {

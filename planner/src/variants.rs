@@ -18,7 +18,7 @@ use ckpt_passes::recompute::{candidates, problem};
 use crate::analysis::{analyse, Analysis};
 use crate::blocks::{BlockStart, CutResult};
 use crate::leaves::Climbs;
-use crate::options::{variant_trials, Deadline, PlanOptions, Progress};
+use crate::options::{variant_trials, PlanOptions, Progress};
 use crate::oracle::{plan_from_set, Oracle, Simulator};
 use crate::outcome::{Diagnosis, Outcome, Rewritten};
 use crate::par::Pool;
@@ -271,7 +271,7 @@ pub(crate) fn race(
 ) -> Result<bool, PlanError> {
     let cheap = negligible.saturating_mul(BLOCK_CUT_SHARE);
     let run_cut = blocks.fits(o) && tried.in_hand().is_none_or(|flops| flops > cheap);
-    let clock = Deadline::new(o.started + o.time_limit);
+    let clock = o.deadline();
     std::thread::scope(|s| -> Result<bool, PlanError> {
         let mut cut = PendingCut {
             handle: run_cut.then(|| s.spawn(|| blocks.cut_best(bases, o, &clock))),

@@ -13,11 +13,12 @@
 //!   be met, 3 when validation failed, 4 (or 1) when it could not run.
 
 pub mod check;
+pub mod deadline;
 pub mod import;
 pub mod write;
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 
@@ -97,6 +98,7 @@ pub fn plan(before: Analysis, options: &PlanOptions) -> Result<PlannedJob, PlanE
 /// The main job the flags describe, up to its exit code ([`verdict`]).
 pub fn main_job(args: &OptimizeArgs) -> Result<Finished, Failure> {
     let t0 = Instant::now();
+    let watchdog = deadline::Watchdog::arm(t0, Duration::from_secs_f64(args.time_limit));
     let (input, graph) = import::import(args)?;
     let before = analyse(graph, &input.options).map_err(Failure::planning)?;
     import::require_training_graph(&before)?;
@@ -104,8 +106,10 @@ pub fn main_job(args: &OptimizeArgs) -> Result<Finished, Failure> {
         .map_err(|e| Failure::input(anyhow!(e)))?;
     let costs = check::profile_costs(args, &before, &input.options)?;
     crate::progress::stage("searching for a plan");
-    // `--time-limit` counts from here: import, analysis, search, probes and the load check.
-    let options = job.plan_options(t0, ckpt_planner::default_threads(), costs.as_ref());
+    // `--time-limit` counts from `t0`: import, analysis, search, probes and the load check;
+    // the searches leave time for the write ([`deadline::tail_reserve`]).
+    let mut options = job.plan_options(t0, ckpt_planner::default_threads(), costs.as_ref());
+    options.reserve = deadline::tail_reserve(t0.elapsed(), job.time_limit);
     let planned = plan(before, &options).map_err(Failure::planning)?;
     write::check_profile(&job, &planned)?;
     let mut receipt =
@@ -119,6 +123,7 @@ pub fn main_job(args: &OptimizeArgs) -> Result<Finished, Failure> {
             .map(|s| write::load_check(s, &input.options.profile, args, left))
             .transpose()?;
     }
+    watchdog.disarm(); // `--validate`'s runs and the publish are outside the limit
     let checked = check::validate(
         args,
         &input,

@@ -63,6 +63,7 @@ pub fn stage_output(
     staging: &mut ckpt_ir::Staging,
     receipt: &mut Receipt,
 ) -> Result<Option<Staged>, Failure> {
+    crate::progress::stage("writing the output");
     let before = &planned.before;
     let (graph, out) = match &planned.outcome {
         Outcome::CannotFit(_) => return Ok(None),
