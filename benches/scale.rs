@@ -6,7 +6,8 @@
 //!     bash scripts/bench/make_model.sh bert_2l    # bert_2l.onnx
 //!     cargo bench --bench scale
 //!
-//! `chain_200k` is built in memory: a 200k-node chain, imported and analysed (no plan).
+//! `chain_200k` is built in memory: a 200k-node chain and a 50k one, imported and analysed (no
+//! plan), the time per node compared (linear: 1.0).
 //! For each model present in `target/bench/`: import, `analyse` (with its stages timed one by
 //! one: shape inference, phases, ORT schedule, simulation, ledger), the candidates, and the
 //! whole plan (`ckpt_opt::pipeline::analyse`, then `Job::plan`) at ceilings of 95% and 90% of the predicted total; with
@@ -182,14 +183,31 @@ fn main() {
 /// nodes built in memory (`ckpt_ir::build::chain`), deeper than any recursive walk survives.
 const CHAIN: (&str, usize, Duration) = ("chain_200k", 200_000, Duration::from_secs(20));
 
-/// Import and analyse the chain (no plan: the row is about walks over a deep graph).
+/// Import and analyse the chain at a quarter of its length and at its length (no plan: the
+/// row is about walks over a deep graph): the time against the target, and the time per node
+/// at full length against a quarter's (1.0: linear).
 fn run_chain() -> anyhow::Result<String> {
     let (stem, links, target) = CHAIN;
-    println!("== {stem} (a chain of {links} Mul nodes and a ReduceSum, f32[16], built in memory)");
+    let quarter = chain_once(links / 4)?;
+    let whole = chain_once(links)?;
+    let growth =
+        (whole.as_secs_f64() / links as f64) / (quarter.as_secs_f64() / (links / 4) as f64);
+    Ok(format!(
+        "{stem:<9} import + analyse {} (target {}: {:.2} of it); per node {growth:.2}x a {}-node chain's",
+        secs(whole),
+        secs(target),
+        whole.as_secs_f64() / target.as_secs_f64(),
+        links / 4
+    ))
+}
+
+/// Import and analyse a chain of `links` nodes; the time both took.
+fn chain_once(links: usize) -> anyhow::Result<Duration> {
+    println!("== chain of {links} Mul nodes and a ReduceSum, f32[16], built in memory");
     let bytes = ckpt_ir::build::chain(links).bytes();
     let size = bytes.len() as u64;
     let (graph, t_import) =
-        timed(|| ckpt_ir::import_bytes(bytes.into(), Path::new("chain_200k.onnx"), None));
+        timed(|| ckpt_ir::import_bytes(bytes.into(), Path::new("chain.onnx"), None));
     let graph = graph?;
     println!("  file {}, {} nodes", human(size), graph.node_count());
     println!("  import                  {}", secs(t_import));
@@ -201,12 +219,7 @@ fn run_chain() -> anyhow::Result<String> {
     });
     a?;
     println!("  analyse (whole)         {}", secs(t_analyse));
-    let total = t_import + t_analyse;
-    Ok(format!(
-        "{stem:<9} import + analyse {} (target {})",
-        secs(total),
-        secs(target)
-    ))
+    Ok(t_import + t_analyse)
 }
 
 fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<Vec<String>> {

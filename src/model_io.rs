@@ -23,7 +23,8 @@ pub fn load(path: &std::path::Path) -> Result<Graph, Failure> {
         .map_err(Failure::input)
 }
 
-/// The symbolic dims of the graph's inputs: what `--dim` must bind (inference derives the rest).
+/// The symbolic dims of the graph's inputs: what `--dim` must bind, less what
+/// [`derive_bindings`] derives (inference derives the rest).
 pub fn required_dims(graph: &Graph) -> Vec<String> {
     let set: BTreeSet<String> = graph
         .inputs()
@@ -108,10 +109,55 @@ pub fn bindings(dims: &[DimBinding], graph: &Graph) -> Result<Bindings, Failure>
         }
         b.insert(d.name.clone(), d.value);
     }
+    derive_bindings(graph, &mut b);
     if !b.is_empty() {
         check_relations(graph, &b)?;
     }
     Ok(b)
+}
+
+/// Bind the dims of the graph's inputs that `b` leaves unbound where inference relates them to
+/// bound ones: a broadcast it assumed between an expression and a lone input dim
+/// (`batch*seq == batch_x_seq`) gives that dim the expression's value. Repeated until nothing
+/// more follows; a value of 1 (a broadcast, not an equality) derives nothing. Returns the
+/// names bound.
+pub fn derive_bindings(graph: &Graph, b: &mut Bindings) -> Vec<String> {
+    let required = required_dims(graph);
+    if required.iter().all(|d| b.contains_key(d)) {
+        return Vec::new();
+    }
+    let Ok(types) = ckpt_ir::ops::infer(graph) else {
+        return Vec::new();
+    };
+    let relations: Vec<(String, String)> = types
+        .warnings()
+        .iter()
+        .filter_map(|w| {
+            let (_, sides) = w.split_once(": broadcast assumes ")?;
+            let (l, r) = sides.split_once(" == ")?;
+            Some((l.trim().to_string(), r.trim().to_string()))
+        })
+        .collect();
+    let mut derived = Vec::new();
+    loop {
+        let before = derived.len();
+        for (l, r) in &relations {
+            for (symbol, expr) in [(r, l), (l, r)] {
+                if !required.contains(symbol) || b.contains_key(symbol) {
+                    continue;
+                }
+                if let Some(v) = eval_printed(expr, b).and_then(|v| u64::try_from(v).ok()) {
+                    if v > 1 {
+                        b.insert(symbol.clone(), v);
+                        derived.push(symbol.clone());
+                    }
+                }
+            }
+        }
+        if derived.len() == before {
+            return derived;
+        }
+    }
 }
 
 /// The bindings against inference: declared dims where inference derives another expression,

@@ -211,3 +211,106 @@ fn capacity_plans_an_ort_training_artifact() {
     );
     check_of(&m, &c, "batch", "seq=16", 3_000_000);
 }
+
+/// The main job with the flags of a capacity search and `--dim DIM=VALUE`: its exit code and
+/// receipt.
+fn main_job_at(m: &std::path::Path, ceiling: &str, binding: &str) -> (Option<i32>, Value) {
+    main_job_at_dims(m, ceiling, &[binding])
+}
+
+/// [`main_job_at`] with several `--dim` bindings.
+fn main_job_at_dims(m: &std::path::Path, ceiling: &str, dims: &[&str]) -> (Option<i32>, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, receipt) = (dir.path().join("out.onnx"), dir.path().join("r.json"));
+    let mut args = vec![path_str(m), "--ceiling", ceiling, "--time-limit", "120"];
+    for d in dims {
+        args.extend(["--dim", d]);
+    }
+    args.extend(["-o", path_str(&out), "--receipt", path_str(&receipt)]);
+    let o = run(&args);
+    let r = serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)));
+    (o.status.code(), r)
+}
+
+/// Capacity's answer is what the main job plans: on the ORT MLP artifact (planned under
+/// onnxruntime-training's model, as the main job plans it) at 256 KiB, the main job at the
+/// answer writes the same plan (its total and added FLOPs), and at one above refuses (exit 2).
+#[test]
+fn capacity_answers_are_what_the_main_job_plans() {
+    let m = root().join("tests/fixtures/ort_mlp_training.onnx");
+    let ceiling = "262144";
+    let c = capacity_of(
+        &m,
+        &["--dim", "batch", "--ceiling", ceiling, "--max", "512"],
+    );
+    let w = &c["with_recompute"];
+    let wr = w["max_value"].as_u64().expect("with_recompute.max_value");
+    assert!(
+        wr < 512,
+        "the search must end below --max for the check above: {c}"
+    );
+    let (code, r) = main_job_at(&m, ceiling, &format!("batch={wr}"));
+    assert_eq!(code, Some(0), "{r}");
+    let total = r["predicted_peak_bytes"]["after"]
+        .as_u64()
+        .or(r["predicted_peak_bytes"]["before"].as_u64())
+        .unwrap();
+    assert_eq!(Some(total), w["predicted_peak_bytes"].as_u64(), "{r}\n{c}");
+    assert_eq!(r["added_flops"], w["added_flops"], "{r}\n{c}");
+    let (code, r) = main_job_at(&m, ceiling, &format!("batch={}", wr + 1));
+    assert_eq!(code, Some(2), "{r}");
+}
+
+/// The symbolic fixture with an input `mask` of shape `[batch_x_seq]`, multiplied into the
+/// flattened `input_ids` (inference assumes `batch*seq == batch_x_seq`), the product a graph
+/// output.
+fn with_a_following_dim(dir: &std::path::Path) -> std::path::PathBuf {
+    use ckpt_ir::build::value_info;
+    use ckpt_ir::{onnx, DType, Message};
+    let bytes = std::fs::read(model()).unwrap();
+    let mut m = onnx::ModelProto::decode(bytes.as_slice()).unwrap();
+    let g = m.graph.as_mut().unwrap();
+    g.input.push(value_info("mask", DType::I64, "batch_x_seq"));
+    g.initializer.push(onnx::TensorProto {
+        name: Some("flat_shape".into()),
+        dims: vec![1],
+        data_type: Some(DType::I64.code()),
+        int64_data: vec![-1],
+        ..Default::default()
+    });
+    let node = |op: &str, inputs: [&str; 2], output: &str| onnx::NodeProto {
+        op_type: Some(op.into()),
+        name: Some(format!("{op}_{output}")),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.into()],
+        ..Default::default()
+    };
+    g.node
+        .push(node("Reshape", ["input_ids", "flat_shape"], "ids_flat"));
+    g.node.push(node("Mul", ["ids_flat", "mask"], "masked_ids"));
+    g.output
+        .push(value_info("masked_ids", DType::I64, "batch_x_seq"));
+    let p = dir.join("masked.onnx");
+    std::fs::write(&p, m.encode_to_vec()).unwrap();
+    p
+}
+
+/// A dim that follows the searched one needs no binding: `batch_x_seq` is derived from
+/// `batch*seq` at each value searched, and the main job at the answer, given `batch` and
+/// `seq` only, plans it too.
+#[test]
+fn capacity_derives_the_dims_that_follow_the_searched_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = with_a_following_dim(dir.path());
+    let c = capacity_of(&m, &BATCH_AT_6MB);
+    let wr = c["with_recompute"]["max_value"]
+        .as_u64()
+        .expect("with_recompute.max_value");
+    let (code, r) = main_job_at_dims(&m, "6000000", &[&format!("batch={wr}"), "seq=32"]);
+    assert_eq!(code, Some(0), "{r}");
+    assert_eq!(
+        r["added_flops"], c["with_recompute"]["added_flops"],
+        "{r}\n{c}"
+    );
+}

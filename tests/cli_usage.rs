@@ -157,7 +157,8 @@ fn dims_are_checked_against_the_model() {
 }
 
 /// Inputs `[batch, seq]` and `[batch_x_seq]`: flattening the first and adding the second makes
-/// inference assume `batch*seq == batch_x_seq`, which the bindings must keep.
+/// inference assume `batch*seq == batch_x_seq`, which the bindings must keep, and from which
+/// `batch_x_seq` is derived when it is not bound.
 #[test]
 fn bindings_must_keep_the_broadcasts_inference_assumed() {
     let bytes = ModelBuilder::new(17)
@@ -198,6 +199,10 @@ fn bindings_must_keep_the_broadcasts_inference_assumed() {
         "batch_x_seq=16",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // Left out, `batch_x_seq` is derived from the broadcast: the same ledger.
+    let derived = run(&["inspect", m, "--dim", "batch=2", "--dim", "seq=8"]);
+    assert!(derived.status.success(), "{}", stderr(&derived));
+    assert_eq!(stdout(&derived), stdout(&o));
 }
 
 #[test]

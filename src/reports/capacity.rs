@@ -4,8 +4,9 @@
 //!
 //! Rules:
 //! - A value fits with no recompute when the unmodified graph's predicted device total is at
-//!   most the ceiling; with recompute when the planner finds a plan or recompute-all fits (the
-//!   cheapest of the two is the answer's plan).
+//!   most the ceiling; with recompute when the main job's planner, under the main job's
+//!   options, plans it (or finds it already fits): the answer's plan is the one the main job
+//!   writes with the same flags and `--dim DIM=VALUE`.
 //! - The search assumes the device total grows with the dim: it doubles from 1 until a value
 //!   does not fit (or passes `--max`), then bisects. Each answer is then checked one step
 //!   above it: the value + 1 is planned and simulated and must not fit (or must exceed `max`);
@@ -27,7 +28,7 @@ use serde::Serialize;
 use ckpt_ir::{Bindings, Graph};
 
 use crate::pipeline::analyse;
-use crate::reports::frontier::{baselines, cheapest_fitting, plan_at, KnownPlan, Planned};
+use crate::reports::frontier::{plan_at, KnownPlan, Planned};
 use crate::size::human;
 use ckpt_planner::{step_flops, AnalyseOptions};
 
@@ -95,9 +96,12 @@ pub struct Capacity {
     pub verdict: String,
 }
 
-fn options_at(o: &AnalyseOptions, dim: &str, v: u64) -> AnalyseOptions {
+/// `o` with `dim` bound to `v`, and the input dims inference relates to it derived
+/// ([`crate::model_io::derive_bindings`]: `batch_x_seq` follows `batch`).
+pub(crate) fn options_at(graph: &Graph, o: &AnalyseOptions, dim: &str, v: u64) -> AnalyseOptions {
     let mut b: Bindings = o.bindings.clone();
     b.insert(dim.to_string(), v);
+    crate::model_io::derive_bindings(graph, &mut b);
     AnalyseOptions {
         bindings: b,
         ..o.clone()
@@ -133,27 +137,19 @@ fn largest(max: u64, mut fits: impl FnMut(u64) -> Result<bool>) -> Result<Option
     Ok(Some(lo))
 }
 
-/// The cheapest plan known at one value: the planner's, and recompute-all; `Err` carries the
-/// lowest total reached.
+/// The main job's plan at one value ([`plan_at`]: its planner under the same options, the
+/// unmodified graph when it already fits); `Err` carries the lowest total it reached. The
+/// answer is the plan the main job writes at that value, so it reproduces it.
 fn best_with_recompute(
     graph: &Graph,
     o: &AnalyseOptions,
     q: &CapacityQuery,
 ) -> Result<std::result::Result<KnownPlan, u64>> {
-    let before = analyse(graph.clone(), o)?;
-    let mut pool = baselines(&before, o)?;
-    let mut lowest = pool.iter().map(|p| p.total_bytes).min().unwrap_or(u64::MAX);
-    if cheapest_fitting(&pool, q.ceiling_bytes) != Some(0) {
-        match plan_at(graph, o, q.ceiling_bytes, q.time_limit)? {
-            Planned::Plan(p) => pool.push(*p),
-            Planned::CannotFit {
-                lowest_reachable_total_bytes,
-            } => lowest = lowest.min(lowest_reachable_total_bytes),
-        }
-    }
-    Ok(match cheapest_fitting(&pool, q.ceiling_bytes) {
-        Some(i) => Ok(pool.swap_remove(i)),
-        None => Err(lowest),
+    Ok(match plan_at(graph, o, q.ceiling_bytes, q.time_limit)? {
+        Planned::Plan(p) => Ok(*p),
+        Planned::CannotFit {
+            lowest_reachable_total_bytes,
+        } => Err(lowest_reachable_total_bytes),
     })
 }
 
@@ -204,23 +200,28 @@ struct Search<'a> {
 impl Search<'_> {
     /// The unmodified graph's predicted device total at `v`.
     fn total_at(&self, v: u64) -> Result<u64> {
-        Ok(
-            analyse(self.graph.clone(), &options_at(self.o, &self.q.dim, v))?
-                .ledger
-                .total_bytes,
-        )
+        Ok(analyse(
+            self.graph.clone(),
+            &options_at(self.graph, self.o, &self.q.dim, v),
+        )?
+        .ledger
+        .total_bytes)
     }
 
     /// The step's FLOPs at `v` (at least 1).
     fn flops_at(&self, v: u64) -> Result<u64> {
-        let oo = options_at(self.o, &self.q.dim, v);
+        let oo = options_at(self.graph, self.o, &self.q.dim, v);
         let a = analyse(self.graph.clone(), &oo)?;
         Ok(step_flops(&a, &oo.bindings).max(1))
     }
 
     /// [`best_with_recompute`] at `v`.
     fn best_at(&self, v: u64) -> Result<std::result::Result<KnownPlan, u64>> {
-        best_with_recompute(self.graph, &options_at(self.o, &self.q.dim, v), self.q)
+        best_with_recompute(
+            self.graph,
+            &options_at(self.graph, self.o, &self.q.dim, v),
+            self.q,
+        )
     }
 
     /// Fits `v` with no recompute, as checked one step above an answer.

@@ -54,7 +54,9 @@ fn options(
         }
     }
     let b = bindings(&m.dims, graph)?;
-    let o = analyse_options(&m, &b)?;
+    let mut o = analyse_options(&m, &b)?;
+    // Planned under the runtime the model runs on, as the main job plans it.
+    model_io::on_runtime_of(&mut o.profile, graph)?;
     model_io::warn_thread_race(&o.profile, graph);
     Ok((o, bare))
 }
@@ -165,15 +167,11 @@ pub fn run_capacity(a: &CapacityArgs) -> Result<(), Failure> {
         )));
     }
     // A percentage is of the footprint at the smallest value (1).
+    let at_one = capacity::options_at(&graph, &o, &dim, 1);
     let ceiling = match a.ceiling {
         Ceiling::Bytes(b) => b,
         spec => {
-            let mut b = o.bindings.clone();
-            b.insert(dim.clone(), 1);
-            let oo = ckpt_planner::AnalyseOptions {
-                bindings: b,
-                ..o.clone()
-            };
+            let oo = at_one.clone();
             spec.resolve(
                 crate::pipeline::analyse(graph.clone(), &oo)
                     .map_err(Failure::planning)?
@@ -182,10 +180,10 @@ pub fn run_capacity(a: &CapacityArgs) -> Result<(), Failure> {
             )
         }
     };
-    // The remaining symbolic dims must be bound (the search binds only `dim`).
+    // The remaining symbolic dims must be bound or follow from `dim` (the search binds it).
     let unbound: Vec<String> = model_io::required_dims(&graph)
         .into_iter()
-        .filter(|d| *d != dim && !o.bindings.contains_key(d))
+        .filter(|d| !at_one.bindings.contains_key(d))
         .collect();
     if !unbound.is_empty() {
         return Err(Failure::input(anyhow!(
