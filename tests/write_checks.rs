@@ -113,3 +113,51 @@ fn without_a_runtime_the_receipt_says_the_load_check_did_not_run() {
     let why = r["output_load"]["reason"].as_str().unwrap();
     assert!(why.contains(lib), "{why}");
 }
+
+/// An input that ONNX's rules as checked here accept and ONNX Runtime refuses (a `Neg` of a
+/// bool, which no kernel runs): its output is refused too, and the run blames the input (exit
+/// 1, naming it and ORT's refusal), not itself; nothing is written.
+#[test]
+fn an_output_refused_like_its_input_is_the_inputs_fault() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = example_with(dir.path(), |m| {
+        let g = m.graph.as_mut().unwrap();
+        g.initializer.push(onnx::TensorProto {
+            name: Some("flag".into()),
+            dims: vec![1],
+            data_type: Some(ckpt_ir::DType::Bool.code()),
+            int32_data: vec![1],
+            ..Default::default()
+        });
+        g.node.push(onnx::NodeProto {
+            op_type: Some("Neg".into()),
+            name: Some("negated_flag".into()),
+            input: vec!["flag".into()],
+            output: vec!["not_flag".into()],
+            ..Default::default()
+        });
+        g.output.push(ckpt_ir::build::value_info(
+            "not_flag",
+            ckpt_ir::DType::Bool,
+            "1",
+        ));
+    });
+    let (out, receipt) = (dir.path().join("out.onnx"), dir.path().join("r.json"));
+    let o = run(&[
+        path_str(&model),
+        "--ceiling",
+        "90%",
+        "-o",
+        path_str(&out),
+        "--receipt",
+        path_str(&receipt),
+    ]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains("ONNX Runtime refuses") && e.contains("in.onnx") && e.contains("Neg"),
+        "{e}"
+    );
+    assert!(!e.contains("internal error"), "{e}");
+    assert!(!out.exists() && !receipt.exists());
+}

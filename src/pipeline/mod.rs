@@ -120,7 +120,7 @@ pub fn main_job(args: &OptimizeArgs) -> Result<Finished, Failure> {
         let left = job.time_limit.saturating_sub(t0.elapsed());
         receipt.output_load = staged
             .as_ref()
-            .map(|s| write::load_check(s, &input.options.profile, args, left))
+            .map(|s| write::load_check(s, &input.options.profile, args, &input.model, left))
             .transpose()?;
     }
     watchdog.disarm(); // `--validate`'s runs and the publish are outside the limit

@@ -103,20 +103,47 @@ pub fn stage_output(
 
 /// Without `--validate` (whose runs load the output), ONNX Runtime loads the output as staged
 /// before it is published, when a runtime is there, for what is `left` of the time limit
-/// ([`ckpt_validate::loads`]). An output it refuses is an internal error: the input met the
-/// rules the output is held to.
+/// ([`ckpt_validate::loads`]). An output it refuses is never published: the input's fault
+/// (exit 1) when it refuses the input, `model`, too, else an internal error (the input met
+/// the rules the output is held to).
 pub fn load_check(
     staged: &Staged,
     profile: &ckpt_ir::Profile,
     args: &OptimizeArgs,
+    model: &Path,
     left: std::time::Duration,
 ) -> Result<ckpt_validate::loads::LoadCheck, Failure> {
     crate::progress::stage("loading the output on ONNX Runtime");
+    let t0 = std::time::Instant::now();
     let label = staged.path.display().to_string();
     let cfg = ckpt_validate::memory::session_config(profile);
     let lib = args.run.ort_lib.as_deref();
     ckpt_validate::loads::load_check(&staged.proto, &label, Some(&staged.dir()), &cfg, lib, left)
-        .map_err(Failure::internal)
+        .map_err(|refused| {
+            let left = left.saturating_sub(t0.elapsed());
+            match input_refused(model, &cfg, lib, left) {
+                Some(e) => Failure::input(anyhow::Error::new(e).context(format!(
+                    "ONNX Runtime refuses {}, and the output planned from it",
+                    model.display()
+                ))),
+                None => Failure::internal(refused),
+            }
+        })
+}
+
+/// ONNX Runtime's refusal of the input `model`, loaded as the output was (`None`: it loads,
+/// or could not be tried in the time `left`).
+fn input_refused(
+    model: &Path,
+    cfg: &ckpt_runtime::SessionConfig,
+    lib: Option<&Path>,
+    left: std::time::Duration,
+) -> Option<ckpt_validate::ValidateError> {
+    use ckpt_ir::Message;
+    let bytes = std::fs::read(model).ok()?;
+    let proto = ckpt_ir::onnx::ModelProto::decode(bytes.as_slice()).ok()?;
+    let label = model.display().to_string();
+    ckpt_validate::loads::load_check(&proto, &label, Some(folder_of(model)), cfg, lib, left).err()
 }
 
 /// Write `graph` to `out` (never over `model`) with its external data, into the receipt: its
