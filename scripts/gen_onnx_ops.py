@@ -1,10 +1,37 @@
 """Writes ir/src/ops/onnx_ops.rs: every operator schema ONNX defines, by domain, op type and
 the opset version it is defined from, with what ONNX's checker verifies of a node against it
-(deprecation, input and output counts, the required single inputs, the attributes), from the
-installed onnx package's schemas. Run from the repository root with the project venv's Python."""
+(deprecation, input and output counts, the required single inputs, the attributes, the element
+types each input and output allows), from the installed onnx package's schemas. Run from the
+repository root with the project venv's Python."""
 
-from onnx import defs
+from onnx import defs, TensorProto
 import onnx
+
+ANY = 0xFFFFFFFF
+
+
+def type_mask(s, p):
+    """The element types formal parameter `p` of schema `s` allows, as bits of their
+    TensorProto codes; ANY where it allows a type that is not a tensor (a sequence, an
+    optional, a map) or one whose code does not fit."""
+    allowed = [p.type_str]
+    for c in s.type_constraints:
+        if c.type_param_str == p.type_str:
+            allowed = list(c.allowed_type_strs)
+    mask = 0
+    for t in allowed:
+        if not (t.startswith("tensor(") and t.endswith(")")):
+            return ANY
+        code = getattr(TensorProto, t[len("tensor("):-1].upper(), None)
+        if code is None or code >= 32:
+            return ANY
+        mask |= 1 << code
+    return mask
+
+
+def masks(s, params):
+    return "&[" + ", ".join(f"{type_mask(s, p):#x}" for p in params) + "]"
+
 
 Single = defs.OpSchema.FormalParameterOption.Single
 rows = []
@@ -28,7 +55,8 @@ for s in defs.get_all_schemas_with_history():
             s.since_version,
             f'("{s.domain or "ai.onnx"}", "{s.name}", {s.since_version}, '
             f"{str(s.deprecated).lower()}, ({s.min_input}, {s.max_input}), "
-            f"({s.min_output}, {s.max_output}), ({single:#x}, {single_out:#x}), &[{attrs}]),",
+            f"({s.min_output}, {s.max_output}), ({single:#x}, {single_out:#x}), &[{attrs}], "
+            f"({masks(s, s.inputs)}, {masks(s, s.outputs)})),",
         )
     )
 lines = [
@@ -42,7 +70,9 @@ lines = [
     "/// One schema: (normalised domain, op type, opset version it is defined from, deprecated,",
     "/// (min, max) inputs, (min, max) outputs, the bits of the inputs and of the outputs that are",
     "/// single (required, not variadic), (attribute name, `AttributeProto` type code, required)",
-    "/// sorted by name).",
+    "/// sorted by name, the element types each formal input and output allows (bit `c`: the",
+    "/// `TensorProto` code `c`; all bits: a type that is not a tensor is allowed too; a variadic",
+    "/// last formal stands for every slot from it on)).",
     "pub(crate) type SchemaRow = (",
     "    &'static str,",
     "    &'static str,",
@@ -52,6 +82,7 @@ lines = [
     "    (u32, u32),",
     "    (u64, u64),",
     "    &'static [(&'static str, i32, bool)],",
+    "    (&'static [u32], &'static [u32]),",
     ");",
     "",
     "/// Every schema, sorted by domain, op type, then version.",

@@ -87,6 +87,47 @@ fn value_info_of_another_element_type_is_refused_by_name() {
     assert!(!dir.path().join("retyped.ckpt.onnx").exists());
 }
 
+/// A node whose input has an element type its op's schema does not allow (a `Neg` of a bool:
+/// ONNX's checker and ONNX Runtime refuse it) is refused by the analysis, naming the node, the
+/// tensor and the types allowed.
+#[test]
+fn an_element_type_the_schema_does_not_allow_is_refused_by_name() {
+    let mut m = decode(&example());
+    let g = m.graph.as_mut().unwrap();
+    g.initializer.push(onnx::TensorProto {
+        name: Some("flag".into()),
+        dims: vec![1],
+        data_type: Some(ckpt_ir::DType::Bool.code()),
+        int32_data: vec![1],
+        ..Default::default()
+    });
+    g.node.push(onnx::NodeProto {
+        op_type: Some("Neg".into()),
+        name: Some("negated_flag".into()),
+        input: vec!["flag".into()],
+        output: vec!["not_flag".into()],
+        ..Default::default()
+    });
+    g.output.push(ckpt_ir::build::value_info(
+        "not_flag",
+        ckpt_ir::DType::Bool,
+        "1",
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("neg_bool.onnx");
+    std::fs::write(&p, m.encode_to_vec()).unwrap();
+    let o = run(&[path_str(&p), "--ceiling", "90%"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("negated_flag")
+            && err.contains("input #0 `flag` is bool")
+            && err.contains("f32"),
+        "{err}"
+    );
+    assert!(!dir.path().join("neg_bool.ckpt.onnx").exists());
+}
+
 /// Values are compared under ORT's deterministic compute (the example's embedding gradient
 /// is a ScatterND with reduction=add), and the receipt says so.
 #[test]

@@ -114,31 +114,31 @@ fn without_a_runtime_the_receipt_says_the_load_check_did_not_run() {
     assert!(why.contains(lib), "{why}");
 }
 
-/// An input that ONNX's rules as checked here accept and ONNX Runtime refuses (a `Neg` of a
-/// bool, which no kernel runs): its output is refused too, and the run blames the input (exit
-/// 1, naming it and ORT's refusal), not itself; nothing is written.
+/// An input that ONNX's rules and its checker accept and ONNX Runtime refuses (a `Relu` of an
+/// int16, which ONNX allows and no CPU kernel runs): its output is refused too, and the run
+/// blames the input (exit 1, naming it and ORT's refusal), not itself; nothing is written.
 #[test]
 fn an_output_refused_like_its_input_is_the_inputs_fault() {
     let dir = tempfile::tempdir().unwrap();
     let model = example_with(dir.path(), |m| {
         let g = m.graph.as_mut().unwrap();
         g.initializer.push(onnx::TensorProto {
-            name: Some("flag".into()),
+            name: Some("small".into()),
             dims: vec![1],
-            data_type: Some(ckpt_ir::DType::Bool.code()),
-            int32_data: vec![1],
+            data_type: Some(ckpt_ir::DType::I16.code()),
+            int32_data: vec![-3],
             ..Default::default()
         });
         g.node.push(onnx::NodeProto {
-            op_type: Some("Neg".into()),
-            name: Some("negated_flag".into()),
-            input: vec!["flag".into()],
-            output: vec!["not_flag".into()],
+            op_type: Some("Relu".into()),
+            name: Some("rectified".into()),
+            input: vec!["small".into()],
+            output: vec!["rectified_small".into()],
             ..Default::default()
         });
         g.output.push(ckpt_ir::build::value_info(
-            "not_flag",
-            ckpt_ir::DType::Bool,
+            "rectified_small",
+            ckpt_ir::DType::I16,
             "1",
         ));
     });
@@ -155,7 +155,7 @@ fn an_output_refused_like_its_input_is_the_inputs_fault() {
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{e}");
     assert!(
-        e.contains("ONNX Runtime refuses") && e.contains("in.onnx") && e.contains("Neg"),
+        e.contains("ONNX Runtime refuses") && e.contains("in.onnx") && e.contains("Relu"),
         "{e}"
     );
     assert!(!e.contains("internal error"), "{e}");

@@ -57,6 +57,7 @@ pub use profile::Profile;
 pub use shape::{Bindings, Dim, Poly, Shape, ShapeError};
 pub use text::{print_graph, print_graph_with, print_patch, type_str, Numbering};
 pub use verify::verify;
+pub use wellformed::check_type_constraints;
 
 pub use bytes::Bytes;
 pub use prost::Message;

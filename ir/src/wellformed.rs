@@ -4,15 +4,17 @@
 //! IR version 2 on) and holds at most one value field, of its type; every tensor type of a
 //! graph input, output or value_info has an element type; every embedded initializer holds
 //! exactly the data its shape and element type need; a node of an ONNX domain meets its op's
-//! schema at the imported opset ([`check_schema`]). Each refusal names the node, attribute or
-//! tensor.
+//! schema at the imported opset ([`check_schema`]), and, once inference has typed it, the
+//! element types the schema allows ([`check_type_constraints`]). Each refusal names the node,
+//! attribute or tensor.
 
 use crate::dtype::DType;
 use crate::error::ImportError;
-use crate::graph::normalise_domain;
+use crate::graph::{normalise_domain, Graph};
 use crate::onnx;
 use crate::onnx::attribute_proto::AttributeType as A;
 use crate::ops::onnx_ops::{SchemaRow, ONNX_SCHEMAS};
+use crate::ops::Types;
 
 /// Domains whose operators ONNX defines: an op of these domains must be in [`ONNX_SCHEMAS`].
 const ONNX_DOMAINS: &[&str] = &[
@@ -111,7 +113,7 @@ pub(crate) fn check_schema(
     let Some(schema) = opset.and_then(|v| all.iter().rev().find(|r| r.2 <= v)) else {
         return Ok(());
     };
-    let &(_, op, version, deprecated, inputs, outputs, (single_in, single_out), attributes) =
+    let &(_, op, version, deprecated, inputs, outputs, (single_in, single_out), attributes, _) =
         schema;
     let bad = |what: String| ImportError::SchemaMismatch {
         node: label.to_string(),
@@ -183,6 +185,60 @@ pub(crate) fn check_schema(
     }
     if let Some((name, _, _)) = attributes.iter().find(|x| x.2 && !seen.contains(&x.0)) {
         return Err(bad(format!("its required attribute `{name}` is missing")));
+    }
+    Ok(())
+}
+
+/// Check each node of an ONNX domain against the element types its op's schema (at the imported
+/// opset) allows for each input and output, on the element types `types` gives, as ONNX's
+/// checker does in its shape inference and ONNX Runtime does when it looks for a kernel (a
+/// `Neg` of a bool has none). The first slot that breaks it is named: the node, the slot, the
+/// tensor, its type and the types allowed. Slots whose formal allows a type that is not a
+/// tensor are not checked.
+pub fn check_type_constraints(graph: &Graph, types: &Types) -> Result<(), ImportError> {
+    for &n in graph.nodes() {
+        let node = graph.node(n);
+        let Some(opset) = graph.opset(&node.domain) else {
+            continue;
+        };
+        let all = schemas(&node.domain, &node.op_type);
+        let Some(&(_, op, version, .., (ins, outs))) = all.iter().rev().find(|r| r.2 <= opset)
+        else {
+            continue;
+        };
+        for (what, slots, formals) in [
+            ("input", &node.inputs, ins),
+            ("output", &node.outputs, outs),
+        ] {
+            for (k, slot) in slots.iter().enumerate() {
+                let (Some(t), Some(&mask)) = (slot, formals.get(k).or(formals.last())) else {
+                    continue;
+                };
+                let Some(tt) = types.get(*t).filter(|_| mask != u32::MAX) else {
+                    continue;
+                };
+                let code = tt.dtype.code();
+                if (0..32).contains(&code) && mask & (1 << code) != 0 {
+                    continue;
+                }
+                let allowed: Vec<String> = (0..32)
+                    .filter(|c| mask & (1 << c) != 0)
+                    .filter_map(DType::from_code)
+                    .map(|d| d.to_string())
+                    .collect();
+                return Err(ImportError::SchemaMismatch {
+                    node: node.display_name(n),
+                    op: op.to_string(),
+                    version,
+                    what: format!(
+                        "its {what} #{k} `{}` is {}, which the schema does not allow ({})",
+                        graph.tensor(*t).name,
+                        tt.dtype,
+                        allowed.join(", ")
+                    ),
+                });
+            }
+        }
     }
     Ok(())
 }

@@ -77,6 +77,7 @@ pub fn with_inferred_types(mut graph: Graph) -> Result<(Graph, Types), PlanError
     for &t in &ids {
         check_declared(&graph, t, types.get(t))?;
     }
+    ckpt_ir::check_type_constraints(&graph, &types).map_err(PlanError::TypeConstraint)?;
     for t in ids {
         let tensor = graph.tensor(t);
         let stray = tensor

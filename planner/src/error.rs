@@ -27,6 +27,9 @@ pub enum PlanError {
         declared: String,
         inferred: String,
     },
+    /// A node's input or output has an element type its op's schema does not allow.
+    #[error(transparent)]
+    TypeConstraint(ckpt_ir::ImportError),
     /// Phases could not be found (no loss, an unknown loss name).
     #[error(transparent)]
     Classify(#[from] ClassifyError),
