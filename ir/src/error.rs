@@ -6,6 +6,21 @@ use std::path::PathBuf;
 /// Why a model could not be imported.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
+    /// A tensor typed two ways: a graph input and the initializer that overrides it, or a
+    /// declaration and a value_info entry, of other element types or shapes.
+    #[error("tensor `{tensor}` is {first} in {first_list} but {second} in {second_list}; ONNX's checker and ONNX Runtime refuse a tensor typed two ways")]
+    TypedTwoWays {
+        tensor: String,
+        first_list: &'static str,
+        first: String,
+        second_list: &'static str,
+        second: String,
+    },
+    /// A rule of ONNX's checker that the import's own steps do not apply
+    /// ([`crate::check_model_rules`]): a graph output without a type, a node without an op
+    /// type, an initializer holding two value fields.
+    #[error("{0}")]
+    Rules(Box<CheckError>),
     #[error("cannot read {path}: {source}")]
     Io {
         path: PathBuf,

@@ -57,7 +57,8 @@ pub fn import_bytes(data: Bytes, path: &Path, dir: Option<&Path>) -> Result<Grap
 }
 
 /// Import a decoded model: its header checked, then the graph's inputs, initializers, nodes
-/// (outputs first, then inputs, then the cycle check), outputs and value_info, in that order.
+/// (outputs first, then inputs, then the cycle check), outputs and value_info, in that order;
+/// then the rest of ONNX's rules ([`crate::check_model_rules`]).
 pub fn import_model(
     model: onnx::ModelProto,
     path: &Path,
@@ -96,6 +97,10 @@ pub fn import_model(
             apply_type(&mut graph, id, vi, &mut unknown_dims)?;
         }
     }
+    // The rest of ONNX's rules, which the steps above do not apply: the model imported is one
+    // onnx's checker accepts, as every output written is.
+    crate::check::check_model_rules(graph.model(), dir)
+        .map_err(|e| ImportError::Rules(Box::new(e)))?;
     Ok(graph)
 }
 
@@ -173,6 +178,15 @@ fn add_initializers(
             }
             Some(id) => {
                 let t = graph.tensor_mut(id);
+                if unlike((t.dtype, t.shape.as_ref()), (dtype, Some(&shape))) {
+                    return Err(ImportError::TypedTwoWays {
+                        first_list: "the graph inputs",
+                        first: type_text(t.dtype, t.shape.as_ref()),
+                        second_list: "the initializers",
+                        second: type_text(dtype, Some(&shape)),
+                        tensor: name,
+                    });
+                }
                 t.source = TensorSource::Initializer {
                     data,
                     overridable: true,
@@ -355,6 +369,19 @@ fn apply_type(
 ) -> Result<(), ImportError> {
     let (dtype, shape) = value_type(vi, unknown)?;
     let t = graph.tensor_mut(id);
+    if unlike((t.dtype, t.shape.as_ref()), (dtype, shape.as_ref())) {
+        return Err(ImportError::TypedTwoWays {
+            tensor: t.name.clone(),
+            first_list: match t.source {
+                TensorSource::GraphInput => "the graph inputs",
+                TensorSource::Initializer { .. } => "the initializers",
+                TensorSource::Node(_) => "the graph outputs",
+            },
+            first: type_text(t.dtype, t.shape.as_ref()),
+            second_list: "the value_info",
+            second: type_text(dtype, shape.as_ref()),
+        });
+    }
     if t.dtype.is_none() {
         t.dtype = dtype;
     }
@@ -362,6 +389,31 @@ fn apply_type(
         t.shape = shape;
     }
     Ok(())
+}
+
+/// Whether two typings of one tensor disagree: both element types known and different, or
+/// both shapes known with other ranks or other numbers on an axis.
+fn unlike(a: (Option<DType>, Option<&Shape>), b: (Option<DType>, Option<&Shape>)) -> bool {
+    let dims = match (a.1, b.1) {
+        (Some(x), Some(y)) => {
+            x.rank() != y.rank()
+                || x.dims()
+                    .iter()
+                    .zip(y.dims())
+                    .any(|(d, e)| matches!((d.known(), e.known()), (Some(p), Some(q)) if p != q))
+        }
+        _ => false,
+    };
+    dims || matches!((a.0, b.0), (Some(x), Some(y)) if x != y)
+}
+
+/// A typing as errors print it: `f32[2,3]`, `?` for an unknown part.
+fn type_text(d: Option<DType>, s: Option<&Shape>) -> String {
+    format!(
+        "{}{}",
+        d.map_or("?".into(), |d| d.to_string()),
+        s.map_or("[?]".into(), |s| s.to_string())
+    )
 }
 
 /// dtype and shape of a value_info; non-tensor types give `(None, None)`.

@@ -520,3 +520,41 @@ fn a_node_that_breaks_its_schema_is_refused() {
     let e = err(stray_attribute);
     assert!(e.contains("ReduceSum_s") && e.contains("`axes`"), "{e}");
 }
+
+/// An initializer that overrides a graph input of another element type or shape is refused,
+/// naming it and both types (ONNX's checker refuses the pair).
+#[test]
+fn an_initializer_unlike_the_input_it_overrides_is_refused() {
+    for (dtype, shape) in [(DType::Bool, "2"), (DType::F32, "3")] {
+        let bytes = ModelBuilder::new(17)
+            .input("x", DType::F32, "2")
+            .input("w", dtype, shape)
+            .init_f32("w", &[2], &[1.0, 2.0])
+            .node("Add", &["x", "w"], &["y"])
+            .output("y", DType::F32, "2")
+            .bytes();
+        let e = err(bytes);
+        assert!(
+            e.contains("tensor `w`") && e.contains("but f32[2] in the initializers"),
+            "{e}"
+        );
+    }
+}
+
+/// A value_info entry that types an initializer another way than it stores is refused, naming
+/// the tensor and both typings.
+#[test]
+fn a_value_info_unlike_the_initializer_it_names_is_refused() {
+    let bytes = ModelBuilder::new(17)
+        .input("x", DType::F32, "2")
+        .init_f32("w", &[2], &[1.0, 2.0])
+        .node("Add", &["x", "w"], &["y"])
+        .value_info("w", DType::Bool, "1")
+        .output("y", DType::F32, "2")
+        .bytes();
+    let e = err(bytes);
+    assert!(
+        e.contains("tensor `w` is f32[2] in the initializers but bool[1] in the value_info"),
+        "{e}"
+    );
+}

@@ -317,3 +317,38 @@ fn malformed_attributes_are_errors_not_panics() {
         "exact as a polynomial, no i64 overflow"
     );
 }
+
+/// `keepdims` keeps the reduced axes only when it is 1, as ONNX's inference and ONNX Runtime's
+/// kernels read it: any other value (a 2^40 a mutation made) prunes them.
+#[test]
+fn reductions_keep_their_axes_only_at_keepdims_1() {
+    for (keepdims, shape) in [(1, "f32[1,64]"), (0, "f32[64]"), (1 << 40, "f32[64]")] {
+        let m = ModelBuilder::new(18)
+            .input("x", DType::F32, "34,64")
+            .init_i64("axes", &[1], &[0])
+            .node_with(
+                "ReduceSum",
+                &["x", "axes"],
+                &["s"],
+                vec![attr_i("keepdims", keepdims)],
+            )
+            .output("s", DType::F32, "")
+            .build();
+        let (g, t) = run(m);
+        assert_eq!(ty(&g, &t, "s"), shape, "keepdims {keepdims}");
+    }
+}
+
+/// A Softmax whose `axis` is outside the input's rank is an error, as ONNX's inference and
+/// ONNX Runtime make it.
+#[test]
+fn softmax_axis_outside_the_rank_is_an_error() {
+    for (axis, ok) in [(-1, true), (1, true), (2, false), (-3, false)] {
+        let m = ModelBuilder::new(17)
+            .input("x", DType::F32, "4,8")
+            .node_with("Softmax", &["x"], &["y"], vec![attr_i("axis", axis)])
+            .output("y", DType::F32, "4,8")
+            .build();
+        assert_eq!(try_run(m).is_ok(), ok, "axis {axis}");
+    }
+}

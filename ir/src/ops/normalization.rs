@@ -107,24 +107,26 @@ fn softmax_scratch(ctx: &ScratchCtx<'_>) -> Scratch {
     }
 }
 
+/// Softmax and LogSoftmax: the input's type, once `axis` is in `[-rank, rank)` (ONNX's
+/// inference and ONNX Runtime refuse another; opset 13 defaults it to -1, earlier ones to 1).
+fn softmax(ctx: &InferCtx<'_>) -> Result<Vec<Option<TensorType>>, String> {
+    let x = ctx.input(0)?;
+    let rank = x.shape.rank();
+    if rank > 0 {
+        let default = if ctx.opset >= 13 { -1 } else { 1 };
+        norm_axis(ctx.attr_i("axis").unwrap_or(default), rank)?;
+    }
+    same_as_input(ctx)
+}
+
 pub(super) fn ops() -> Vec<OpDef> {
     vec![
-        OpDef::onnx(
-            "Softmax",
-            1,
-            same_as_input,
-            FlopRule::PerOutput(cost::SOFTMAX),
-        )
-        .inplace(0, 0)
-        .scratch(softmax_scratch),
-        OpDef::onnx(
-            "LogSoftmax",
-            1,
-            same_as_input,
-            FlopRule::PerOutput(cost::SOFTMAX),
-        )
-        .inplace(0, 0)
-        .scratch(softmax_scratch),
+        OpDef::onnx("Softmax", 1, softmax, FlopRule::PerOutput(cost::SOFTMAX))
+            .inplace(0, 0)
+            .scratch(softmax_scratch),
+        OpDef::onnx("LogSoftmax", 1, softmax, FlopRule::PerOutput(cost::SOFTMAX))
+            .inplace(0, 0)
+            .scratch(softmax_scratch),
         OpDef::onnx(
             "LayerNormalization",
             1,

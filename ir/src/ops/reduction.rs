@@ -45,8 +45,8 @@ fn reduce(ctx: &InferCtx<'_>) -> Out {
     } else {
         ctx.attr_ints("axes").unwrap_or_default()
     };
-    let keep = ctx.attr_i("keepdims").unwrap_or(1) != 0;
-    let noop = ctx.attr_i("noop_with_empty_axes").unwrap_or(0) != 0;
+    let keep = ctx.attr_i("keepdims").unwrap_or(1) == 1;
+    let noop = ctx.attr_i("noop_with_empty_axes").unwrap_or(0) == 1;
     let shape = reduce_shape(&x.shape, &axes, keep, noop)?;
     // Sum or product of a whole 1-D shape vector (e.g. the element count).
     let full = x.shape.rank() == 1
@@ -75,7 +75,7 @@ fn reduce(ctx: &InferCtx<'_>) -> Out {
 fn arg_reduce(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.input(0)?;
     let axis = ctx.attr_i("axis").unwrap_or(0);
-    let keep = ctx.attr_i("keepdims").unwrap_or(1) != 0;
+    let keep = ctx.attr_i("keepdims").unwrap_or(1) == 1;
     Ok(vec![out_v(
         DType::I64,
         reduce_shape(&x.shape, &[axis], keep, false)?,
