@@ -25,10 +25,12 @@ fn receipt(p: &Path) -> serde_json::Value {
     r
 }
 
-/// A value_info that declares an intermediate smaller than its producer computes (ORT still
-/// loads such a file) is refused, naming the tensor and both shapes; nothing is planned.
-#[test]
-fn lying_value_info_is_refused_by_name() {
+/// The example with the value_info of `ones` changed by `f`, written into `dir` as `name`.
+fn with_ones_declared(
+    dir: &Path,
+    name: &str,
+    f: impl FnOnce(&mut onnx::type_proto::Tensor),
+) -> PathBuf {
     let mut m = decode(&example());
     let g = m.graph.as_mut().unwrap();
     let vi = g
@@ -41,11 +43,21 @@ fn lying_value_info_is_refused_by_name() {
     else {
         panic!("`ones` is a tensor")
     };
-    let dim = &mut tt.shape.as_mut().unwrap().dim[0];
-    dim.value = Some(onnx::tensor_shape_proto::dimension::Value::DimValue(64));
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("lying.onnx");
+    f(tt);
+    let p = dir.join(name);
     std::fs::write(&p, m.encode_to_vec()).unwrap();
+    p
+}
+
+/// A value_info that declares an intermediate smaller than its producer computes (ORT still
+/// loads such a file) is refused, naming the tensor and both shapes; nothing is planned.
+#[test]
+fn lying_value_info_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = with_ones_declared(dir.path(), "lying.onnx", |tt| {
+        let dim = &mut tt.shape.as_mut().unwrap().dim[0];
+        dim.value = Some(onnx::tensor_shape_proto::dimension::Value::DimValue(64));
+    });
     let o = run(&[path_str(&p), "--ceiling", "90%"]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
@@ -61,22 +73,10 @@ fn lying_value_info_is_refused_by_name() {
 /// types.
 #[test]
 fn value_info_of_another_element_type_is_refused_by_name() {
-    let mut m = decode(&example());
-    let g = m.graph.as_mut().unwrap();
-    let vi = g
-        .value_info
-        .iter_mut()
-        .find(|v| v.name.as_deref() == Some("ones"))
-        .expect("the example declares `ones`");
-    let Some(onnx::type_proto::Value::TensorType(tt)) =
-        vi.r#type.as_mut().and_then(|t| t.value.as_mut())
-    else {
-        panic!("`ones` is a tensor")
-    };
-    tt.elem_type = Some(onnx::tensor_proto::DataType::Double as i32);
     let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("retyped.onnx");
-    std::fs::write(&p, m.encode_to_vec()).unwrap();
+    let p = with_ones_declared(dir.path(), "retyped.onnx", |tt| {
+        tt.elem_type = Some(onnx::tensor_proto::DataType::Double as i32);
+    });
     let o = run(&[path_str(&p), "--ceiling", "90%"]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
