@@ -47,12 +47,24 @@ const MODEL: &str = "the model";
 /// Check `proto` against the rules in the module doc; `dir` is where its external data
 /// lives (`None`: external data is an error). The first broken rule is returned.
 pub fn check_model_rules(proto: &onnx::ModelProto, dir: Option<&Path>) -> Result<(), CheckError> {
+    check_rules(proto, dir, true)
+}
+
+/// [`check_model_rules`], with the nodes' topological order checked only when `ordered`: the
+/// importer accepts nodes in any order that has no cycle (it orders them itself, and a graph
+/// ONNX Runtime rewrote for its float16 Casts lists the Casts last), and checks every input's
+/// definition itself.
+pub(crate) fn check_rules(
+    proto: &onnx::ModelProto,
+    dir: Option<&Path>,
+    ordered: bool,
+) -> Result<(), CheckError> {
     let graph = check_model_header(proto)?;
     check_graph_values(graph)?;
     crate::wellformed::check_elem_types(graph)?;
     let mut defined: HashSet<&str> = graph.input.iter().map(value_name).collect();
     check_initializers(proto, graph, dir, &mut defined)?;
-    check_nodes(proto, graph, &mut defined)?;
+    check_nodes(proto, graph, &mut defined, ordered)?;
     for vi in &graph.output {
         if !defined.contains(value_name(vi)) {
             return Err(ImportError::UndefinedOutput {
@@ -237,6 +249,7 @@ fn check_nodes<'g>(
     proto: &onnx::ModelProto,
     graph: &'g onnx::GraphProto,
     defined: &mut HashSet<&'g str>,
+    ordered: bool,
 ) -> Result<(), CheckError> {
     let imported: HashSet<String> = proto
         .opset_import
@@ -251,7 +264,7 @@ fn check_nodes<'g>(
     for (i, np) in graph.node.iter().enumerate() {
         let label = node_label(np, i);
         check_node(proto, np, &label, &imported)?;
-        for input in np.input.iter().filter(|s| !s.is_empty()) {
+        for input in np.input.iter().filter(|s| ordered && !s.is_empty()) {
             if defined.contains(input.as_str()) {
                 continue;
             }

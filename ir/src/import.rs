@@ -99,7 +99,7 @@ pub fn import_model(
     }
     // The rest of ONNX's rules, which the steps above do not apply: the model imported is one
     // onnx's checker accepts, as every output written is.
-    crate::check::check_model_rules(graph.model(), dir)
+    crate::check::check_rules(graph.model(), dir, false)
         .map_err(|e| ImportError::Rules(Box::new(e)))?;
     Ok(graph)
 }
