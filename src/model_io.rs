@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 
 use anyhow::{anyhow, Context};
 
+use ckpt_ir::ops::Types;
 use ckpt_ir::{Bindings, Dim, Graph};
 
 use crate::cli::DimBinding;
@@ -109,11 +110,33 @@ pub fn bindings(dims: &[DimBinding], graph: &Graph) -> Result<Bindings, Failure>
         }
         b.insert(d.name.clone(), d.value);
     }
-    derive_bindings(graph, &mut b);
+    let required = required_dims(graph);
+    if b.is_empty() && required.is_empty() {
+        return Ok(b);
+    }
+    // One inference serves the derivation and the check (one that fails is the analysis's).
+    let Ok(types) = ckpt_ir::ops::infer(graph) else {
+        return Ok(b);
+    };
+    derive_from(&types, &required, &mut b);
     if !b.is_empty() {
-        check_relations(graph, &b)?;
+        check_relations(graph, &types, &b)?;
     }
     Ok(b)
+}
+
+/// The broadcasts inference had to assume, from its warnings: (the node, in words; the left
+/// side; the right side), each side a dim as `Dim`'s `Display` prints it.
+fn assumed_broadcasts(types: &Types) -> Vec<(&str, &str, &str)> {
+    types
+        .warnings()
+        .iter()
+        .filter_map(|w| {
+            let (at, sides) = w.split_once(": broadcast assumes ")?;
+            let (l, r) = sides.split_once(" == ")?;
+            Some((at, l.trim(), r.trim()))
+        })
+        .collect()
 }
 
 /// Bind the dims of the graph's inputs that `b` leaves unbound where inference relates them to
@@ -129,27 +152,24 @@ pub fn derive_bindings(graph: &Graph, b: &mut Bindings) -> Vec<String> {
     let Ok(types) = ckpt_ir::ops::infer(graph) else {
         return Vec::new();
     };
-    let relations: Vec<(String, String)> = types
-        .warnings()
-        .iter()
-        .filter_map(|w| {
-            let (_, sides) = w.split_once(": broadcast assumes ")?;
-            let (l, r) = sides.split_once(" == ")?;
-            Some((l.trim().to_string(), r.trim().to_string()))
-        })
-        .collect();
+    derive_from(&types, &required, b)
+}
+
+/// [`derive_bindings`] on the graph's inferred `types`, for its `required` dims.
+fn derive_from(types: &Types, required: &[String], b: &mut Bindings) -> Vec<String> {
+    let relations = assumed_broadcasts(types);
     let mut derived = Vec::new();
     loop {
         let before = derived.len();
-        for (l, r) in &relations {
+        for &(_, l, r) in &relations {
             for (symbol, expr) in [(r, l), (l, r)] {
-                if !required.contains(symbol) || b.contains_key(symbol) {
+                if !required.iter().any(|d| d == symbol) || b.contains_key(symbol) {
                     continue;
                 }
                 if let Some(v) = eval_printed(expr, b).and_then(|v| u64::try_from(v).ok()) {
                     if v > 1 {
-                        b.insert(symbol.clone(), v);
-                        derived.push(symbol.clone());
+                        b.insert(symbol.to_string(), v);
+                        derived.push(symbol.to_string());
                     }
                 }
             }
@@ -162,10 +182,7 @@ pub fn derive_bindings(graph: &Graph, b: &mut Bindings) -> Vec<String> {
 
 /// The bindings against inference: declared dims where inference derives another expression,
 /// and broadcasts inference had to assume.
-fn check_relations(graph: &Graph, b: &Bindings) -> Result<(), Failure> {
-    let Ok(types) = ckpt_ir::ops::infer(graph) else {
-        return Ok(());
-    };
+fn check_relations(graph: &Graph, types: &Types, b: &Bindings) -> Result<(), Failure> {
     let mentions_bound = |d: &Dim| d.symbols().iter().any(|s| b.contains_key(s));
     for t in graph.tensor_ids() {
         let tensor = graph.tensor(t);
@@ -194,13 +211,7 @@ fn check_relations(graph: &Graph, b: &Bindings) -> Result<(), Failure> {
             }
         }
     }
-    for w in types.warnings() {
-        let Some((at, sides)) = w.split_once(": broadcast assumes ") else {
-            continue;
-        };
-        let Some((l, r)) = sides.split_once(" == ") else {
-            continue;
-        };
+    for (at, l, r) in assumed_broadcasts(types) {
         if let (Some(lv), Some(rv)) = (eval_printed(l, b), eval_printed(r, b)) {
             if lv != rv && lv != 1 && rv != 1 {
                 return Err(Failure::input(anyhow!(
