@@ -33,6 +33,22 @@ def masks(s, params):
     return "&[" + ", ".join(f"{type_mask(s, p):#x}" for p in params) + "]"
 
 
+def type_var(s, p):
+    """The index in `s`'s type constraints of the type variable formal `p` is typed by, or 255
+    where it names a concrete type, is heterogeneous variadic (each slot its own type), or
+    allows a type that is not a tensor: the slots with one index must hold one element type."""
+    if not p.is_homogeneous or type_mask(s, p) == ANY:
+        return 255
+    for i, c in enumerate(s.type_constraints):
+        if c.type_param_str == p.type_str:
+            return i
+    return 255
+
+
+def type_vars(s, params):
+    return "&[" + ", ".join(str(type_var(s, p)) for p in params) + "]"
+
+
 Single = defs.OpSchema.FormalParameterOption.Single
 rows = []
 for s in defs.get_all_schemas_with_history():
@@ -56,7 +72,8 @@ for s in defs.get_all_schemas_with_history():
             f'("{s.domain or "ai.onnx"}", "{s.name}", {s.since_version}, '
             f"{str(s.deprecated).lower()}, ({s.min_input}, {s.max_input}), "
             f"({s.min_output}, {s.max_output}), ({single:#x}, {single_out:#x}), &[{attrs}], "
-            f"({masks(s, s.inputs)}, {masks(s, s.outputs)})),",
+            f"({masks(s, s.inputs)}, {masks(s, s.outputs)}), "
+            f"({type_vars(s, s.inputs)}, {type_vars(s, s.outputs)})),",
         )
     )
 lines = [
@@ -72,7 +89,8 @@ lines = [
     "/// single (required, not variadic), (attribute name, `AttributeProto` type code, required)",
     "/// sorted by name, the element types each formal input and output allows (bit `c`: the",
     "/// `TensorProto` code `c`; all bits: a type that is not a tensor is allowed too; a variadic",
-    "/// last formal stands for every slot from it on)).",
+    "/// last formal stands for every slot from it on), the type variable each formal input and",
+    "/// output is typed by (slots of one variable hold one element type; 255: none)).",
     "pub(crate) type SchemaRow = (",
     "    &'static str,",
     "    &'static str,",
@@ -83,6 +101,7 @@ lines = [
     "    (u64, u64),",
     "    &'static [(&'static str, i32, bool)],",
     "    (&'static [u32], &'static [u32]),",
+    "    (&'static [u8], &'static [u8]),",
     ");",
     "",
     "/// Every schema, sorted by domain, op type, then version.",

@@ -87,45 +87,136 @@ fn value_info_of_another_element_type_is_refused_by_name() {
     assert!(!dir.path().join("retyped.ckpt.onnx").exists());
 }
 
+/// The example with initializers `inits` (name, element type, one value) and `node` added,
+/// its output `out` (of element type `dtype`, one element) a graph output, run by the main
+/// job at 90% from `dir`: the run's stderr, once it was checked that it exits 1 and writes
+/// nothing.
+fn refused_with_node(
+    dir: &Path,
+    inits: &[(&str, ckpt_ir::DType)],
+    node: onnx::NodeProto,
+    out: (&str, ckpt_ir::DType),
+) -> String {
+    let mut m = decode(&example());
+    let g = m.graph.as_mut().unwrap();
+    for &(name, dtype) in inits {
+        let mut t = onnx::TensorProto {
+            name: Some(name.into()),
+            dims: vec![1],
+            data_type: Some(dtype.code()),
+            ..Default::default()
+        };
+        match dtype {
+            ckpt_ir::DType::F32 => t.float_data = vec![1.0],
+            ckpt_ir::DType::I64 => t.int64_data = vec![1],
+            _ => t.int32_data = vec![1],
+        }
+        g.initializer.push(t);
+    }
+    g.node.push(node);
+    g.output.push(ckpt_ir::build::value_info(out.0, out.1, "1"));
+    let p = dir.join("extra.onnx");
+    std::fs::write(&p, m.encode_to_vec()).unwrap();
+    let o = run(&[path_str(&p), "--ceiling", "90%"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!dir.join("extra.ckpt.onnx").exists());
+    err
+}
+
+fn node(op: &str, name: &str, inputs: &[&str], output: &str) -> onnx::NodeProto {
+    onnx::NodeProto {
+        op_type: Some(op.into()),
+        name: Some(name.into()),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.into()],
+        ..Default::default()
+    }
+}
+
 /// A node whose input has an element type its op's schema does not allow (a `Neg` of a bool:
 /// ONNX's checker and ONNX Runtime refuse it) is refused by the analysis, naming the node, the
 /// tensor and the types allowed.
 #[test]
 fn an_element_type_the_schema_does_not_allow_is_refused_by_name() {
-    let mut m = decode(&example());
-    let g = m.graph.as_mut().unwrap();
-    g.initializer.push(onnx::TensorProto {
-        name: Some("flag".into()),
-        dims: vec![1],
-        data_type: Some(ckpt_ir::DType::Bool.code()),
-        int32_data: vec![1],
-        ..Default::default()
-    });
-    g.node.push(onnx::NodeProto {
-        op_type: Some("Neg".into()),
-        name: Some("negated_flag".into()),
-        input: vec!["flag".into()],
-        output: vec!["not_flag".into()],
-        ..Default::default()
-    });
-    g.output.push(ckpt_ir::build::value_info(
-        "not_flag",
-        ckpt_ir::DType::Bool,
-        "1",
-    ));
+    use ckpt_ir::DType::Bool;
     let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("neg_bool.onnx");
-    std::fs::write(&p, m.encode_to_vec()).unwrap();
-    let o = run(&[path_str(&p), "--ceiling", "90%"]);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    let neg = node("Neg", "negated_flag", &["flag"], "not_flag");
+    let err = refused_with_node(dir.path(), &[("flag", Bool)], neg, ("not_flag", Bool));
     assert!(
         err.contains("negated_flag")
             && err.contains("input #0 `flag` is bool")
             && err.contains("f32"),
         "{err}"
     );
-    assert!(!dir.path().join("neg_bool.ckpt.onnx").exists());
+}
+
+/// Inputs of two element types under one type variable of the op's schema (a `Mul` of an
+/// f32 and an i64: ONNX's checker and ONNX Runtime refuse it) are refused by the analysis,
+/// naming the node and both inputs with their types.
+#[test]
+fn two_element_types_under_one_type_variable_are_refused_by_name() {
+    use ckpt_ir::DType::{F32, I64};
+    let dir = tempfile::tempdir().unwrap();
+    let mul = node("Mul", "mixed_mul", &["real", "count"], "product");
+    let err = refused_with_node(
+        dir.path(),
+        &[("real", F32), ("count", I64)],
+        mul,
+        ("product", F32),
+    );
+    assert!(
+        err.contains("mixed_mul")
+            && err.contains("input #1 `count` is i64")
+            && err.contains("input #0 `real` is f32")
+            && err.contains("one type variable"),
+        "{err}"
+    );
+}
+
+/// A value_info that types a value as a map (holding an unknown element type, 32: ONNX's
+/// checker and ONNX Runtime refuse it; the output would have kept it) is refused at import,
+/// naming the value.
+#[test]
+fn a_value_typed_as_a_map_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = decode(&example());
+    let vi = m
+        .graph
+        .as_mut()
+        .unwrap()
+        .value_info
+        .iter_mut()
+        .find(|v| v.name.as_deref() == Some("ones"))
+        .unwrap();
+    let tensor = onnx::TypeProto {
+        value: Some(onnx::type_proto::Value::TensorType(
+            onnx::type_proto::Tensor {
+                elem_type: Some(32),
+                shape: None,
+            },
+        )),
+        ..Default::default()
+    };
+    vi.r#type = Some(onnx::TypeProto {
+        value: Some(onnx::type_proto::Value::MapType(Box::new(
+            onnx::type_proto::Map {
+                key_type: Some(ckpt_ir::DType::I64.code()),
+                value_type: Some(Box::new(tensor)),
+            },
+        ))),
+        ..Default::default()
+    });
+    let p = dir.path().join("mapped.onnx");
+    std::fs::write(&p, m.encode_to_vec()).unwrap();
+    let o = run(&[path_str(&p), "--ceiling", "90%"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("`ones` (value_info) is typed as a map"),
+        "{err}"
+    );
+    assert!(!dir.path().join("mapped.ckpt.onnx").exists());
 }
 
 /// Values are compared under ORT's deterministic compute (the example's embedding gradient

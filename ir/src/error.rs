@@ -99,6 +99,12 @@ pub enum ImportError {
     Cycle { nodes: Vec<String> },
     #[error("tensor `{tensor}` has unknown element type code {code} (this build knows codes 1..=23, ONNX IR <= 11)")]
     UnknownDType { tensor: String, code: i32 },
+    #[error("`{tensor}` ({list}) is typed as {kind}; ckpt-opt plans graphs whose values are all dense tensors")]
+    NotATensor {
+        tensor: String,
+        list: &'static str,
+        kind: &'static str,
+    },
     #[error("tensor `{tensor}` ({list}) has a tensor type without an element type (or UNDEFINED, 0), which ONNX Runtime refuses to load")]
     UndefinedElemType { tensor: String, list: &'static str },
     #[error("tensor `{tensor}` has a negative dim {value} at axis {axis}")]

@@ -11,6 +11,7 @@
 use crate::dtype::DType;
 use crate::error::ImportError;
 use crate::graph::{normalise_domain, Graph};
+use crate::ids::TensorId;
 use crate::onnx;
 use crate::onnx::attribute_proto::AttributeType as A;
 use crate::ops::onnx_ops::{SchemaRow, ONNX_SCHEMAS};
@@ -113,7 +114,7 @@ pub(crate) fn check_schema(
     let Some(schema) = opset.and_then(|v| all.iter().rev().find(|r| r.2 <= v)) else {
         return Ok(());
     };
-    let &(_, op, version, deprecated, inputs, outputs, (single_in, single_out), attributes, _) =
+    let &(_, op, version, deprecated, inputs, outputs, (single_in, single_out), attributes, ..) =
         schema;
     let bad = |what: String| ImportError::SchemaMismatch {
         node: label.to_string(),
@@ -192,9 +193,11 @@ pub(crate) fn check_schema(
 /// Check each node of an ONNX domain against the element types its op's schema (at the imported
 /// opset) allows for each input and output, on the element types `types` gives, as ONNX's
 /// checker does in its shape inference and ONNX Runtime does when it looks for a kernel (a
-/// `Neg` of a bool has none). The first slot that breaks it is named: the node, the slot, the
-/// tensor, its type and the types allowed. Slots whose formal allows a type that is not a
-/// tensor are not checked.
+/// `Neg` of a bool has none): each slot's type is one its formal allows, and the slots of one
+/// type variable hold one type (a `Mul` of an f32 and an i64 has no kernel either). The first
+/// slot that breaks it is named: the node, the slot, the tensor, its type and the types
+/// allowed, or the slot of the same variable it differs from. Slots whose formal allows a type
+/// that is not a tensor are not checked.
 pub fn check_type_constraints(graph: &Graph, types: &Types) -> Result<(), ImportError> {
     for &n in graph.nodes() {
         let node = graph.node(n);
@@ -202,13 +205,22 @@ pub fn check_type_constraints(graph: &Graph, types: &Types) -> Result<(), Import
             continue;
         };
         let all = schemas(&node.domain, &node.op_type);
-        let Some(&(_, op, version, .., (ins, outs))) = all.iter().rev().find(|r| r.2 <= opset)
+        let Some(&(_, op, version, .., (ins, outs), (in_vars, out_vars))) =
+            all.iter().rev().find(|r| r.2 <= opset)
         else {
             continue;
         };
-        for (what, slots, formals) in [
-            ("input", &node.inputs, ins),
-            ("output", &node.outputs, outs),
+        let bad = |what: String| ImportError::SchemaMismatch {
+            node: node.display_name(n),
+            op: op.to_string(),
+            version,
+            what,
+        };
+        // The first slot seen of each type variable: (its type, what it is, its tensor).
+        let mut first: Vec<Option<(DType, &str, usize, TensorId)>> = Vec::new();
+        for (what, slots, formals, vars) in [
+            ("input", &node.inputs, ins, in_vars),
+            ("output", &node.outputs, outs, out_vars),
         ] {
             for (k, slot) in slots.iter().enumerate() {
                 let (Some(t), Some(&mask)) = (slot, formals.get(k).or(formals.last())) else {
@@ -218,25 +230,39 @@ pub fn check_type_constraints(graph: &Graph, types: &Types) -> Result<(), Import
                     continue;
                 };
                 let code = tt.dtype.code();
-                if (0..32).contains(&code) && mask & (1 << code) != 0 {
-                    continue;
-                }
-                let allowed: Vec<String> = (0..32)
-                    .filter(|c| mask & (1 << c) != 0)
-                    .filter_map(DType::from_code)
-                    .map(|d| d.to_string())
-                    .collect();
-                return Err(ImportError::SchemaMismatch {
-                    node: node.display_name(n),
-                    op: op.to_string(),
-                    version,
-                    what: format!(
+                if !(0..32).contains(&code) || mask & (1 << code) == 0 {
+                    let allowed: Vec<String> = (0..32)
+                        .filter(|c| mask & (1 << c) != 0)
+                        .filter_map(DType::from_code)
+                        .map(|d| d.to_string())
+                        .collect();
+                    return Err(bad(format!(
                         "its {what} #{k} `{}` is {}, which the schema does not allow ({})",
                         graph.tensor(*t).name,
                         tt.dtype,
                         allowed.join(", ")
-                    ),
-                });
+                    )));
+                }
+                let var = usize::from(vars.get(k).or(vars.last()).copied().unwrap_or(255));
+                if var == 255 {
+                    continue;
+                }
+                if first.len() <= var {
+                    first.resize(var + 1, None);
+                }
+                match first[var] {
+                    None => first[var] = Some((tt.dtype, what, k, *t)),
+                    Some((d, w, j, u)) if d != tt.dtype => {
+                        return Err(bad(format!(
+                            "its {what} #{k} `{}` is {} and its {w} #{j} `{}` is {d}, where the \
+                             schema types both by one type variable",
+                            graph.tensor(*t).name,
+                            tt.dtype,
+                            graph.tensor(u).name,
+                        )));
+                    }
+                    Some(_) => {}
+                }
             }
         }
     }
@@ -303,9 +329,11 @@ pub(crate) fn check_attributes(
     Ok(())
 }
 
-/// Check that every tensor type among the graph's inputs, outputs and value_info has a
-/// defined element type: ONNX Runtime refuses to load a model with one that has none or
-/// UNDEFINED (0), and an output keeps these entries.
+/// Check that every type among the graph's inputs, outputs and value_info is a dense tensor
+/// type (the analysis and the ops' inference know tensors only; an entry typed as a map or a
+/// sequence would be kept in the output, unchecked) with a defined element type: ONNX Runtime
+/// refuses to load a model with one that has none or UNDEFINED (0), and an output keeps these
+/// entries.
 pub(crate) fn check_elem_types(g: &onnx::GraphProto) -> Result<(), ImportError> {
     let lists: [(&'static str, &[onnx::ValueInfoProto]); 3] = [
         ("graph inputs", &g.input),
@@ -314,10 +342,24 @@ pub(crate) fn check_elem_types(g: &onnx::GraphProto) -> Result<(), ImportError> 
     ];
     for (list, values) in lists {
         for vi in values {
+            use onnx::type_proto::Value;
             let elem = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
-                Some(onnx::type_proto::Value::TensorType(t)) => t.elem_type,
-                Some(onnx::type_proto::Value::SparseTensorType(t)) => t.elem_type,
-                _ => continue,
+                Some(Value::TensorType(t)) => t.elem_type,
+                None => continue,
+                Some(other) => {
+                    let kind = match other {
+                        Value::SequenceType(_) => "a sequence",
+                        Value::MapType(_) => "a map",
+                        Value::OptionalType(_) => "an optional",
+                        Value::SparseTensorType(_) => "a sparse tensor",
+                        _ => "an opaque value",
+                    };
+                    return Err(ImportError::NotATensor {
+                        tensor: vi.name.clone().unwrap_or_default(),
+                        list,
+                        kind,
+                    });
+                }
             };
             if elem.unwrap_or(0) == 0 {
                 return Err(ImportError::UndefinedElemType {
