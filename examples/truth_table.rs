@@ -63,6 +63,7 @@ fn measure(
     name: &str,
     inputs: &[HostTensor],
     p: &Profile,
+    failing_end: Option<u64>,
 ) -> Result<ckpt_runtime::MeasuredNeed> {
     Ok(measure_need(
         Model::new(name, bytes),
@@ -70,6 +71,7 @@ fn measure(
         &session_config(p),
         p.steps as usize,
         p.caller_outputs == CallerOutputs::Held,
+        failing_end,
     )?)
 }
 
@@ -107,8 +109,8 @@ fn level_rows(
         let sim = simulate(&graph, &schedule(&graph)?, &b)?;
         let pred = device_need(&sim, &o.profile);
         let saved = ckpt_ir::export_bytes(&graph);
-        let m = measure(&saved, name, inputs, &o.profile)?;
-        let on = measure(bytes, name, inputs, &online)?;
+        let m = measure(&saved, name, inputs, &o.profile, Some(pred.failing_end))?;
+        let on = measure(bytes, name, inputs, &online, None)?;
         let err = pred.arena_bytes as f64 / m.arena_bytes as f64 - 1.0;
         let err_online = pred.arena_bytes as f64 / on.arena_bytes as f64 - 1.0;
         *worst = worst.max(err.abs());
@@ -256,10 +258,12 @@ fn profile_matrix(files: Vec<PathBuf>, repeats: usize) -> Result<f64> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         for p in every_profile() {
-            let pred = device_need(&sim, &p).arena_bytes;
+            let need = device_need(&sim, &p);
+            let pred = need.arena_bytes;
             let mut measured = Vec::new();
             for _ in 0..repeats {
-                measured.push(measure(&bytes, &name, &inputs, &p)?.arena_bytes);
+                let m = measure(&bytes, &name, &inputs, &p, Some(need.failing_end))?;
+                measured.push(m.arena_bytes);
             }
             let errs: Vec<String> = measured
                 .iter()
@@ -296,7 +300,7 @@ fn level_costs(name: &str, bytes: &[u8], inputs: &[HostTensor]) -> Result<()> {
                 enable_mem_pattern: pattern,
                 ..Profile::default()
             };
-            let m = measure(bytes, name, inputs, &p)?;
+            let m = measure(bytes, name, inputs, &p, None)?;
             let t = time_steps(Model::new(name, bytes), inputs, &session_config(&p), 2, 5)?;
             println!(
                 "{name:<24} {:<9} {:<8} {:>11} {:>11} {:>11} {:>9.2}",
@@ -442,6 +446,7 @@ fn main() -> Result<()> {
                 &cfg,
                 p.steps as usize,
                 p.caller_outputs == CallerOutputs::Held,
+                Some(pred.failing_end),
             )?;
             let err = pred.arena_bytes as f64 / m.arena_bytes as f64 - 1.0;
             worst = worst.max(err.abs());

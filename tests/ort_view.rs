@@ -27,16 +27,18 @@ fn need(bytes: &[u8], b: &Bindings) -> (u64, u64, (ckpt_ir::Graph, u64)) {
     let p = Profile::default();
     let o = InputOverrides::parse(&[], &[]).unwrap();
     let inputs = make_inputs(&g, b, 7, &o, &[]).unwrap().0;
+    let predicted = device_need(&sim, &p);
     let measured = measure_need(
         Model::new("ort_view", bytes),
         &inputs,
         &session_config(&p),
         p.steps as usize,
         p.caller_outputs == CallerOutputs::Held,
+        Some(predicted.failing_end),
     )
     .unwrap();
     (
-        device_need(&sim, &p).arena_bytes,
+        predicted.arena_bytes,
         measured.arena_bytes,
         (g, sim.peak_live),
     )

@@ -22,15 +22,17 @@ fn need(path: &std::path::Path, profile: &Profile) -> (u64, u64) {
     let overrides = InputOverrides::parse(&[], &["attention_mask=1:2".to_string()]).unwrap();
     let (inputs, _) = make_inputs(&g, &b, 1, &overrides, &[]).unwrap();
     let bytes = std::fs::read(path).unwrap();
+    let predicted = device_need(&sim, profile);
     let measured = measure_need(
         Model::new("m", &bytes),
         &inputs,
         &session_config(profile),
         profile.steps as usize,
         profile.caller_outputs == CallerOutputs::Held,
+        Some(predicted.failing_end),
     )
     .unwrap();
-    (device_need(&sim, profile).arena_bytes, measured.arena_bytes)
+    (predicted.arena_bytes, measured.arena_bytes)
 }
 
 /// Under the default profile (level disable, memory pattern off, one kNextPowerOfTwo region
@@ -73,17 +75,18 @@ fn two_intra_op_threads_are_predicted_to_the_byte() {
         let overrides = InputOverrides::parse(&[], &[]).unwrap();
         let (inputs, _) = make_inputs(&g, &Bindings::new(), 1, &overrides, &[]).unwrap();
         let bytes = std::fs::read(&path).unwrap();
+        let predicted = device_need(&sim, &p);
         let measured = measure_need(
             Model::new(name, &bytes),
             &inputs,
             &session_config(&p),
             3,
             false,
+            Some(predicted.failing_end),
         )
         .unwrap();
         assert_eq!(
-            device_need(&sim, &p).arena_bytes,
-            measured.arena_bytes,
+            predicted.arena_bytes, measured.arena_bytes,
             "{name} with two threads"
         );
     }

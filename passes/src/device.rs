@@ -56,9 +56,9 @@ pub struct Replay {
 pub struct Binding {
     /// The arena the steps fail in, in bytes.
     pub arena_bytes: u64,
-    /// The arena 256 B larger, which they run in: at most the need [`device_need`] reports,
-    /// and below it where that need is conservative (its bisection starts from the uncapped
-    /// run's in-use peak, whose chunks are laid out in regions of another size).
+    /// The arena 256 B larger, which they run in: at most the need [`device_need`] reports
+    /// (the arena is not monotone in its cap, so a bisection between other ends can find
+    /// another boundary).
     pub runs_in_bytes: u64,
     /// The step of the run whose request fails ([`crate::memory::ArenaEvent::step`]).
     pub step: usize,
@@ -100,7 +100,7 @@ pub fn requests_peak(sim: &Simulation, profile: &Profile) -> u64 {
 /// failure is loading's chunks, which no step's request decides.
 pub fn binding(sim: &Simulation, profile: &Profile, need: u64) -> Option<Binding> {
     let unit = crate::arena::ALIGN;
-    let mut lo = requests_peak(sim, profile).saturating_sub(1) / unit * unit;
+    let mut lo = failing_end(sim, profile);
     let mut hi = need;
     if hi <= lo || fits(sim, profile, lo) {
         return None;
@@ -332,10 +332,25 @@ fn replay_runs(sim: &Simulation, profile: &Profile, cap: Option<u64>, skip: bool
 /// What the device must hold for the profile's steps, and how it was found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceNeed {
-    /// The smallest arena cap (a multiple of 256 B) under which every step runs.
+    /// The smallest arena cap (a multiple of 256 B) under which every step runs, bisected from
+    /// [`failing_end`] (which no layout runs in) up to the uncapped run's regions.
     pub arena_bytes: u64,
+    /// The bisection's failing end ([`failing_end`]), which ONNX Runtime's bisection starts
+    /// from too.
+    pub failing_end: u64,
     /// The uncapped replay: in-use peak, reserved bytes, per-step peaks.
     pub uncapped: Replay,
+}
+
+/// The largest arena (a multiple of 256 B) below [`requests_peak`]: no layout runs the
+/// profile's steps in it, so the need's bisection starts there, on the simulator's side and
+/// on ONNX Runtime's (`ckpt_runtime::measure_need`, which verifies it with one run). The
+/// uncapped run's in-use peak is no such end: its chunks hold the bytes the arena did not
+/// split off (a chunk is split only where the rest is large enough), and a capped arena lays
+/// the same requests out with fewer.
+pub fn failing_end(sim: &Simulation, profile: &Profile) -> u64 {
+    let unit = crate::arena::ALIGN;
+    requests_peak(sim, profile).saturating_sub(1) / unit * unit
 }
 
 /// The cap a bisection between `lo` and `hi` (multiples of 256 B, more than 256 B apart)
@@ -398,13 +413,13 @@ fn bisect(
     within: Option<u64>,
 ) -> (DeviceNeed, Option<Stop>) {
     let uncapped = replay(sim, profile, None);
-    // Nothing runs below the uncapped in-use peak: the bisection's failing end starts there.
-    let floor = uncapped.in_use_peak.saturating_sub(1) / crate::arena::ALIGN * crate::arena::ALIGN;
+    let floor = failing_end(sim, profile);
     let reached = |lo: u64| limit.is_some_and(|l| lo.saturating_add(crate::arena::ALIGN) >= l);
     let settled = |hi: u64| within.is_some_and(|w| hi <= w);
     let stopped = |uncapped: Replay, stop: Stop| {
         let need = DeviceNeed {
             arena_bytes: limit.unwrap_or(0),
+            failing_end: floor,
             uncapped,
         };
         (need, Some(stop))
@@ -449,6 +464,7 @@ fn bisect(
     (
         DeviceNeed {
             arena_bytes: hi,
+            failing_end: floor,
             uncapped,
         },
         over,

@@ -266,14 +266,18 @@ fn runs_under_cap(
     }
 }
 
-/// Find the smallest cap under which `steps` steps run, by bisection between the in-use peak and the uncapped
-/// reserved bytes (to 256 B).
+/// Find the smallest cap under which `steps` steps run, by bisection (to 256 B) between a
+/// failing end and the uncapped reserved bytes. The failing end is `failing_end` (an arena
+/// predicted too small for the steps: the simulator's `ckpt_passes::device::failing_end`, the
+/// largest arena below the most bytes one run requests at once), verified by one run; where
+/// the steps run there after all, or none is given, it is 0.
 pub fn measure_need<'a>(
     model: impl Into<Model<'a>>,
     inputs: &[HostTensor],
     cfg: &SessionConfig,
     steps: usize,
     hold_outputs: bool,
+    failing_end: Option<u64>,
 ) -> Result<MeasuredNeed> {
     let model = model.into();
     let align = crate::ALIGN_BYTES;
@@ -290,8 +294,16 @@ pub fn measure_need<'a>(
         slack *= 2;
     }
     runs += 1;
-    let mut lo =
-        (uncapped.in_use_peak().saturating_sub(1) / align * align).min(hi.saturating_sub(align));
+    let mut lo = 0;
+    let end = failing_end.map(|e| (e / align * align).min(hi.saturating_sub(align)));
+    if let Some(end) = end.filter(|&e| e > 0) {
+        runs += 1;
+        if runs_under_cap(model, inputs, cfg, steps, hold_outputs, base + end, base)? {
+            hi = end;
+        } else {
+            lo = end;
+        }
+    }
     while hi - lo > align {
         let mid = (lo + (hi - lo) / 2) / align * align;
         let mid = mid.max(lo + align);

@@ -650,7 +650,7 @@ pub fn measure(
         a.graph.dir(),
         inputs,
         &e,
-        a.device.arena_bytes,
+        (a.device.arena_bytes, a.device.failing_end),
     )?;
     let bytes = ckpt_ir::export_bytes(&a.graph);
     let t = ckpt_runtime::time_steps(

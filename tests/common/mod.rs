@@ -277,18 +277,17 @@ pub fn profile_need(g: &ckpt_ir::Graph, name: &str, p: &ckpt_ir::Profile) -> (u6
         .expect("inputs")
         .0;
     let bytes = ckpt_ir::export_bytes(g);
+    let predicted = ckpt_passes::device::device_need(&sim, p);
     let measured = ckpt_runtime::measure_need(
         ckpt_runtime::Model::new(name, &bytes),
         &inputs,
         &ckpt_validate::memory::session_config(p),
         p.steps as usize,
         p.caller_outputs == CallerOutputs::Held,
+        Some(predicted.failing_end),
     )
     .expect("measure");
-    (
-        ckpt_passes::device::device_need(&sim, p).arena_bytes,
-        measured.arena_bytes,
-    )
+    (predicted.arena_bytes, measured.arena_bytes)
 }
 
 /// An arena binding in a receipt or a frontier (`ckpt_opt::receipt::ArenaBinding`) is a

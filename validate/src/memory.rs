@@ -135,7 +135,8 @@ pub struct MemoryCheck {
 pub const MEMORY_TOLERANCE: f64 = 0.01;
 
 /// Measure one graph's device memory (its external data in `dir`) under the expectation's
-/// profile for its steps and compare it with `predicted_arena_bytes`; with a ceiling, also run
+/// profile for its steps and compare it with `predicted_arena_bytes` (ONNX Runtime's bisection
+/// starts from the simulator's `failing_end`, as the prediction's did); with a ceiling, also run
 /// it with the arena capped at the ceiling less what the caller feeds.
 pub fn measure_device(
     label: &str,
@@ -143,12 +144,12 @@ pub fn measure_device(
     dir: Option<&std::path::Path>,
     inputs: &[HostTensor],
     e: &MemoryExpectation,
-    predicted_arena_bytes: u64,
+    (predicted_arena_bytes, failing_end): (u64, u64),
 ) -> Result<DeviceMemory> {
     let need = if needs_training_runtime(model) {
         need_on_training_runtime(label, model, inputs, e, predicted_arena_bytes)?
     } else {
-        need_on_ort(label, model, dir, inputs, e)?
+        need_on_ort(label, model, dir, inputs, e, failing_end)?
     };
     Ok(need.against(e, predicted_arena_bytes))
 }
@@ -195,6 +196,7 @@ fn need_on_ort(
     dir: Option<&std::path::Path>,
     inputs: &[HostTensor],
     e: &MemoryExpectation,
+    failing_end: u64,
 ) -> Result<Need> {
     let profile = &e.profile;
     let cfg = &session_config(profile);
@@ -204,12 +206,12 @@ fn need_on_ort(
     let hold = profile.caller_outputs == ckpt_ir::profile::CallerOutputs::Held;
     let m = Model::new(label, &bytes).in_dir(dir);
     report(Stage::DeviceNeed(label));
-    let need = ckpt_runtime::measure_need(m, inputs, cfg, steps, hold).map_err(|source| {
-        ValidateError::MeasureNeed {
+    let need = ckpt_runtime::measure_need(m, inputs, cfg, steps, hold, Some(failing_end)).map_err(
+        |source| ValidateError::MeasureNeed {
             label: label.to_string(),
             source,
-        }
-    })?;
+        },
+    )?;
     let runs_under_ceiling = match arena_budget {
         Some(budget) => Some(ckpt_runtime::runs_under(
             m,
@@ -279,6 +281,10 @@ pub struct MemoryExpectation {
     pub load_bytes: u64,
     pub original_arena_bytes: u64,
     pub rewritten_arena_bytes: u64,
+    /// The failing ends the predictions' bisections started from
+    /// ([`ckpt_passes::device::failing_end`]): ONNX Runtime's start there too.
+    pub original_failing_end: u64,
+    pub rewritten_failing_end: u64,
     pub ceiling_bytes: Option<u64>,
     /// The directory the original's external data resolves against.
     pub original_dir: Option<std::path::PathBuf>,
@@ -301,6 +307,8 @@ impl MemoryExpectation {
             load_bytes: original.ledger.load_bytes,
             original_arena_bytes: original.device.arena_bytes,
             rewritten_arena_bytes: rewritten.device.arena_bytes,
+            original_failing_end: original.device.failing_end,
+            rewritten_failing_end: rewritten.device.failing_end,
             ceiling_bytes,
             original_dir,
             rewritten_dir,
@@ -335,7 +343,7 @@ pub fn check_memory(
         e.original_dir.as_deref(),
         inputs,
         e,
-        e.original_arena_bytes,
+        (e.original_arena_bytes, e.original_failing_end),
     )?;
     let r = measure_device(
         "rewritten",
@@ -343,7 +351,7 @@ pub fn check_memory(
         e.rewritten_dir.as_deref(),
         inputs,
         e,
-        e.rewritten_arena_bytes,
+        (e.rewritten_arena_bytes, e.rewritten_failing_end),
     )?;
     let mut failures = Vec::new();
     if let Some(c) = e.ceiling_bytes {
