@@ -352,3 +352,23 @@ fn softmax_axis_outside_the_rank_is_an_error() {
         assert_eq!(try_run(m).is_ok(), ok, "axis {axis}");
     }
 }
+
+/// ONNX's Dropout takes its ratio and training mode as scalars (onnx's checker refuses a
+/// ratio of shape `[1]`): another shape is an error naming the node and the input.
+#[test]
+fn a_dropout_ratio_that_is_not_a_scalar_is_an_error() {
+    let dropout = |ratio_shape: &str| {
+        ModelBuilder::new(13)
+            .input("x", DType::F32, "2,3")
+            .input("ratio", DType::F32, ratio_shape)
+            .node("Dropout", &["x", "ratio"], &["y"])
+            .output("y", DType::F32, "")
+            .build()
+    };
+    let e = try_run(dropout("1")).unwrap_err().to_string();
+    assert!(
+        e.contains("Dropout_y") && e.contains("ratio (input #1) has shape [1]"),
+        "{e}"
+    );
+    assert!(try_run(dropout("")).is_ok());
+}

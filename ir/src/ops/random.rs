@@ -67,9 +67,20 @@ fn bias_dropout_policy(graph: &Graph, node: NodeId) -> Policy {
 }
 
 /// Output like the data; mask a bool tensor of the same shape (uint32 words for bitmask
-/// variants: one bit per element, rounded up to 32).
+/// variants: one bit per element, rounded up to 32). ONNX's Dropout takes its ratio and
+/// training mode as scalars.
 fn dropout(ctx: &InferCtx<'_>) -> Out {
     let x = ctx.input(0)?;
+    if ctx.node.op_type == "Dropout" && ctx.node.domain == crate::graph::ONNX_DOMAIN {
+        for (i, what) in [(1, "ratio"), (2, "training_mode")] {
+            if ctx.has(i) && !ctx.shape(i)?.0.is_empty() {
+                return Err(format!(
+                    "its {what} (input #{i}) has shape {}, where ONNX takes a scalar",
+                    ctx.shape(i)?
+                ));
+            }
+        }
+    }
     let bitmask = ctx.node.op_type.starts_with("Bitmask");
     let shape = if ctx.node.op_type.contains("Bias") && ctx.has(1) {
         ctx.broadcast(&[&x.shape, ctx.shape(1)?])?
