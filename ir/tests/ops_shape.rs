@@ -372,3 +372,28 @@ fn a_dropout_ratio_that_is_not_a_scalar_is_an_error() {
     );
     assert!(try_run(dropout("")).is_ok());
 }
+
+/// A reduction's `noop_with_empty_axes` other than 0 or 1 is an error naming the node: ONNX's
+/// inference reads it as 1 (the output keeps the input's shape) and ONNX Runtime as 0 (all
+/// axes are reduced), so an output planned from either reading is refused by the other.
+#[test]
+fn a_noop_with_empty_axes_other_than_0_or_1_is_an_error() {
+    let reduce = |noop: i64| {
+        ModelBuilder::new(20)
+            .input("x", DType::F32, "4")
+            .node_with(
+                "ReduceSum",
+                &["x"],
+                &["y"],
+                vec![attr_i("keepdims", 0), attr_i("noop_with_empty_axes", noop)],
+            )
+            .output("y", DType::F32, "")
+            .build()
+    };
+    let e = try_run(reduce(1 << 40)).unwrap_err().to_string();
+    assert!(
+        e.contains("ReduceSum_y") && e.contains("noop_with_empty_axes is 1099511627776"),
+        "{e}"
+    );
+    assert!(try_run(reduce(0)).is_ok() && try_run(reduce(1)).is_ok());
+}

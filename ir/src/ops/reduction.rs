@@ -46,7 +46,16 @@ fn reduce(ctx: &InferCtx<'_>) -> Out {
         ctx.attr_ints("axes").unwrap_or_default()
     };
     let keep = ctx.attr_i("keepdims").unwrap_or(1) == 1;
-    let noop = ctx.attr_i("noop_with_empty_axes").unwrap_or(0) == 1;
+    let noop = match ctx.attr_i("noop_with_empty_axes").unwrap_or(0) {
+        0 => false,
+        1 => true,
+        v => {
+            return Err(format!(
+                "its noop_with_empty_axes is {v}: ONNX's inference reads any non-zero value as \
+                 1 and ONNX Runtime only 1, so only 0 and 1 have one meaning"
+            ))
+        }
+    };
     let shape = reduce_shape(&x.shape, &axes, keep, noop)?;
     // Sum or product of a whole 1-D shape vector (e.g. the element count).
     let full = x.shape.rank() == 1
