@@ -146,18 +146,20 @@ fn the_binding_request_is_a_boundary_below_the_need() {
         }
     }
     assert!(by_layout > 0 && by_use > 0, "{by_layout} {by_use}");
-    // The need's bisection is conservative (docs/guide/profile.md, "How close"): under the default profile
-    // the GPT-2 runs in 2.1% less; 32 of the 96 pairs run in less than their need.
+    // The need's bisection starts from the requests' peak (docs/guide/profile.md, "How close"):
+    // under the default profile each need is the binding request's boundary; 2 of the 96
+    // pairs run in less than their need, both with the memory pattern on in kNextPowerOfTwo
+    // regions, where whether the steps run is not monotone in the cap.
     assert_eq!(
         defaults,
         [
             ("t5_d0_makefx", 2_123_520, 2_123_520),
             ("resnet18_d0_aot", 4_937_216, 4_937_216),
-            ("gpt2_d0_aot", 1_694_976, 1_659_904),
+            ("gpt2_d0_aot", 1_659_904, 1_659_904),
             ("mlp_d01_aot", 43_008, 43_008),
         ]
     );
-    assert_eq!((conservative, pairs), (32, 96));
+    assert_eq!((conservative, pairs), (2, 96));
     eprintln!(
         "{conservative} needs with a smaller arena that runs; the widest: {} B of {} B ({})",
         widest.0, widest.1, widest.2

@@ -172,17 +172,17 @@ fn probed_refusals_report_no_more_than_a_plan_found_above() {
             Outcome::AlreadyFits => panic!("fits at {pct}%"),
         }
     };
-    let without = lowest(40, 0).unwrap_err();
-    let probed = lowest(40, 2).unwrap_err();
-    let above = lowest(80, 0).expect("a plan at 80%");
+    let without = lowest(66, 0).unwrap_err();
+    let probed = lowest(66, 2).unwrap_err();
+    let above = lowest(78, 0).expect("a plan at 78%");
     assert!(
         without > above,
-        "the unprobed refusal ({without} B) is no longer above the plan at 80% ({above} B): \
+        "the unprobed refusal ({without} B) is no longer above the plan at 78% ({above} B): \
          pick a case where the search is not monotone"
     );
     assert!(
         probed <= above && probed < without,
-        "probed {probed} B, unprobed {without} B, plan at 80% {above} B"
+        "probed {probed} B, unprobed {without} B, plan at 78% {above} B"
     );
 }
 

@@ -42,30 +42,30 @@ fn added(before: &Analysis, o: &PlanOptions) -> (u64, Box<ckpt_planner::Rewritte
     }
 }
 
-/// gpt2_d0_aot: the first pass at 84% finds +49,152 FLOPs, at 82% +32,768 (a plan with a
-/// lower total). With the ladder the plan at 84% is found at a rung below it, adds no more
-/// than the plan at 82%, runs in the arena the 84% ceiling records, and records that ceiling.
+/// gpt2_d01_aot: the first pass at 82% finds +49,152 FLOPs, at 80% +45,056 (a plan with a
+/// lower total). With the ladder the plan at 82% is found at a rung below it, adds no more
+/// than the plan at 80%, runs in the arena the 82% ceiling records, and records that ceiling.
 #[test]
 fn a_plan_adds_no_more_than_one_found_at_a_tighter_ceiling() {
-    let before = analysed("gpt2_d0_aot.onnx");
-    let (alone, _) = added(&before, &options(&before, 84, 0));
-    let (tighter, _) = added(&before, &options(&before, 82, 0));
+    let before = analysed("gpt2_d01_aot.onnx");
+    let (alone, _) = added(&before, &options(&before, 82, 0));
+    let (tighter, _) = added(&before, &options(&before, 80, 0));
     assert!(
         alone > tighter,
-        "the first pass at 84% (+{alone}) no longer costs more than at 82% (+{tighter}): \
+        "the first pass at 82% (+{alone}) no longer costs more than at 80% (+{tighter}): \
          pick a case where the search is not monotone"
     );
     let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Event>::new()));
     let sink = std::sync::Arc::clone(&events);
     let o = PlanOptions {
         trace: Some(Trace::new(move |e| sink.lock().unwrap().push(e.clone()))),
-        ..options(&before, 84, ckpt_planner::LADDER_RUNGS)
+        ..options(&before, 82, ckpt_planner::LADDER_RUNGS)
     };
     let (laddered, r) = added(&before, &o);
-    let (tighter_laddered, _) = added(&before, &options(&before, 82, ckpt_planner::LADDER_RUNGS));
+    let (tighter_laddered, _) = added(&before, &options(&before, 80, ckpt_planner::LADDER_RUNGS));
     assert!(
         laddered <= tighter && laddered <= tighter_laddered,
-        "+{laddered} at 84% against +{tighter} (+{tighter_laddered} laddered) at 82%"
+        "+{laddered} at 82% against +{tighter} (+{tighter_laddered} laddered) at 80%"
     );
     assert!(laddered < alone);
     assert!(r.rungs_planned >= 1);
@@ -116,7 +116,7 @@ fn a_plan_adds_no_more_than_one_found_at_a_tighter_ceiling() {
     assert_eq!(rungs.len(), r.rungs_planned);
     let total = before.ledger.total_bytes;
     for (k, (ceiling, _)) in rungs.iter().enumerate() {
-        assert_eq!(*ceiling, total * (83 - k as u64) / 100, "{rungs:?}");
+        assert_eq!(*ceiling, total * (81 - k as u64) / 100, "{rungs:?}");
     }
     assert!(rungs
         .iter()

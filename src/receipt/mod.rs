@@ -462,7 +462,8 @@ pub struct ArenaBinding {
     /// The arena the steps fail in, in bytes.
     pub arena_bytes: u64,
     /// The arena 256 B larger, which they run in: at most the arena need, and below it where
-    /// the need's bisection was conservative (it starts from the uncapped run's in-use peak).
+    /// the steps' running is not monotone in the cap (the memory pattern in kNextPowerOfTwo
+    /// regions), so the need's bisection ended above an arena that runs.
     pub runs_in_bytes: u64,
     /// The step of the run whose request fails, and the node run there.
     pub step: usize,
