@@ -183,6 +183,7 @@ impl Job {
             progress: Some(progress),
             refusal_probes: self.refusal_probes,
             ladder_rungs: ckpt_planner::LADDER_RUNGS,
+            fold_transposes: true,
             max_trials: ckpt_planner::MAX_TRIALS,
             pass_steps: self.search_steps,
         }

@@ -231,6 +231,9 @@ pub struct Graph {
     pub(crate) added_value_info: Vec<onnx::ValueInfoProto>,
     /// The directory external data is resolved against.
     pub(crate) dir: Option<PathBuf>,
+    /// Tensors whose producer a patch removed ([`crate::patch::Patch::removals`]): no name
+    /// finds them.
+    pub(crate) removed: std::collections::BTreeSet<TensorId>,
 }
 
 pub(crate) fn nx(id: NodeId) -> NodeIndex {
@@ -342,11 +345,19 @@ impl Graph {
             .get(name)
             .or_else(|| self.by_name.get(name))
             .copied()
+            .filter(|t| !self.removed.contains(t))
     }
 
-    /// All tensor ids, in creation order.
+    /// All tensor ids, in creation order: `TensorId::index` runs from 0 to
+    /// [`Graph::tensor_count`], for side tables. A tensor a patch removed is still listed,
+    /// read by nothing and produced by no node in file order ([`Graph::is_removed`]).
     pub fn tensor_ids(&self) -> impl Iterator<Item = TensorId> + '_ {
         (0..self.tensors.len() as u32).map(TensorId)
+    }
+
+    /// Whether a patch removed `t` with its producer ([`crate::Patch::removals`]).
+    pub fn is_removed(&self, t: TensorId) -> bool {
+        self.removed.contains(&t)
     }
 
     pub fn tensor_count(&self) -> usize {

@@ -78,6 +78,7 @@ pub fn import_model(
         outputs: Vec::new(),
         added_value_info: Vec::new(),
         dir: dir.map(Path::to_path_buf),
+        removed: Default::default(),
     };
     let mut unknown_dims = 0usize;
     add_inputs(&mut graph, &proto_graph, &mut unknown_dims)?;

@@ -30,6 +30,7 @@ pub mod ort;
 mod parse;
 mod patch;
 pub mod profile;
+mod replace;
 mod shape;
 mod text;
 mod verify;
@@ -52,7 +53,9 @@ pub use import::{
     read_external_value, MAX_EXTERNAL_VALUE_BYTES, MAX_IR_VERSION,
 };
 pub use parse::{parse_graph, ParseError};
-pub use patch::{Applied, Guard, Move, NewNode, NewTensor, Patch, PatchError, Rewire, TensorRef};
+pub use patch::{
+    Applied, Guard, Move, NewNode, NewTensor, Patch, PatchError, Rewire, Substitute, TensorRef,
+};
 pub use profile::Profile;
 pub use shape::{Bindings, Dim, Poly, Shape, ShapeError};
 pub use text::{print_graph, print_graph_with, print_patch, type_str, Numbering};

@@ -89,15 +89,32 @@ pub struct Guard {
     pub name: String,
 }
 
+/// Replace `node`'s op with the ONNX op `op_type` (looked up at the model's ONNX opset), with
+/// `attributes`, reading `inputs`: its outputs, name and place in file order stay. A reader
+/// that can take a transposed operand reads the operand itself this way
+/// (`ckpt_passes::fold`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Substitute {
+    pub node: NodeId,
+    pub op_type: String,
+    pub attributes: Vec<onnx::AttributeProto>,
+    pub inputs: Vec<Option<TensorRef>>,
+}
+
 /// A labelled rewrite.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Patch {
     pub label: String,
     pub tensors: Vec<NewTensor>,
     pub nodes: Vec<NewNode>,
     pub rewires: Vec<Rewire>,
     pub moves: Vec<Move>,
-    /// Inputs hidden from ORT's inference, applied after the rewires.
+    /// Nodes given another op, applied after the rewires.
+    pub substitutes: Vec<Substitute>,
+    /// Nodes removed with their outputs, applied after the substitutes: each must be left
+    /// unread and write no graph output.
+    pub removals: Vec<NodeId>,
+    /// Inputs hidden from ORT's inference, applied after the removals.
     pub guards: Vec<Guard>,
     /// Tensors whose value_info entries in the file are dropped: ORT then infers their types
     /// itself (entries a patch added are kept).
@@ -143,6 +160,19 @@ pub enum PatchError {
         node: NodeId,
         slot: usize,
     },
+    #[error("patch `{label}`: node {node} cannot become `{op_type}`: {why}")]
+    BadSubstitute {
+        label: String,
+        node: NodeId,
+        op_type: String,
+        why: String,
+    },
+    #[error("patch `{label}`: node {node} cannot be removed: {why}")]
+    BadRemoval {
+        label: String,
+        node: NodeId,
+        why: String,
+    },
     #[error("patch `{label}` broke the graph: {source}")]
     Verify { label: String, source: VerifyError },
 }
@@ -160,6 +190,8 @@ impl Patch {
             && self.nodes.is_empty()
             && self.rewires.is_empty()
             && self.moves.is_empty()
+            && self.substitutes.is_empty()
+            && self.removals.is_empty()
             && self.guards.is_empty()
             && self.forget_value_info.is_empty()
             && self.metadata.is_empty()
@@ -188,6 +220,8 @@ impl Patch {
         let (moved, move_inserts) = self.move_nodes(graph, &applied.tensors)?;
         place_in_order(graph, new_inserts, move_inserts, &moved);
         self.rewire(graph, &applied.tensors)?;
+        self.substitute(graph, &applied.tensors)?;
+        self.remove(graph)?;
         self.apply_guards(graph, &mut declared, &mut applied)?;
         self.forget_value_info(graph);
         self.set_metadata(graph);
@@ -216,7 +250,11 @@ impl Patch {
     }
 
     /// The tensor a [`TensorRef`] names, given the ids of the patch's new tensors.
-    fn resolve(&self, new_tensors: &[TensorId], r: TensorRef) -> Result<TensorId, PatchError> {
+    pub(crate) fn resolve(
+        &self,
+        new_tensors: &[TensorId],
+        r: TensorRef,
+    ) -> Result<TensorId, PatchError> {
         match r {
             TensorRef::Existing(t) => Ok(t),
             TensorRef::New(i) => new_tensors
@@ -230,7 +268,7 @@ impl Patch {
     }
 
     /// Resolves each of `refs`, keeping the omitted slots.
-    fn resolve_all(
+    pub(crate) fn resolve_all(
         &self,
         new_tensors: &[TensorId],
         refs: &[Option<TensorRef>],

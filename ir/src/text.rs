@@ -308,6 +308,21 @@ pub(crate) fn write_patch(
             name(w.to)
         )?;
     }
+    for s in &patch.substitutes {
+        let ins: Vec<String> = s.inputs.iter().map(r).collect();
+        let attrs: Vec<String> = s.attributes.iter().map(attr_str).collect();
+        writeln!(
+            f,
+            "  substitute {} = {}({}) {{{}}}",
+            s.node,
+            s.op_type,
+            ins.join(", "),
+            attrs.join(", ")
+        )?;
+    }
+    for n in &patch.removals {
+        writeln!(f, "  remove {n}")?;
+    }
     for g in &patch.guards {
         writeln!(
             f,

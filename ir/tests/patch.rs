@@ -50,6 +50,8 @@ fn recompute_a(g: &ckpt_ir::Graph, metadata: Vec<(String, String)>) -> Patch {
         metadata,
         guards: vec![],
         forget_value_info: vec![],
+        substitutes: vec![],
+        removals: vec![],
     }
 }
 
@@ -405,4 +407,103 @@ fn guard_of_a_missing_input_or_a_taken_name_is_refused() {
         guard(reshape, 1, "a").apply(&mut g),
         Err(PatchError::NameTaken { .. })
     ));
+}
+
+/// `y = MatMul(Transpose(a), b)` with `t`'s value_info, and `z = Neg(t2)` where a second
+/// Transpose is also a graph output.
+fn transposed_matmul() -> ckpt_ir::Graph {
+    use ckpt_ir::build::attr_ints;
+    let bytes = ModelBuilder::new(20)
+        .input("a", DType::F32, "4,3")
+        .input("b", DType::F32, "4,5")
+        .node_with(
+            "Transpose",
+            &["a"],
+            &["t"],
+            vec![attr_ints("perm", &[1, 0])],
+        )
+        .node("MatMul", &["t", "b"], &["y"])
+        .value_info("t", DType::F32, "3,4")
+        .output("y", DType::F32, "3,5")
+        .bytes();
+    import_bytes(bytes.into(), Path::new("t.onnx"), None).unwrap()
+}
+
+/// A substitute gives a node another op, attributes and inputs in its place; a removal takes
+/// the unread Transpose out with its output, whose name no longer resolves and whose
+/// value_info leaves the file. The patch prints both, and the export imports again.
+#[test]
+fn a_substitute_and_a_removal_fold_a_transpose_into_its_reader() {
+    use ckpt_ir::build::attr_i;
+    let mut g = transposed_matmul();
+    let (transpose, matmul) = (g.nodes()[0], g.nodes()[1]);
+    let (a, b, t) = (
+        g.tensor_id("a").unwrap(),
+        g.tensor_id("b").unwrap(),
+        g.tensor_id("t").unwrap(),
+    );
+    let patch = Patch {
+        substitutes: vec![ckpt_ir::Substitute {
+            node: matmul,
+            op_type: "Gemm".into(),
+            attributes: vec![attr_i("transA", 1)],
+            inputs: vec![Some(TensorRef::Existing(a)), Some(TensorRef::Existing(b))],
+        }],
+        removals: vec![transpose],
+        ..Patch::new("fold")
+    };
+    let text = patch.to_string();
+    assert!(
+        text.contains(&format!(
+            "substitute {matmul} = Gemm({a}, {b}) {{transA=1}}"
+        )) && text.contains(&format!("remove {transpose}")),
+        "{text}"
+    );
+    patch.apply(&mut g).unwrap();
+    assert_eq!(g.nodes(), [matmul]);
+    assert_eq!(g.node(matmul).op_type, "Gemm");
+    assert!(g.tensor_id("t").is_none() && g.is_removed(t));
+    assert!(g.tensor(a).consumers() == [matmul]);
+    let m = export(&g);
+    let gp = m.graph.as_ref().unwrap();
+    assert_eq!(gp.node.len(), 1);
+    assert_eq!(gp.node[0].op_type.as_deref(), Some("Gemm"));
+    assert_eq!(gp.node[0].input, ["a", "b"]);
+    assert!(gp
+        .value_info
+        .iter()
+        .all(|vi| vi.name.as_deref() != Some("t")));
+    let again = import_bytes(export_bytes(&g).into(), Path::new("t.onnx"), None).unwrap();
+    assert_eq!(export_bytes(&again), export_bytes(&g));
+    assert!(print_graph(&again).contains("= Gemm(%0, %1) {transA=1}"));
+}
+
+/// A removal of a node whose output is still read, or a substitute to an op the registry does
+/// not know at the model's opset, is refused by name.
+#[test]
+fn a_removal_of_a_read_node_or_a_substitute_to_an_unknown_op_is_refused() {
+    let g = transposed_matmul();
+    let (transpose, matmul) = (g.nodes()[0], g.nodes()[1]);
+    let removal = Patch {
+        removals: vec![transpose],
+        ..Patch::new("remove")
+    };
+    assert!(matches!(
+        removal.apply(&mut g.clone()),
+        Err(PatchError::BadRemoval { node, .. }) if node == transpose
+    ));
+    let unknown = Patch {
+        substitutes: vec![ckpt_ir::Substitute {
+            node: matmul,
+            op_type: "NoSuchOp".into(),
+            attributes: vec![],
+            inputs: vec![],
+        }],
+        ..Patch::new("substitute")
+    };
+    let e = unknown.apply(&mut g.clone()).unwrap_err();
+    assert!(
+        matches!(&e, PatchError::BadSubstitute { node, .. } if *node == matmul),
+        "{e}"
+    );
 }

@@ -7,6 +7,7 @@
 
 pub mod arena;
 pub mod device;
+pub mod fold;
 pub mod guards;
 pub mod inputs;
 pub mod ledger;

@@ -60,6 +60,8 @@ fn recompute_r(g: &ckpt_ir::Graph, rewire_neg: bool) -> Patch {
         metadata: vec![],
         guards: vec![],
         forget_value_info: vec![],
+        substitutes: vec![],
+        removals: vec![],
     }
 }
 

@@ -101,6 +101,9 @@ pub struct PlanOptions {
     /// [`crate::plan`]). A plan that fits a tighter ceiling fits this one: the search alone
     /// is not monotone in the ceiling.
     pub ladder_rungs: usize,
+    /// Where a plan is needed, plan the graph with its transposed operands folded into their
+    /// readers when that lowers the device total ([`ckpt_passes::fold`]; on by default).
+    pub fold_transposes: bool,
     /// Simulations one search may run ([`MAX_TRIALS`] by default; a variant planned after a
     /// plan is in hand gets [`variant_trials`]).
     pub max_trials: usize,
@@ -129,6 +132,7 @@ impl PlanOptions {
             progress: None,
             refusal_probes: 0,
             ladder_rungs: LADDER_RUNGS,
+            fold_transposes: true,
             max_trials: MAX_TRIALS,
             pass_steps: PASS_STEPS,
         }

@@ -259,6 +259,9 @@ pub struct Rewritten {
     /// The plan is of the graph with its constant reshape targets guarded
     /// ([`ckpt_passes::guards`]; the guards come before the recompute in the patch).
     pub guarded: bool,
+    /// The plan is of the graph with its transposed operands folded into their readers
+    /// ([`ckpt_passes::fold`]; the folds come first in the patch).
+    pub folded: bool,
     /// The effective ceiling of the planning pass that found the plan: the ceiling's own, or a
     /// lower rung's of the ladder ([`crate::plan`]; a plan that fits a lower ceiling fits this
     /// one too).
@@ -293,6 +296,7 @@ impl Rewritten {
             time_limit_hit: false,
             lowered: false,
             guarded: false,
+            folded: false,
             found_at_ceiling_bytes: found_at,
             rungs_planned: 0,
             planned_graph: None,
@@ -316,7 +320,7 @@ impl Rewritten {
 
     /// How the plan was found, as a reader says it ([`method_label`]).
     pub fn method_label(&self) -> String {
-        method_label(&self.plan, self.lowered, self.guarded)
+        method_label(&self.plan, self.folded, self.lowered, self.guarded)
     }
 
     /// The graph the candidates and the plan index: the variant planned, else `given` (the
@@ -326,20 +330,28 @@ impl Rewritten {
     }
 }
 
-/// How `plan` (of a graph with order moves first where `lowered`, with reuse guards first
-/// where `guarded`) was found, as a reader says it: `ILP, proven optimal`, `search with the
-/// simulator in the loop (no optimality bound)`, or `order moves only` for a plan that
-/// recomputes nothing.
-pub fn method_label(plan: &Plan, lowered: bool, guarded: bool) -> String {
-    if !plan.recompute.iter().any(|&r| r) {
-        match (lowered, guarded) {
-            (true, false) => return "order moves only".into(),
-            (false, true) => return "reuse guards only".into(),
-            (true, true) => return "order moves and reuse guards only".into(),
-            (false, false) => {}
-        }
+/// How `plan` (of a graph with transposes folded first where `folded`, with order moves
+/// first where `lowered`, with reuse guards first where `guarded`) was found, as a reader
+/// says it: `ILP, proven optimal`, `search with the simulator in the loop (no optimality
+/// bound)`, or, for a plan that recomputes nothing, its zero-FLOP moves: `order moves only`,
+/// `folded transposes and reuse guards only`.
+pub fn method_label(plan: &Plan, folded: bool, lowered: bool, guarded: bool) -> String {
+    if plan.recompute.iter().any(|&r| r) {
+        return plan.info.label();
     }
-    plan.info.label()
+    let moves: Vec<&str> = [
+        (folded, "folded transposes"),
+        (lowered, "order moves"),
+        (guarded, "reuse guards"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    match moves.split_last() {
+        None => plan.info.label(),
+        Some((last, [])) => format!("{last} only"),
+        Some((last, rest)) => format!("{} and {last} only", rest.join(", ")),
+    }
 }
 
 #[cfg(test)]

@@ -96,14 +96,25 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
         pool: Pool::new(o.pass_steps),
         climbs: RefCell::new(None),
     };
-    let outcome = planned(before, o, &pass);
+    // Where a plan is needed, every pass plans the graph with its transposed operands
+    // folded into their readers, when that lowers the total: zero FLOPs, fewer bytes.
+    let folded = if fits_as_recorded(before, o) {
+        None
+    } else {
+        crate::variants::folded(before, o)?
+    };
+    let base = folded.as_ref().map_or(before, |v| v.analysis());
+    let outcome = planned(base, o, &pass);
     o.emit(|| Event::StepsSpent {
         spent: o.pass_steps - pass.pool.left(),
         of: o.pass_steps,
     });
     Ok(match outcome? {
         Outcome::CannotFit(d) => Outcome::CannotFit(d.worded(&before.ledger, o)),
-        planned => planned,
+        planned => match &folded {
+            Some(v) => v.based(planned, o)?,
+            None => planned,
+        },
     })
 }
 
@@ -449,8 +460,54 @@ output %22 "w1_grad"
 output %15 "w2_grad"
 "#;
 
+    /// Where a plan is needed, MLP2's three transposed operands are folded into Gemms first,
+    /// said in the trace, and the plan at 80% is the folded graph with its leaves reordered,
+    /// nothing recomputed; a plan is not needed at the graph's own total, and nothing is
+    /// folded there.
+    #[test]
+    fn a_plan_folds_transposes_first_where_one_is_needed() {
+        let g = ckpt_ir::parse_graph(MLP2).unwrap();
+        let before = analyse(g, &AnalyseOptions::default()).unwrap();
+        let events = Arc::new(Mutex::new(Vec::<Event>::new()));
+        let sink = Arc::clone(&events);
+        let o = PlanOptions {
+            threads: 1,
+            trace: Some(Trace::new(move |e| sink.lock().unwrap().push(e.clone()))),
+            ..PlanOptions::new(before.ledger.total_bytes * 80 / 100, Default::default())
+        };
+        let Outcome::Rewritten(r) = plan(&before, &o).unwrap() else {
+            panic!("no plan at 80%");
+        };
+        let first = events.lock().unwrap()[0].clone();
+        let Event::TransposesFolded {
+            folds,
+            total_bytes,
+            folded_bytes,
+        } = first
+        else {
+            panic!("{first}");
+        };
+        assert_eq!((folds, total_bytes), (3, before.ledger.total_bytes));
+        assert!(folded_bytes < total_bytes);
+        assert!(r.folded && r.counts.added_flops == 0);
+        assert_eq!(r.method_label(), "folded transposes and order moves only");
+        assert!(
+            r.patch_text.starts_with("patch \"transposes folded\""),
+            "{}",
+            r.patch_text
+        );
+        assert!(!r
+            .after
+            .graph
+            .nodes()
+            .iter()
+            .any(|&n| r.after.graph.node(n).op_type == "Transpose"));
+        let o = PlanOptions::new(before.ledger.total_bytes, Default::default());
+        assert!(matches!(plan(&before, &o).unwrap(), Outcome::AlreadyFits));
+    }
+
     /// A plan on a small text graph (no ladder) sends its trace to the sink, not to stderr, in
-    /// the order the planner works: the leaves' order climbed, block checkpointing's starts, the first
+    /// the order the planner works (transposes not folded): the leaves' order climbed, block checkpointing's starts, the first
     /// search's ILP round with what its run holds at the peak, the other variants outclassed
     /// by the plan in hand, and the steps the pass spent, last. Each event prints as one line
     /// (a peak as several).
@@ -464,6 +521,7 @@ output %15 "w2_grad"
             threads: 1,
             trace: Some(Trace::new(move |e| sink.lock().unwrap().push(e.clone()))),
             ladder_rungs: 0,
+            fold_transposes: false,
             ..PlanOptions::new(before.ledger.total_bytes * 80 / 100, Default::default())
         };
         let planned = plan(&before, &o).unwrap();
@@ -543,6 +601,7 @@ output %15 "w2_grad"
     /// The kind of an event, for the trace test.
     fn kind(e: &Event) -> &'static str {
         match e {
+            Event::TransposesFolded { .. } => "transposes folded",
             Event::LeafMoved { .. } => "leaf moved",
             Event::LeafTrials { .. } => "leaf trials",
             Event::LeafOrderSearched { .. } => "leaf order searched",

@@ -62,6 +62,13 @@ pub enum Event {
     VariantPlanned { result: VariantResult, at: Duration },
     /// The leaves' order climbs have simulated `trials` trials so far.
     LeafTrials { trials: usize },
+    /// `folds` transposed operands were folded into their readers, and every pass plans that
+    /// graph: the device total before and after.
+    TransposesFolded {
+        folds: usize,
+        total_bytes: u64,
+        folded_bytes: u64,
+    },
     /// A leaf order searched for the arena was kept: the base's arena, the arena the climb
     /// found, and the arena of the graph written in that order, analysed afresh.
     LeafOrderSearched {
@@ -373,6 +380,14 @@ impl fmt::Display for Event {
                 write!(f, "variant planned: {result} (at {} s)", Secs(*at))
             }
             Event::LeafTrials { trials } => write!(f, "leaf order: {trials} trials so far"),
+            Event::TransposesFolded {
+                folds,
+                total_bytes,
+                folded_bytes,
+            } => write!(
+                f,
+                "{folds} transposes folded into their readers: total {total_bytes} -> {folded_bytes}"
+            ),
             Event::LeafOrderSearched {
                 arena_bytes,
                 climbed_bytes,

@@ -562,6 +562,66 @@ fn guarded(
     Ok(out)
 }
 
+/// The given graph with each transposed operand folded into its reader
+/// ([`ckpt_passes::fold::fold_transposes`]: a `Gemm` reads the operand itself and the
+/// transposed copy is never made, at zero FLOPs), verified and analysed, when that lowers the
+/// device total; else `None`. Measured costs belong to the given graph's nodes: then `None`;
+/// so with [`PlanOptions::fold_transposes`] off.
+pub(crate) fn folded(before: &Analysis, o: &PlanOptions) -> Result<Option<Variant>, PlanError> {
+    if o.costs.is_some() || !o.fold_transposes {
+        return Ok(None);
+    }
+    let patch = ckpt_passes::fold::fold_transposes(&before.graph, "transposes folded");
+    let Some(analysis) = applied(before, &patch, o)? else {
+        return Ok(None);
+    };
+    let (total, folded) = (before.ledger.total_bytes, analysis.ledger.total_bytes);
+    if folded >= total {
+        return Ok(None);
+    }
+    o.emit(|| Event::TransposesFolded {
+        folds: patch.substitutes.len(),
+        total_bytes: total,
+        folded_bytes: folded,
+    });
+    Ok(Some(Variant {
+        analysis,
+        patch_text: patch.to_string(),
+        lowered: false,
+        guarded: false,
+    }))
+}
+
+impl Variant {
+    /// The graph every pass plans when this variant is the base ([`folded`]).
+    pub(crate) fn analysis(&self) -> &Analysis {
+        &self.analysis
+    }
+
+    /// `outcome`, planned on this variant as the base of every other, reported against the
+    /// given graph: a plan's patch is this variant's followed by the plan's (its moves and
+    /// the graph it planned stay the plan's); where the variant fits as it is, it is the
+    /// plan, recomputing nothing.
+    pub(crate) fn based(&self, outcome: Outcome, o: &PlanOptions) -> Result<Outcome, PlanError> {
+        Ok(match outcome {
+            Outcome::AlreadyFits => {
+                let mut r = as_is(self, o)?;
+                r.folded = true;
+                Outcome::Rewritten(r)
+            }
+            Outcome::Rewritten(mut r) => {
+                r.patch_text = format!("{}\n{}", self.patch_text, r.patch_text);
+                r.folded = true;
+                if r.planned_graph.is_none() {
+                    r.planned_graph = Some(self.analysis.graph.clone());
+                }
+                Outcome::Rewritten(r)
+            }
+            refused => refused,
+        })
+    }
+}
+
 /// The given graph with its leaves written in the order their inputs become ready
 /// ([`ckpt_passes::order::order_leaves`]: zero-FLOP moves, so that ORT runs each weight
 /// gradient as soon as it can), when that, verified and simulated under the profile, lowers

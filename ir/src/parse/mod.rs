@@ -453,6 +453,7 @@ impl Parser {
             outputs: self.outputs,
             added_value_info: Vec::new(),
             dir: None,
+            removed: Default::default(),
         };
         for t in self.tensors {
             graph.add_tensor(t);
