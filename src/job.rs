@@ -115,6 +115,9 @@ pub struct Job {
     /// Schedule steps the plan's searches may simulate in all
     /// ([`ckpt_planner::PlanOptions::pass_steps`]; `--search-steps`).
     pub search_steps: usize,
+    /// Fold transposed operands into their readers where a plan is needed
+    /// ([`ckpt_planner::PlanOptions::fold_transposes`]; `--fold-transposes`).
+    pub fold_transposes: bool,
 }
 
 /// Refusal probes of the main job ([`Job::refusal_probes`]).
@@ -138,6 +141,7 @@ impl Job {
             time_limit: Duration::from_secs_f64(args.time_limit),
             refusal_probes: MAIN_JOB_REFUSAL_PROBES,
             search_steps: args.search_steps,
+            fold_transposes: args.fold_transposes,
         })
     }
 
@@ -183,7 +187,7 @@ impl Job {
             progress: Some(progress),
             refusal_probes: self.refusal_probes,
             ladder_rungs: ckpt_planner::LADDER_RUNGS,
-            fold_transposes: true,
+            fold_transposes: self.fold_transposes,
             max_trials: ckpt_planner::MAX_TRIALS,
             pass_steps: self.search_steps,
         }

@@ -178,7 +178,7 @@ fn errors_name_line_column_and_what_was_expected() {
             "input %0 \"x\": f32[2]\n%1 \"y\": f32[2] = Relu(%0)  # n3",
             2,
             30,
-            "below the node count 1",
+            "below twice the node count 1",
         ),
         ("ir_version ten", 1, 12, "an IR version"),
         ("input %0 \"x\": f32[2] extra", 1, 22, "the end of the line"),
@@ -196,4 +196,37 @@ fn errors_name_line_column_and_what_was_expected() {
             "{msg}"
         );
     }
+}
+
+/// A graph a patch removed a node from prints its node ids with a gap, and reads back the
+/// same: the id no line takes is left empty.
+#[test]
+fn a_graph_with_a_removed_node_reads_back_with_its_ids() {
+    let text =
+        "ir_version 10\nopset ai.onnx 20\ninput %0 \"a\": f32[4,3]\ninput %1 \"b\": f32[4,5]\n\
+                %2 \"t\": f32[3,4] = Transpose(%0) {perm=[1, 0]}  # n0 \"t\"\n\
+                %3 \"y\": f32[3,5] = MatMul(%2, %1)  # n1 \"y\"\noutput %3 \"y\"\n";
+    let mut g = parse_graph(text).unwrap();
+    let (transpose, matmul) = (g.nodes()[0], g.nodes()[1]);
+    let (a, b) = (g.tensor_id("a").unwrap(), g.tensor_id("b").unwrap());
+    let patch = ckpt_ir::Patch {
+        substitutes: vec![ckpt_ir::Substitute {
+            node: matmul,
+            op_type: "Gemm".into(),
+            attributes: vec![ckpt_ir::build::attr_i("transA", 1)],
+            inputs: vec![
+                Some(ckpt_ir::TensorRef::Existing(a)),
+                Some(ckpt_ir::TensorRef::Existing(b)),
+            ],
+        }],
+        removals: vec![transpose],
+        ..ckpt_ir::Patch::new("fold")
+    };
+    patch.apply(&mut g).unwrap();
+    let printed = print_graph(&g);
+    assert!(
+        printed.contains("= Gemm(%0, %1) {transA=1}  # n1 \"y\""),
+        "{printed}"
+    );
+    assert_eq!(print_graph(&parse_graph(&printed).unwrap()), printed);
 }

@@ -102,7 +102,8 @@ pub struct PlanOptions {
     /// is not monotone in the ceiling.
     pub ladder_rungs: usize,
     /// Where a plan is needed, plan the graph with its transposed operands folded into their
-    /// readers when that lowers the device total ([`ckpt_passes::fold`]; on by default).
+    /// readers when that lowers the device total ([`ckpt_passes::fold`]; off by default, the
+    /// main job's `--fold-transposes`).
     pub fold_transposes: bool,
     /// Simulations one search may run ([`MAX_TRIALS`] by default; a variant planned after a
     /// plan is in hand gets [`variant_trials`]).
@@ -132,7 +133,7 @@ impl PlanOptions {
             progress: None,
             refusal_probes: 0,
             ladder_rungs: LADDER_RUNGS,
-            fold_transposes: true,
+            fold_transposes: false,
             max_trials: MAX_TRIALS,
             pass_steps: PASS_STEPS,
         }

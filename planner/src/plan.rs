@@ -96,15 +96,18 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
         pool: Pool::new(o.pass_steps),
         climbs: RefCell::new(None),
     };
-    // Where a plan is needed, every pass plans the graph with its transposed operands
-    // folded into their readers, when that lowers the total: zero FLOPs, fewer bytes.
+    // With `fold_transposes`, where a plan is needed, every pass plans the graph with its
+    // transposed operands folded into their readers, when that lowers the total: zero
+    // FLOPs, fewer bytes.
     let folded = if fits_as_recorded(before, o) {
         None
     } else {
         crate::variants::folded(before, o)?
     };
     let base = folded.as_ref().map_or(before, |v| v.analysis());
-    let outcome = planned(base, o, &pass);
+    // The ladder's rungs are whole percents of the given graph's total, whatever graph the
+    // passes plan: a sweep at whole percents then meets its own ceilings among the rungs.
+    let outcome = planned(base, before.ledger.total_bytes, o, &pass);
     o.emit(|| Event::StepsSpent {
         spent: o.pass_steps - pass.pool.left(),
         of: o.pass_steps,
@@ -127,7 +130,12 @@ struct Pass {
 
 /// [`plan`] with the steps its searches may simulate: the first pass, then the ladder below
 /// it, then, where there is still no plan, the probes above the refusal.
-fn planned(before: &Analysis, o: &PlanOptions, pass: &Pass) -> Result<Outcome, PlanError> {
+fn planned(
+    before: &Analysis,
+    given_total: u64,
+    o: &PlanOptions,
+    pass: &Pass,
+) -> Result<Outcome, PlanError> {
     let started = Instant::now();
     let first = match plan_once(before, o, pass, None)? {
         Outcome::Rewritten(r) => Ok(r),
@@ -135,7 +143,7 @@ fn planned(before: &Analysis, o: &PlanOptions, pass: &Pass) -> Result<Outcome, P
         outcome => return Ok(outcome),
     };
     let first_took = started.elapsed();
-    let (found, longest_rung) = laddered(before, o, pass, first)?;
+    let (found, longest_rung) = laddered(before, given_total, o, pass, first)?;
     match found {
         Ok(r) => Ok(Outcome::Rewritten(r)),
         Err(d) => probed(before, o, pass, d, first_took.max(longest_rung)),
@@ -148,6 +156,7 @@ fn planned(before: &Analysis, o: &PlanOptions, pass: &Pass) -> Result<Outcome, P
 /// and whether the clock stopped one recorded; and the longest rung's time.
 fn laddered(
     before: &Analysis,
+    given_total: u64,
     o: &PlanOptions,
     pass: &Pass,
     mut found: Result<Box<Rewritten>, Diagnosis>,
@@ -156,7 +165,7 @@ fn laddered(
     let (mut planned, mut clock_hit, mut longest) = (0, false, Duration::ZERO);
     let mut dearer = 0;
     let deadline = o.deadline();
-    let (total, fixed) = (before.ledger.total_bytes, before.ledger.fixed_bytes);
+    let (total, fixed) = (given_total, before.ledger.fixed_bytes);
     for rung in rungs(total, o.effective_ceiling(), fixed, o.ladder_rungs) {
         if best_cost == Some(0) || dearer == LADDER_PATIENCE {
             break;
@@ -460,7 +469,7 @@ output %22 "w1_grad"
 output %15 "w2_grad"
 "#;
 
-    /// Where a plan is needed, MLP2's three transposed operands are folded into Gemms first,
+    /// With `fold_transposes`, where a plan is needed, MLP2's three transposed operands are folded into Gemms first,
     /// said in the trace, and the plan at 80% is the folded graph with its leaves reordered,
     /// nothing recomputed; a plan is not needed at the graph's own total, and nothing is
     /// folded there.
@@ -473,6 +482,7 @@ output %15 "w2_grad"
         let o = PlanOptions {
             threads: 1,
             trace: Some(Trace::new(move |e| sink.lock().unwrap().push(e.clone()))),
+            fold_transposes: true,
             ..PlanOptions::new(before.ledger.total_bytes * 80 / 100, Default::default())
         };
         let Outcome::Rewritten(r) = plan(&before, &o).unwrap() else {
@@ -502,12 +512,15 @@ output %15 "w2_grad"
             .nodes()
             .iter()
             .any(|&n| r.after.graph.node(n).op_type == "Transpose"));
-        let o = PlanOptions::new(before.ledger.total_bytes, Default::default());
+        let o = PlanOptions {
+            fold_transposes: true,
+            ..PlanOptions::new(before.ledger.total_bytes, Default::default())
+        };
         assert!(matches!(plan(&before, &o).unwrap(), Outcome::AlreadyFits));
     }
 
     /// A plan on a small text graph (no ladder) sends its trace to the sink, not to stderr, in
-    /// the order the planner works (transposes not folded): the leaves' order climbed, block checkpointing's starts, the first
+    /// the order the planner works: the leaves' order climbed, block checkpointing's starts, the first
     /// search's ILP round with what its run holds at the peak, the other variants outclassed
     /// by the plan in hand, and the steps the pass spent, last. Each event prints as one line
     /// (a peak as several).
@@ -521,7 +534,6 @@ output %15 "w2_grad"
             threads: 1,
             trace: Some(Trace::new(move |e| sink.lock().unwrap().push(e.clone()))),
             ladder_rungs: 0,
-            fold_transposes: false,
             ..PlanOptions::new(before.ledger.total_bytes * 80 / 100, Default::default())
         };
         let planned = plan(&before, &o).unwrap();

@@ -54,6 +54,7 @@ fn plan_options(
         time_limit,
         refusal_probes: 0,
         search_steps: ckpt_planner::PASS_STEPS,
+        fold_transposes: false,
     };
     job.plan_options(Instant::now(), default_threads(), costs)
 }

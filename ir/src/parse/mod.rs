@@ -30,8 +30,10 @@
 //!   print as a count or kind only (`graph(3 nodes)`, `tensors(2)`, `sparse`, `type`) and
 //!   read back as that many empty entries: the text form is not meant for them.
 //! - The comment after a node gives its id (`n7`) and name; both are optional, and the
-//!   rest of the line (a phase note) is ignored. Ids written must be distinct and below the
-//!   node count; unwritten ones take the smallest free ids in line order.
+//!   rest of the line (a phase note) is ignored. Ids written must be distinct and below
+//!   twice the node count (a graph a patch removed nodes from prints ids past its count;
+//!   the ids no line takes are left empty); unwritten ones take the smallest free ids in
+//!   line order.
 //! - A parsed graph keeps the values that were printed and no others: planning needs types
 //!   only; a model to run needs every constant it reads printed (small ones are).
 //!
@@ -391,17 +393,28 @@ impl Parser {
     }
 
     fn finish(self, end_line: usize) -> R<Graph> {
+        // Node ids run to the node count, or past it where a printed graph had nodes a
+        // patch removed (ids no line takes are left empty), up to twice the count.
         let count = self.nodes.len();
+        let limit = 2 * count + 1;
+        let bound = self
+            .nodes
+            .iter()
+            .filter_map(|pn| pn.id.map(|(id, _)| id + 1))
+            .filter(|&b| b <= limit)
+            .max()
+            .unwrap_or(0)
+            .max(count);
         // Settle node ids: written ones, then the smallest free ones in line order.
-        let mut slot: Vec<Option<usize>> = vec![None; count];
+        let mut slot: Vec<Option<usize>> = vec![None; bound];
         for (i, pn) in self.nodes.iter().enumerate() {
             if let Some((id, column)) = pn.id {
-                if id >= count || slot[id].is_some() {
+                if id >= bound || slot[id].is_some() {
                     return Err(ParseError {
                         line: pn.line,
                         column,
                         expected: format!(
-                            "a node id below the node count {count}, used by no other line"
+                            "a node id below twice the node count {count}, used by no other line"
                         ),
                         found: format!("`n{id}`"),
                     });
@@ -409,7 +422,7 @@ impl Parser {
                 slot[id] = Some(i);
             }
         }
-        let mut free = (0..count)
+        let mut free = (0..bound)
             .filter(|&k| slot[k].is_none())
             .collect::<Vec<_>>()
             .into_iter();
@@ -459,9 +472,13 @@ impl Parser {
             graph.add_tensor(t);
         }
         let mut nodes: Vec<Option<PendingNode>> = self.nodes.into_iter().map(Some).collect();
-        let mut inputs: Vec<Vec<Option<TensorId>>> = vec![Vec::new(); count];
+        let mut inputs: Vec<Vec<Option<TensorId>>> = vec![Vec::new(); bound];
         for (k, s) in slot.iter().enumerate() {
+            // An empty id holds a node in no file order, reading and writing nothing, as a
+            // node a patch removed is held.
             let Some(pn) = s.and_then(|i| nodes[i].take()) else {
+                let id = graph.add_node(empty_node());
+                debug_assert_eq!(id.index(), k);
                 continue;
             };
             let mut node = pn.node;
@@ -484,6 +501,20 @@ impl Parser {
             found: e.to_string(),
         })?;
         Ok(graph)
+    }
+}
+
+/// A node in no file order, reading and writing nothing: what an id no line takes holds.
+fn empty_node() -> crate::graph::Node {
+    crate::graph::Node {
+        name: String::new(),
+        domain: crate::graph::ONNX_DOMAIN.to_string(),
+        op_type: String::new(),
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        origin: crate::graph::NodeOrigin::Imported,
+        proto: Default::default(),
+        def: Default::default(),
     }
 }
 
