@@ -469,26 +469,39 @@ output %22 "w1_grad"
 output %15 "w2_grad"
 "#;
 
+    /// MLP2 planned at 80% of its total on one thread under the options `with` makes of the
+    /// defaults: the analysis, the outcome and the trace's events.
+    fn traced_mlp2(
+        with: impl FnOnce(PlanOptions) -> PlanOptions,
+    ) -> (Analysis, Outcome, Vec<Event>) {
+        let g = ckpt_ir::parse_graph(MLP2).unwrap();
+        let before = analyse(g, &AnalyseOptions::default()).unwrap();
+        let events = Arc::new(Mutex::new(Vec::<Event>::new()));
+        let sink = Arc::clone(&events);
+        let o = with(PlanOptions {
+            threads: 1,
+            trace: Some(Trace::new(move |e| sink.lock().unwrap().push(e.clone()))),
+            ..PlanOptions::new(before.ledger.total_bytes * 80 / 100, Default::default())
+        });
+        let planned = plan(&before, &o).unwrap();
+        let events = events.lock().unwrap().clone();
+        (before, planned, events)
+    }
+
     /// With `fold_transposes`, where a plan is needed, MLP2's three transposed operands are folded into Gemms first,
     /// said in the trace, and the plan at 80% is the folded graph with its leaves reordered,
     /// nothing recomputed; a plan is not needed at the graph's own total, and nothing is
     /// folded there.
     #[test]
     fn a_plan_folds_transposes_first_where_one_is_needed() {
-        let g = ckpt_ir::parse_graph(MLP2).unwrap();
-        let before = analyse(g, &AnalyseOptions::default()).unwrap();
-        let events = Arc::new(Mutex::new(Vec::<Event>::new()));
-        let sink = Arc::clone(&events);
-        let o = PlanOptions {
-            threads: 1,
-            trace: Some(Trace::new(move |e| sink.lock().unwrap().push(e.clone()))),
+        let (before, planned, events) = traced_mlp2(|o| PlanOptions {
             fold_transposes: true,
-            ..PlanOptions::new(before.ledger.total_bytes * 80 / 100, Default::default())
-        };
-        let Outcome::Rewritten(r) = plan(&before, &o).unwrap() else {
+            ..o
+        });
+        let Outcome::Rewritten(r) = planned else {
             panic!("no plan at 80%");
         };
-        let first = events.lock().unwrap()[0].clone();
+        let first = events[0].clone();
         let Event::TransposesFolded {
             folds,
             total_bytes,
@@ -526,19 +539,11 @@ output %15 "w2_grad"
     /// (a peak as several).
     #[test]
     fn a_plan_emits_typed_trace_events() {
-        let g = ckpt_ir::parse_graph(MLP2).unwrap();
-        let before = analyse(g, &AnalyseOptions::default()).unwrap();
-        let events = Arc::new(Mutex::new(Vec::<Event>::new()));
-        let sink = Arc::clone(&events);
-        let o = PlanOptions {
-            threads: 1,
-            trace: Some(Trace::new(move |e| sink.lock().unwrap().push(e.clone()))),
+        let (_, planned, events) = traced_mlp2(|o| PlanOptions {
             ladder_rungs: 0,
-            ..PlanOptions::new(before.ledger.total_bytes * 80 / 100, Default::default())
-        };
-        let planned = plan(&before, &o).unwrap();
+            ..o
+        });
         assert!(matches!(planned, Outcome::Rewritten(_)));
-        let events = events.lock().unwrap();
         let lines: Vec<String> = events.iter().map(Event::to_string).collect();
         let mut kinds: Vec<&str> = events.iter().map(kind).collect();
         kinds.dedup();
