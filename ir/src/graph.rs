@@ -488,6 +488,32 @@ impl Graph {
         id
     }
 
+    /// `node` reads `inputs` from now on: the tensors it no longer reads drop it from their
+    /// consumers (and their edges), the ones it reads anew record it; the others are left
+    /// alone (a search's trial moves change few inputs).
+    pub(crate) fn set_inputs(&mut self, node: NodeId, inputs: Vec<Option<TensorId>>) {
+        let old = std::mem::replace(&mut self.node_mut(node).inputs, inputs);
+        let new = self.node(node).inputs.clone();
+        for t in old.iter().flatten().filter(|t| !new.contains(&Some(**t))) {
+            self.disconnect(*t, node);
+        }
+        for t in new.iter().flatten().filter(|t| !old.contains(&Some(**t))) {
+            self.connect(*t, node);
+        }
+    }
+
+    /// The model's value_info entries named in `names` dropped (ORT then infers those types
+    /// itself, or the tensors are gone).
+    pub(crate) fn drop_model_value_info(&mut self, names: &std::collections::HashSet<String>) {
+        let mut model = (*self.model).clone();
+        if let Some(g) = model.graph.as_mut() {
+            g.value_info
+                .retain(|vi| !vi.name.as_deref().is_some_and(|n| names.contains(n)));
+        }
+        self.model = std::sync::Arc::new(model);
+        self.model_decls = Default::default();
+    }
+
     /// Record that `consumer` reads `t` (edge from its producer, consumer list).
     pub(crate) fn connect(&mut self, t: TensorId, consumer: NodeId) {
         if !self.tensors[t.index()].consumers.contains(&consumer) {

@@ -341,17 +341,7 @@ impl Patch {
                 });
             }
             let inputs = self.resolve_all(new_tensors, &mv.inputs)?;
-            graph.node_mut(mv.node).inputs = inputs.clone();
-            for (old, new) in old_inputs.iter().zip(&inputs) {
-                if old != new {
-                    if let Some(o) = old {
-                        graph.disconnect(*o, mv.node);
-                    }
-                    if let Some(n) = new {
-                        graph.connect(*n, mv.node);
-                    }
-                }
-            }
+            graph.set_inputs(mv.node, inputs);
             inserts.push((mv.after_new, mv.node, mv.before));
         }
         Ok((moved, inserts))
@@ -383,18 +373,12 @@ impl Patch {
         if self.forget_value_info.is_empty() {
             return;
         }
-        let names: HashSet<&str> = self
+        let names: HashSet<String> = self
             .forget_value_info
             .iter()
-            .map(|&t| graph.tensor(t).name.as_str())
+            .map(|&t| graph.tensor(t).name.clone())
             .collect();
-        let mut model = (*graph.model).clone();
-        if let Some(g) = model.graph.as_mut() {
-            g.value_info
-                .retain(|vi| !vi.name.as_deref().is_some_and(|n| names.contains(n)));
-        }
-        graph.model = std::sync::Arc::new(model);
-        graph.model_decls = Default::default();
+        graph.drop_model_value_info(&names);
     }
 
     /// The patch's metadata entries, set over the model's (a key already there keeps its place).

@@ -5,9 +5,14 @@
 use std::collections::HashSet;
 
 use crate::graph::{Graph, ONNX_DOMAIN};
-use crate::ids::TensorId;
-use crate::onnx;
+use crate::ids::{NodeId, TensorId};
 use crate::patch::{Patch, PatchError, Substitute};
+
+/// The nodes in `graph`'s file order, to tell a node a patch may change from an id past the
+/// graph's or a node already removed.
+fn in_order(graph: &Graph) -> HashSet<NodeId> {
+    graph.nodes().iter().copied().collect()
+}
 
 impl Patch {
     /// Each substitute's node given its new op, attributes and inputs.
@@ -16,10 +21,13 @@ impl Patch {
         graph: &mut Graph,
         new_tensors: &[TensorId],
     ) -> Result<(), PatchError> {
+        if self.substitutes.is_empty() {
+            return Ok(());
+        }
+        let live = in_order(graph);
         for sub in &self.substitutes {
-            self.check_substitute(graph, sub)?;
+            self.check_substitute(graph, &live, sub)?;
             let inputs = self.resolve_all(new_tensors, &sub.inputs)?;
-            let old = graph.node(sub.node).inputs.clone();
             let mut proto = (*graph.node(sub.node).proto).clone();
             proto.op_type = Some(sub.op_type.clone());
             proto.domain = None;
@@ -29,25 +37,24 @@ impl Patch {
             node.domain = ONNX_DOMAIN.to_string();
             node.proto = std::sync::Arc::new(proto);
             node.def = Default::default();
-            node.inputs = inputs.clone();
-            for t in old.iter().flatten() {
-                graph.disconnect(*t, sub.node);
-            }
-            for t in inputs.iter().flatten() {
-                graph.connect(*t, sub.node);
-            }
+            graph.set_inputs(sub.node, inputs);
         }
         Ok(())
     }
 
-    fn check_substitute(&self, graph: &Graph, sub: &Substitute) -> Result<(), PatchError> {
+    fn check_substitute(
+        &self,
+        graph: &Graph,
+        live: &HashSet<NodeId>,
+        sub: &Substitute,
+    ) -> Result<(), PatchError> {
         let bad = |why: &str| PatchError::BadSubstitute {
             label: self.label.clone(),
             node: sub.node,
             op_type: sub.op_type.clone(),
             why: why.to_string(),
         };
-        if sub.node.index() >= graph.node_bound() || !graph.nodes().contains(&sub.node) {
+        if !live.contains(&sub.node) {
             return Err(bad("no such node"));
         }
         let opset = graph
@@ -65,6 +72,7 @@ impl Patch {
         if self.removals.is_empty() {
             return Ok(());
         }
+        let mut live = in_order(graph);
         let mut names = HashSet::new();
         for &n in &self.removals {
             let bad = |why: String| PatchError::BadRemoval {
@@ -72,7 +80,7 @@ impl Patch {
                 node: n,
                 why,
             };
-            if n.index() >= graph.node_bound() || !graph.nodes().contains(&n) {
+            if !live.remove(&n) {
                 return Err(bad("no such node".into()));
             }
             let outputs: Vec<TensorId> = graph.node(n).output_tensors().collect();
@@ -82,32 +90,17 @@ impl Patch {
                     return Err(bad(format!("its output `{}` is still read", tensor.name)));
                 }
             }
-            let inputs: Vec<TensorId> = graph.node(n).input_tensors().collect();
-            graph.node_mut(n).inputs.clear();
-            for t in inputs {
-                graph.disconnect(t, n);
-            }
-            graph.order.retain(|&m| m != n);
+            graph.set_inputs(n, Vec::new());
             for t in outputs {
                 names.insert(graph.tensor(t).name.clone());
                 graph.removed.insert(t);
             }
         }
-        drop_value_info(graph, &names);
+        graph.order.retain(|m| live.contains(m));
+        graph.drop_model_value_info(&names);
+        graph
+            .added_value_info
+            .retain(|vi| !vi.name.as_deref().is_some_and(|n| names.contains(n)));
         Ok(())
     }
-}
-
-/// The model's value_info entries named in `names` dropped.
-fn drop_value_info(graph: &mut Graph, names: &HashSet<String>) {
-    let mut model: onnx::ModelProto = (*graph.model).clone();
-    if let Some(g) = model.graph.as_mut() {
-        g.value_info
-            .retain(|vi| !vi.name.as_deref().is_some_and(|n| names.contains(n)));
-    }
-    graph.model = std::sync::Arc::new(model);
-    graph.model_decls = Default::default();
-    graph
-        .added_value_info
-        .retain(|vi| !vi.name.as_deref().is_some_and(|n| names.contains(n)));
 }

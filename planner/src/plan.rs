@@ -99,11 +99,7 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
     // With `fold_transposes`, where a plan is needed, every pass plans the graph with its
     // transposed operands folded into their readers, when that lowers the total: zero
     // FLOPs, fewer bytes.
-    let folded = if fits_as_recorded(before, o) {
-        None
-    } else {
-        crate::variants::folded(before, o)?
-    };
+    let folded = crate::variants::folded(before, o)?;
     let base = folded.as_ref().map_or(before, |v| v.analysis());
     // The ladder's rungs are whole percents of the given graph's total, whatever graph the
     // passes plan: a sweep at whole percents then meets its own ceilings among the rungs.

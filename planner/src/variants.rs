@@ -566,9 +566,9 @@ fn guarded(
 /// ([`ckpt_passes::fold::fold_transposes`]: a `Gemm` reads the operand itself and the
 /// transposed copy is never made, at zero FLOPs), verified and analysed, when that lowers the
 /// device total; else `None`. Measured costs belong to the given graph's nodes: then `None`;
-/// so with [`PlanOptions::fold_transposes`] off.
+/// so with [`PlanOptions::fold_transposes`] off, and where the given graph needs no plan.
 pub(crate) fn folded(before: &Analysis, o: &PlanOptions) -> Result<Option<Variant>, PlanError> {
-    if o.costs.is_some() || !o.fold_transposes {
+    if o.costs.is_some() || !o.fold_transposes || fits_as_recorded(before, o) {
         return Ok(None);
     }
     let patch = ckpt_passes::fold::fold_transposes(&before.graph, "transposes folded");
