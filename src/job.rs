@@ -116,8 +116,8 @@ pub struct Job {
     /// ([`ckpt_planner::PlanOptions::pass_steps`]; `--search-steps`).
     pub search_steps: usize,
     /// Fold transposed operands into their readers where a plan is needed
-    /// ([`ckpt_planner::PlanOptions::fold_transposes`]; `--fold-transposes`).
-    pub fold_transposes: bool,
+    /// ([`ckpt_planner::PlanOptions::fold`]; `--fold`).
+    pub fold: bool,
 }
 
 /// Refusal probes of the main job ([`Job::refusal_probes`]).
@@ -141,7 +141,7 @@ impl Job {
             time_limit: Duration::from_secs_f64(args.time_limit),
             refusal_probes: MAIN_JOB_REFUSAL_PROBES,
             search_steps: args.search_steps,
-            fold_transposes: args.fold_transposes,
+            fold: args.fold,
         })
     }
 
@@ -187,7 +187,7 @@ impl Job {
             progress: Some(progress),
             refusal_probes: self.refusal_probes,
             ladder_rungs: ckpt_planner::LADDER_RUNGS,
-            fold_transposes: self.fold_transposes,
+            fold: self.fold,
             max_trials: ckpt_planner::MAX_TRIALS,
             pass_steps: self.search_steps,
         }

@@ -94,6 +94,8 @@ pub enum NodeOrigin {
     Recompute { of: NodeId },
     /// An `Identity` a patch put in front of a node's input ([`crate::patch::Guard`]).
     Guard,
+    /// A `Constant` a patch added ([`crate::patch::NewConstant`]).
+    Constant,
 }
 
 /// An operator application.

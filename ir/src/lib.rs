@@ -54,7 +54,8 @@ pub use import::{
 };
 pub use parse::{parse_graph, ParseError};
 pub use patch::{
-    Applied, Guard, Move, NewNode, NewTensor, Patch, PatchError, Rewire, Substitute, TensorRef,
+    Applied, Guard, Move, NewConstant, NewNode, NewTensor, Patch, PatchError, Rewire, Substitute,
+    TensorRef,
 };
 pub use profile::Profile;
 pub use shape::{Bindings, Dim, Poly, Shape, ShapeError};

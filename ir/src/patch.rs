@@ -17,6 +17,8 @@ use crate::verify::verify;
 pub enum TensorRef {
     Existing(TensorId),
     New(usize),
+    /// The i-th of the patch's new constants ([`NewConstant`]).
+    Constant(usize),
 }
 
 /// A tensor to create, typed like an existing one.
@@ -35,6 +37,17 @@ pub struct NewNode {
     pub inputs: Vec<Option<TensorRef>>,
     pub outputs: Vec<Option<TensorRef>>,
     /// Inserted in file order right before this node (after earlier new nodes with the same anchor).
+    pub before: NodeId,
+}
+
+/// A constant to create: a `Constant` node (ONNX Runtime folds it into an initializer at
+/// load) writing the new tensor `name`, typed by `value`'s element type and dims, placed in
+/// file order right before `before` (ahead of the patch's other nodes there). A substitute's
+/// constant operand is one (the `pads` of a `Pad`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewConstant {
+    pub name: String,
+    pub value: onnx::TensorProto,
     pub before: NodeId,
 }
 
@@ -107,6 +120,8 @@ pub struct Patch {
     pub label: String,
     pub tensors: Vec<NewTensor>,
     pub nodes: Vec<NewNode>,
+    /// Constants to create, added with the new tensors.
+    pub constants: Vec<NewConstant>,
     pub rewires: Vec<Rewire>,
     pub moves: Vec<Move>,
     /// Nodes given another op, applied after the rewires.
@@ -137,6 +152,14 @@ pub enum PatchError {
     NameTaken { label: String, name: String },
     #[error("patch `{label}`: new tensor #{index} does not exist")]
     NoSuchNewTensor { label: String, index: usize },
+    #[error("patch `{label}`: new constant #{index} does not exist")]
+    NoSuchConstant { label: String, index: usize },
+    #[error("patch `{label}`: constant `{name}` cannot be made: {why}")]
+    BadConstant {
+        label: String,
+        name: String,
+        why: String,
+    },
     #[error("patch `{label}`: new tensor `{name}` is produced more than once")]
     Reassigned { label: String, name: String },
     #[error("patch `{label}`: node {node} slot {slot} reads `{actual}`, not `{expected}`")]
@@ -188,6 +211,7 @@ impl Patch {
     pub fn is_empty(&self) -> bool {
         self.tensors.is_empty()
             && self.nodes.is_empty()
+            && self.constants.is_empty()
             && self.rewires.is_empty()
             && self.moves.is_empty()
             && self.substitutes.is_empty()
@@ -215,10 +239,14 @@ impl Patch {
         let mut applied = Applied::default();
         let mut declared = Declared::default();
         applied.tensors = self.add_tensors(graph, &mut declared)?;
+        let constants = self.add_constants(graph)?;
+        applied.tensors.extend(constants.iter().map(|&(t, _)| t));
         let (nodes, new_inserts) = self.add_nodes(graph, &applied.tensors)?;
         applied.nodes = nodes;
         let (moved, move_inserts) = self.move_nodes(graph, &applied.tensors)?;
         place_in_order(graph, new_inserts, move_inserts, &moved);
+        self.place_constants(graph, &constants)?;
+        applied.nodes.extend(constants.iter().map(|&(_, n)| n));
         self.rewire(graph, &applied.tensors)?;
         self.substitute(graph, &applied.tensors)?;
         self.remove(graph)?;
@@ -257,10 +285,17 @@ impl Patch {
     ) -> Result<TensorId, PatchError> {
         match r {
             TensorRef::Existing(t) => Ok(t),
-            TensorRef::New(i) => new_tensors
-                .get(i)
+            TensorRef::New(i) if i < self.tensors.len() => Ok(new_tensors[i]),
+            TensorRef::New(i) => Err(PatchError::NoSuchNewTensor {
+                label: self.label.clone(),
+                index: i,
+            }),
+            // The constants' tensors follow the new tensors in `new_tensors`.
+            TensorRef::Constant(i) => new_tensors
+                .get(self.tensors.len() + i)
+                .filter(|_| i < self.constants.len())
                 .copied()
-                .ok_or(PatchError::NoSuchNewTensor {
+                .ok_or(PatchError::NoSuchConstant {
                     label: self.label.clone(),
                     index: i,
                 }),
@@ -285,7 +320,7 @@ impl Patch {
         graph: &mut Graph,
         new_tensors: &[TensorId],
     ) -> Result<(Vec<NodeId>, Vec<Placement>), PatchError> {
-        let fresh: HashSet<TensorId> = new_tensors.iter().copied().collect();
+        let fresh: HashSet<TensorId> = new_tensors[..self.tensors.len()].iter().copied().collect();
         let mut produced = HashSet::new();
         let mut ids = Vec::with_capacity(self.nodes.len());
         let mut inserts: Vec<Placement> = Vec::new();
@@ -607,6 +642,7 @@ impl fmt::Display for Patch {
         let name = |t: TensorRef| match t {
             TensorRef::Existing(t) => t.to_string(),
             TensorRef::New(i) => format!("new{i}"),
+            TensorRef::Constant(i) => format!("const{i}"),
         };
         crate::text::write_patch(f, self, &name)
     }

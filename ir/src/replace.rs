@@ -1,12 +1,16 @@
 //! The patch steps that change what a node computes: [`Substitute`] gives a node another op,
-//! and a removal takes out a node left unread (with its outputs). Together they fold a
-//! node into its reader (`MatMul(Transpose(a), b)` as one `Gemm` reading `a`).
+//! a [`NewConstant`] is a constant operand for it, and a removal takes out a node left unread
+//! (with its outputs). Together they fold a node into its reader (`MatMul(Transpose(a), b)`
+//! as one `Gemm` reading `a`; a slice's gradient scattered into zeros as one `Pad`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
-use crate::graph::{Graph, ONNX_DOMAIN};
+use crate::dtype::DType;
+use crate::graph::{Graph, Node, NodeOrigin, Tensor, TensorSource, ONNX_DOMAIN};
 use crate::ids::{NodeId, TensorId};
-use crate::patch::{Patch, PatchError, Substitute};
+use crate::onnx;
+use crate::patch::{NewConstant, Patch, PatchError, Substitute};
+use crate::shape::Shape;
 
 /// The nodes in `graph`'s file order, to tell a node a patch may change from an id past the
 /// graph's or a node already removed.
@@ -15,6 +19,115 @@ fn in_order(graph: &Graph) -> HashSet<NodeId> {
 }
 
 impl Patch {
+    /// The constants' tensors and `Constant` nodes, each tensor under a name the graph does
+    /// not hold yet, typed by its value (placed in file order by [`Patch::place_constants`]).
+    pub(crate) fn add_constants(
+        &self,
+        graph: &mut Graph,
+    ) -> Result<Vec<(TensorId, NodeId)>, PatchError> {
+        let mut made = Vec::with_capacity(self.constants.len());
+        for c in &self.constants {
+            let (dtype, shape) = self.constant_type(graph, c)?;
+            let t = graph.add_tensor(Tensor {
+                name: c.name.clone(),
+                dtype: Some(dtype),
+                shape: Some(shape),
+                source: TensorSource::GraphInput, // set by add_node
+                is_output: false,
+                consumers: Vec::new(),
+            });
+            let value = onnx::TensorProto {
+                name: Some(c.name.clone()),
+                ..c.value.clone()
+            };
+            let proto = onnx::NodeProto {
+                name: Some(c.name.clone()),
+                op_type: Some("Constant".into()),
+                attribute: vec![onnx::AttributeProto {
+                    name: Some("value".into()),
+                    r#type: Some(onnx::attribute_proto::AttributeType::Tensor as i32),
+                    t: Some(value),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            };
+            let n = graph.add_node(Node {
+                name: c.name.clone(),
+                domain: ONNX_DOMAIN.to_string(),
+                op_type: "Constant".into(),
+                inputs: Vec::new(),
+                outputs: vec![Some(t)],
+                origin: NodeOrigin::Constant,
+                proto: std::sync::Arc::new(proto),
+                def: Default::default(),
+            });
+            made.push((t, n));
+        }
+        Ok(made)
+    }
+
+    /// `c`'s element type and shape: a new name, a known element type, dims that are not
+    /// negative, and data held in the value itself.
+    fn constant_type(&self, graph: &Graph, c: &NewConstant) -> Result<(DType, Shape), PatchError> {
+        let bad = |why: &str| PatchError::BadConstant {
+            label: self.label.clone(),
+            name: c.name.clone(),
+            why: why.to_string(),
+        };
+        if graph.tensor_id(&c.name).is_some() {
+            return Err(PatchError::NameTaken {
+                label: self.label.clone(),
+                name: c.name.clone(),
+            });
+        }
+        let dtype = c
+            .value
+            .data_type
+            .and_then(DType::from_code)
+            .ok_or_else(|| bad("no known element type"))?;
+        if c.value.dims.iter().any(|&d| d < 0) {
+            return Err(bad("a negative dim"));
+        }
+        if !c.value.external_data.is_empty() {
+            return Err(bad("its data is in another file"));
+        }
+        let dims: Vec<u64> = c.value.dims.iter().map(|&d| d as u64).collect();
+        Ok((dtype, Shape::known(&dims)))
+    }
+
+    /// Each constant's node placed in file order right before its anchor, ahead of whatever
+    /// else the patch put there.
+    pub(crate) fn place_constants(
+        &self,
+        graph: &mut Graph,
+        made: &[(TensorId, NodeId)],
+    ) -> Result<(), PatchError> {
+        if made.is_empty() {
+            return Ok(());
+        }
+        let mut before: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
+        for (c, &(_, n)) in self.constants.iter().zip(made) {
+            before.entry(c.before).or_default().push(n);
+        }
+        let mut order = Vec::with_capacity(graph.order.len() + made.len());
+        for &n in &graph.order {
+            if let Some(ids) = before.remove(&n) {
+                order.extend(ids);
+            }
+            order.push(n);
+        }
+        if let Some((&anchor, _)) = before.iter().next() {
+            let c = self.constants.iter().find(|c| c.before == anchor);
+            return Err(PatchError::BadConstant {
+                label: self.label.clone(),
+                name: c.map_or_else(String::new, |c| c.name.clone()),
+                why: format!("no node {anchor} to place it before"),
+            });
+        }
+        graph.order = order;
+        Ok(())
+    }
+
     /// Each substitute's node given its new op, attributes and inputs.
     pub(crate) fn substitute(
         &self,

@@ -245,10 +245,15 @@ pub fn print_patch(patch: &Patch, graph: &Graph, order: &[NodeId]) -> String {
                 .tensors
                 .get(i)
                 .and_then(|nt| graph.tensor_id(&nt.name)),
+            TensorRef::Constant(i) => patch
+                .constants
+                .get(i)
+                .and_then(|c| graph.tensor_id(&c.name)),
         };
         match (id.and_then(|t| num.get(t)), t) {
             (Some(n), _) => format!("%{n}"),
             (None, TensorRef::New(i)) => format!("new{i}"),
+            (None, TensorRef::Constant(i)) => format!("const{i}"),
             (None, TensorRef::Existing(t)) => format!("%?{t}"),
         }
     };
@@ -272,6 +277,27 @@ pub(crate) fn write_patch(
             name(TensorRef::New(i)),
             t.name,
             name(TensorRef::Existing(t.like))
+        )?;
+    }
+    for (i, c) in patch.constants.iter().enumerate() {
+        let dtype = c
+            .value
+            .data_type
+            .and_then(crate::DType::from_code)
+            .map_or("?", |d| d.name());
+        let dims: Vec<String> = c.value.dims.iter().map(i64::to_string).collect();
+        let values = match crate::ops::decode(&c.value) {
+            Some(crate::ops::ConstData::Ints(v)) => format!("{v:?}"),
+            Some(crate::ops::ConstData::Floats(v)) => format!("{v:?}"),
+            None => "?".to_string(),
+        };
+        writeln!(
+            f,
+            "  constant {} {:?} = {dtype}[{}] {values} before {}",
+            name(TensorRef::Constant(i)),
+            c.name,
+            dims.join(","),
+            c.before
         )?;
     }
     for n in &patch.nodes {

@@ -47,6 +47,7 @@ fn recompute_a(g: &ckpt_ir::Graph, metadata: Vec<(String, String)>) -> Patch {
             to: TensorRef::New(0),
         }],
         moves: vec![],
+        constants: vec![],
         metadata,
         guards: vec![],
         forget_value_info: vec![],
@@ -506,4 +507,117 @@ fn a_removal_of_a_read_node_or_a_substitute_to_an_unknown_op_is_refused() {
         matches!(&e, PatchError::BadSubstitute { node, .. } if *node == matmul),
         "{e}"
     );
+}
+
+/// `y = Neg(x)` with `x: f32[2,3]`.
+fn neg_graph() -> ckpt_ir::Graph {
+    let bytes = ModelBuilder::new(18)
+        .input("x", DType::F32, "2,3")
+        .node("Neg", &["x"], &["y"])
+        .output("y", DType::F32, "2,4")
+        .bytes();
+    import_bytes(bytes.into(), Path::new("t.onnx"), None).unwrap()
+}
+
+/// i64 `values` as a 1-D TensorProto.
+fn ints(values: &[i64]) -> ckpt_ir::onnx::TensorProto {
+    ckpt_ir::onnx::TensorProto {
+        dims: vec![values.len() as i64],
+        data_type: Some(DType::I64.code()),
+        int64_data: values.to_vec(),
+        ..Default::default()
+    }
+}
+
+/// A new constant is a `Constant` node placed before its anchor, its tensor typed by its
+/// value, readable as a constant, printed, exported and imported again; a substitute reads it.
+#[test]
+fn a_constant_is_a_new_constant_node_a_substitute_can_read() {
+    let mut g = neg_graph();
+    let neg = g.nodes()[0];
+    let x = g.tensor_id("x").unwrap();
+    let patch = Patch {
+        constants: vec![ckpt_ir::NewConstant {
+            name: "pads".into(),
+            value: ints(&[0, 0, 0, 1]),
+            before: neg,
+        }],
+        substitutes: vec![ckpt_ir::Substitute {
+            node: neg,
+            op_type: "Pad".into(),
+            attributes: vec![],
+            inputs: vec![Some(TensorRef::Existing(x)), Some(TensorRef::Constant(0))],
+        }],
+        ..Patch::new("pad")
+    };
+    let text = patch.to_string();
+    assert!(
+        text.contains(&format!(
+            "constant const0 \"pads\" = i64[4] [0, 0, 0, 1] before {neg}"
+        )) && text.contains(&format!("substitute {neg} = Pad({x}, const0)")),
+        "{text}"
+    );
+    let applied = patch.apply(&mut g).unwrap();
+    let pads = g.tensor_id("pads").unwrap();
+    assert_eq!(applied.tensors, [pads]);
+    assert_eq!(g.node(g.nodes()[0]).op_type, "Constant");
+    assert_eq!(g.node(g.nodes()[0]).origin, ckpt_ir::NodeOrigin::Constant);
+    assert_eq!(ckpt_ir::type_str(&g, pads), "i64[4]");
+    assert_eq!(ckpt_ir::ops::constant_i64(&g, pads), Some(vec![0, 0, 0, 1]));
+    let again = import_bytes(export_bytes(&g).into(), Path::new("t.onnx"), None).unwrap();
+    assert_eq!(export_bytes(&again), export_bytes(&g));
+    assert!(
+        print_graph(&again).contains("= Pad(%0, %1)"),
+        "{}",
+        print_graph(&again)
+    );
+}
+
+/// A constant under a name the graph holds, with a negative dim or an unknown element type,
+/// before a node that is not there, or a reference past the patch's constants is refused.
+#[test]
+fn a_bad_constant_is_refused_by_name() {
+    let g = neg_graph();
+    let neg = g.nodes()[0];
+    let constant = |name: &str, value, before| Patch {
+        constants: vec![ckpt_ir::NewConstant {
+            name: name.into(),
+            value,
+            before,
+        }],
+        ..Patch::new("c")
+    };
+    let e = constant("x", ints(&[1]), neg).apply(&mut g.clone());
+    assert!(
+        matches!(e, Err(PatchError::NameTaken { ref name, .. }) if name == "x"),
+        "{e:?}"
+    );
+    let mut negative = ints(&[1]);
+    negative.dims = vec![-1];
+    let mut untyped = ints(&[1]);
+    untyped.data_type = Some(0);
+    for (value, before) in [
+        (negative, neg),
+        (untyped, neg),
+        (ints(&[1]), transposed_matmul().nodes()[1]),
+    ] {
+        let e = constant("c", value, before).apply(&mut g.clone());
+        assert!(
+            matches!(e, Err(PatchError::BadConstant { ref name, .. }) if name == "c"),
+            "{e:?}"
+        );
+    }
+    let past = Patch {
+        substitutes: vec![ckpt_ir::Substitute {
+            node: neg,
+            op_type: "Pad".into(),
+            attributes: vec![],
+            inputs: vec![Some(TensorRef::Constant(0))],
+        }],
+        ..Patch::new("past")
+    };
+    assert!(matches!(
+        past.apply(&mut g.clone()),
+        Err(PatchError::NoSuchConstant { index: 0, .. })
+    ));
 }

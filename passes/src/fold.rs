@@ -6,8 +6,11 @@
 //! `MatMul` of the copy, and needs no buffer for the copy
 //! (`scripts/ort_probe/loss_head_probe.py`).
 
+use std::collections::{HashMap, HashSet};
+
 use ckpt_ir::build::attr_i;
-use ckpt_ir::{DType, Graph, NodeId, Patch, Substitute, TensorId, TensorRef};
+use ckpt_ir::ops::kernels::{KernelTable, Provider};
+use ckpt_ir::{DType, Graph, NewConstant, NodeId, Patch, Substitute, TensorId, TensorRef};
 
 /// The folds of `graph` as one patch labelled `label` (empty when there is none): each
 /// MatMul whose operands are 2-D f32 or f64 values, either produced by a 2-D Transpose that
@@ -78,4 +81,301 @@ fn transposed(graph: &Graph, t: TensorId, reader: NodeId) -> Option<(NodeId, Ten
     let source = node.inputs.first().copied().flatten()?;
     let swaps = node.attr_ints("perm").is_none_or(|p| p == [1, 0]);
     (swaps && gemm_operand(graph, source)).then_some((p, source))
+}
+
+/// The folds of `graph` as one patch labelled `label`: the transposed operands
+/// ([`fold_transposes`]) and the scattered slices ([`fold_scattered_slices`]).
+pub fn fold(graph: &Graph, label: &str) -> Patch {
+    let mut patch = fold_transposes(graph, label);
+    let taken: HashSet<NodeId> = patch
+        .substitutes
+        .iter()
+        .map(|s| s.node)
+        .chain(patch.removals.iter().copied())
+        .collect();
+    let slices = fold_scattered_slices(graph, label);
+    let clash = slices
+        .substitutes
+        .iter()
+        .map(|s| s.node)
+        .chain(slices.removals.iter().copied())
+        .any(|n| taken.contains(&n));
+    if !clash {
+        patch.constants.extend(slices.constants);
+        patch.substitutes.extend(slices.substitutes);
+        patch.removals.extend(slices.removals);
+    }
+    patch
+}
+
+/// A slice's gradient as exporters write it (`slice_scatter`): the gradient `x` written into a
+/// table of zeros at a run of consecutive positions along one axis, by a `ScatterND` over the
+/// table's first axis (the axis brought to the front by a `Transpose` of the zeros and of `x`,
+/// and put back by a `Transpose` after, or with no Transposes where it is the first). One
+/// `Pad` of `x` computes the same values bit for bit and needs no buffer besides its output
+/// (`scripts/ort_probe/loss_head_probe.py`: the language-model head's 8.36 MB against 4.20 MB).
+/// The patch substitutes a `Pad` for the node that writes the result, with its `pads` a new
+/// constant, and removes the ScatterND, the Transposes and the zeros each fold leaves unread.
+/// The zeros must be +0.0 (or integer 0) from a `ConstantOfShape` of a constant shape, the
+/// positions a constant `[L, 1]` run `a, a+1, ..., a+L-1` inside the axis, `x` shaped as the
+/// table but `L` along the axis, and ONNX Runtime's CPU `Pad` must take the element type.
+pub fn fold_scattered_slices(graph: &Graph, label: &str) -> Patch {
+    let mut patch = Patch::new(label);
+    let Some(opset) = graph.opset(ckpt_ir::ONNX_DOMAIN).filter(|&v| v >= 11) else {
+        return patch;
+    };
+    let mut folds = Vec::new();
+    for &n in graph.nodes() {
+        if let Some(f) = scattered_slice(graph, n, opset) {
+            folds.push(f);
+        }
+    }
+    // One constant per distinct pads, before the first Pad in file order that reads it.
+    let mut by_pads: HashMap<Vec<i64>, usize> = HashMap::new();
+    let mut removed = HashSet::new();
+    for f in &folds {
+        let c = *by_pads.entry(f.pads.clone()).or_insert_with(|| {
+            let out = f.writer_output(graph);
+            let mut name = format!("{}.pads", graph.tensor(out).name);
+            while graph.tensor_id(&name).is_some() {
+                name.push('_');
+            }
+            patch.constants.push(NewConstant {
+                name,
+                value: i64_tensor(&f.pads),
+                before: f.writer,
+            });
+            patch.constants.len() - 1
+        });
+        patch.substitutes.push(Substitute {
+            node: f.writer,
+            op_type: "Pad".into(),
+            attributes: Vec::new(),
+            inputs: vec![Some(TensorRef::Existing(f.x)), Some(TensorRef::Constant(c))],
+        });
+        removed.extend(f.scatter.iter().copied());
+    }
+    // The Transposes and zeros left unread once every fold is made: a node that becomes a
+    // Pad reads only its `x` then.
+    let kept: HashSet<TensorId> = folds.iter().map(|f| f.x).collect();
+    let mut gone: HashSet<NodeId> = removed.iter().copied().collect();
+    gone.extend(folds.iter().map(|f| f.writer));
+    let candidates: Vec<NodeId> = folds
+        .iter()
+        .flat_map(|f| f.feeders.iter().copied())
+        .collect();
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for &c in &candidates {
+            if !gone.contains(&c) && unread_once(graph, c, &gone, &kept) {
+                removed.insert(c);
+                gone.insert(c);
+                grew = true;
+            }
+        }
+    }
+    let order = graph.file_positions();
+    let mut removals: Vec<NodeId> = removed.into_iter().collect();
+    removals.sort_by_key(|n| std::cmp::Reverse(order[n.index()]));
+    patch.removals = removals;
+    patch
+}
+
+/// One scattered slice to fold: the node whose output the `Pad` writes, the ScatterND when
+/// that is another node, the gradient `x`, the pads, and the nodes feeding the ScatterND that
+/// may be left unread (the Transposes of `x` and of the zeros, the zeros).
+struct ScatteredSlice {
+    writer: NodeId,
+    scatter: Option<NodeId>,
+    x: TensorId,
+    pads: Vec<i64>,
+    feeders: Vec<NodeId>,
+}
+
+impl ScatteredSlice {
+    fn writer_output(&self, graph: &Graph) -> TensorId {
+        graph.node(self.writer).outputs[0].expect("a matched writer has its output")
+    }
+}
+
+/// Whether every output of `n` is read only by nodes in `gone`, is no graph output and none
+/// of the `kept` values a Pad reads.
+fn unread_once(graph: &Graph, n: NodeId, gone: &HashSet<NodeId>, kept: &HashSet<TensorId>) -> bool {
+    graph.node(n).output_tensors().all(|t| {
+        let tensor = graph.tensor(t);
+        !tensor.is_output
+            && !kept.contains(&t)
+            && tensor.consumers().iter().all(|c| gone.contains(c))
+    })
+}
+
+/// The scattered slice whose result node `n` writes (a Transpose back, or the ScatterND).
+fn scattered_slice(graph: &Graph, n: NodeId, opset: i64) -> Option<ScatteredSlice> {
+    let node = graph.node(n);
+    if node.domain != ckpt_ir::ONNX_DOMAIN || node.outputs.len() != 1 {
+        return None;
+    }
+    // The ScatterND, and the permutation the Transpose back undoes (identity without one).
+    let (scatter, back) = match node.op_type.as_str() {
+        "Transpose" => {
+            let s = single_input(graph, n)?;
+            let only = graph.tensor(s);
+            if only.is_output || only.consumers() != [n] {
+                return None;
+            }
+            (only.producer()?, Some(node.attr_ints("perm")?.to_vec()))
+        }
+        "ScatterND" => (n, None),
+        _ => return None,
+    };
+    let s = graph.node(scatter);
+    if s.domain != ckpt_ir::ONNX_DOMAIN
+        || s.op_type != "ScatterND"
+        || s.attr_s("reduction").is_some_and(|r| r != "none")
+    {
+        return None;
+    }
+    let [Some(data), Some(indices), Some(updates)] = s.inputs[..] else {
+        return None;
+    };
+    let (zeros_t, zeros_feeder) = untransposed(graph, data, back.as_deref())?;
+    let (x, x_feeder) = untransposed(graph, updates, back.as_deref())?;
+    let zeros = graph.tensor(zeros_t).producer()?;
+    let table = zero_table(graph, zeros)?;
+    let dtype = graph.tensor(x).dtype?;
+    if graph.tensor(zeros_t).dtype != Some(dtype) || !pad_takes(opset, dtype) {
+        return None;
+    }
+    // The ScatterND writes the first axis of the transposed table: the table's `perm[0]`.
+    let axis = match zeros_feeder {
+        Some(t) => graph.node(t).attr_ints("perm")?.first().copied()?,
+        None => 0,
+    };
+    let axis = usize::try_from(axis).ok().filter(|&a| a < table.len())?;
+    let (start, len) = run_of_positions(graph, indices)?;
+    let x_shape: Vec<u64> = graph
+        .tensor(x)
+        .shape
+        .as_ref()?
+        .dims()
+        .iter()
+        .map(|d| d.known())
+        .collect::<Option<_>>()?;
+    let fits = start + len <= table[axis]
+        && x_shape.len() == table.len()
+        && x_shape
+            .iter()
+            .zip(&table)
+            .enumerate()
+            .all(|(i, (&xd, &td))| if i == axis { xd == len } else { xd == td });
+    if !fits {
+        return None;
+    }
+    let rank = table.len();
+    let mut pads = vec![0i64; 2 * rank];
+    pads[axis] = start as i64;
+    pads[rank + axis] = (table[axis] - start - len) as i64;
+    let feeders = [x_feeder, zeros_feeder, Some(zeros)]
+        .into_iter()
+        .flatten()
+        .collect();
+    Some(ScatteredSlice {
+        writer: n,
+        scatter: (scatter != n).then_some(scatter),
+        x,
+        pads,
+        feeders,
+    })
+}
+
+/// The only input of `n`.
+fn single_input(graph: &Graph, n: NodeId) -> Option<TensorId> {
+    match graph.node(n).inputs[..] {
+        [Some(t)] => Some(t),
+        _ => None,
+    }
+}
+
+/// What `t` is before the Transpose `back` undoes, and that Transpose: with no `back`, `t`
+/// itself; else `t` must be written by a Transpose whose `perm` `back` inverts.
+fn untransposed(
+    graph: &Graph,
+    t: TensorId,
+    back: Option<&[i64]>,
+) -> Option<(TensorId, Option<NodeId>)> {
+    let Some(back) = back else {
+        return Some((t, None));
+    };
+    let p = graph.tensor(t).producer()?;
+    let node = graph.node(p);
+    if node.domain != ckpt_ir::ONNX_DOMAIN || node.op_type != "Transpose" {
+        return None;
+    }
+    let perm = node.attr_ints("perm")?;
+    let inverts = perm.len() == back.len()
+        && perm.iter().enumerate().all(|(i, &p)| {
+            usize::try_from(p)
+                .ok()
+                .and_then(|p| back.get(p))
+                .is_some_and(|&b| b == i as i64)
+        });
+    inverts.then_some((single_input(graph, p)?, Some(p)))
+}
+
+/// The dims of the table of zeros `n` writes: a `ConstantOfShape` of a constant shape whose
+/// value is +0.0 or an integer 0 (absent: f32 +0.0).
+fn zero_table(graph: &Graph, n: NodeId) -> Option<Vec<u64>> {
+    let node = graph.node(n);
+    if node.domain != ckpt_ir::ONNX_DOMAIN || node.op_type != "ConstantOfShape" {
+        return None;
+    }
+    if !node
+        .attr_t("value")
+        .is_none_or(ckpt_ir::ops::is_one_positive_zero)
+    {
+        return None;
+    }
+    let shape = ckpt_ir::ops::constant_i64(graph, single_input(graph, n)?)?;
+    shape.iter().map(|&d| u64::try_from(d).ok()).collect()
+}
+
+/// `(a, L)` when `indices` is a constant `[L, 1]` of `a, a+1, ..., a+L-1`, `a >= 0`, `L >= 1`.
+fn run_of_positions(graph: &Graph, indices: TensorId) -> Option<(u64, u64)> {
+    let shape = graph.tensor(indices).shape.as_ref()?;
+    let dims: Vec<u64> = shape
+        .dims()
+        .iter()
+        .map(|d| d.known())
+        .collect::<Option<_>>()?;
+    if dims.len() != 2 || dims[1] != 1 || dims[0] == 0 {
+        return None;
+    }
+    let v = ckpt_ir::ops::constant_i64(graph, indices)?;
+    let start = *v.first()?;
+    let run = v.len() as u64 == dims[0]
+        && start >= 0
+        && v.iter().enumerate().all(|(i, &p)| p == start + i as i64);
+    run.then_some((start as u64, dims[0]))
+}
+
+/// Whether ONNX Runtime's CPU `Pad` at `opset` takes `dtype` (the op registry's kernel table).
+fn pad_takes(opset: i64, dtype: DType) -> bool {
+    let Some(table) = KernelTable::of(Provider::Cpu, ckpt_ir::ort::ORT_VERSION) else {
+        return false;
+    };
+    let Some(schema) = table.schema(ckpt_ir::ONNX_DOMAIN, "Pad", opset) else {
+        return false;
+    };
+    table.has_kernel_for(ckpt_ir::ONNX_DOMAIN, "Pad", schema.since, &[("T", dtype)])
+}
+
+/// A 1-D i64 tensor of `values`.
+fn i64_tensor(values: &[i64]) -> ckpt_ir::onnx::TensorProto {
+    ckpt_ir::onnx::TensorProto {
+        dims: vec![values.len() as i64],
+        data_type: Some(DType::I64.code()),
+        int64_data: values.to_vec(),
+        ..Default::default()
+    }
 }

@@ -62,6 +62,7 @@ fn recompute_r(g: &ckpt_ir::Graph, rewire_neg: bool) -> Patch {
         forget_value_info: vec![],
         substitutes: vec![],
         removals: vec![],
+        constants: vec![],
     }
 }
 

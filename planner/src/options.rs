@@ -101,10 +101,10 @@ pub struct PlanOptions {
     /// [`crate::plan`]). A plan that fits a tighter ceiling fits this one: the search alone
     /// is not monotone in the ceiling.
     pub ladder_rungs: usize,
-    /// Where a plan is needed, plan the graph with its transposed operands folded into their
-    /// readers when that lowers the device total ([`ckpt_passes::fold`]; off by default, the
-    /// main job's `--fold-transposes`).
-    pub fold_transposes: bool,
+    /// Where a plan is needed, plan the graph with its copies folded away (transposed operands
+    /// into their readers, scattered slices into Pads) when that lowers the device total
+    /// ([`ckpt_passes::fold`]; off by default, the main job's `--fold`).
+    pub fold: bool,
     /// Simulations one search may run ([`MAX_TRIALS`] by default; a variant planned after a
     /// plan is in hand gets [`variant_trials`]).
     pub max_trials: usize,
@@ -133,7 +133,7 @@ impl PlanOptions {
             progress: None,
             refusal_probes: 0,
             ladder_rungs: LADDER_RUNGS,
-            fold_transposes: false,
+            fold: false,
             max_trials: MAX_TRIALS,
             pass_steps: PASS_STEPS,
         }

@@ -330,17 +330,17 @@ impl Rewritten {
     }
 }
 
-/// How `plan` (of a graph with transposes folded first where `folded`, with order moves
+/// How `plan` (of a graph with copies folded first where `folded`, with order moves
 /// first where `lowered`, with reuse guards first where `guarded`) was found, as a reader
 /// says it: `ILP, proven optimal`, `search with the simulator in the loop (no optimality
 /// bound)`, or, for a plan that recomputes nothing, its zero-FLOP moves: `order moves only`,
-/// `folded transposes and reuse guards only`.
+/// `folded copies and reuse guards only`.
 pub fn method_label(plan: &Plan, folded: bool, lowered: bool, guarded: bool) -> String {
     if plan.recompute.iter().any(|&r| r) {
         return plan.info.label();
     }
     let moves: Vec<&str> = [
-        (folded, "folded transposes"),
+        (folded, "folded copies"),
         (lowered, "order moves"),
         (guarded, "reuse guards"),
     ]

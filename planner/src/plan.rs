@@ -96,9 +96,8 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
         pool: Pool::new(o.pass_steps),
         climbs: RefCell::new(None),
     };
-    // With `fold_transposes`, where a plan is needed, every pass plans the graph with its
-    // transposed operands folded into their readers, when that lowers the total: zero
-    // FLOPs, fewer bytes.
+    // With `fold`, where a plan is needed, every pass plans the graph with its copies
+    // folded away, when that lowers the total: zero FLOPs, fewer bytes.
     let folded = crate::variants::folded(before, o)?;
     let base = folded.as_ref().map_or(before, |v| v.analysis());
     // The ladder's rungs are whole percents of the given graph's total, whatever graph the
@@ -484,21 +483,18 @@ output %15 "w2_grad"
         (before, planned, events)
     }
 
-    /// With `fold_transposes`, where a plan is needed, MLP2's three transposed operands are folded into Gemms first,
+    /// With `fold`, where a plan is needed, MLP2's three transposed operands are folded into Gemms first,
     /// said in the trace, and the plan at 80% is the folded graph with its leaves reordered,
     /// nothing recomputed; a plan is not needed at the graph's own total, and nothing is
     /// folded there.
     #[test]
     fn a_plan_folds_transposes_first_where_one_is_needed() {
-        let (before, planned, events) = traced_mlp2(|o| PlanOptions {
-            fold_transposes: true,
-            ..o
-        });
+        let (before, planned, events) = traced_mlp2(|o| PlanOptions { fold: true, ..o });
         let Outcome::Rewritten(r) = planned else {
             panic!("no plan at 80%");
         };
         let first = events[0].clone();
-        let Event::TransposesFolded {
+        let Event::Folded {
             folds,
             total_bytes,
             folded_bytes,
@@ -509,9 +505,9 @@ output %15 "w2_grad"
         assert_eq!((folds, total_bytes), (3, before.ledger.total_bytes));
         assert!(folded_bytes < total_bytes);
         assert!(r.folded && r.counts.added_flops == 0);
-        assert_eq!(r.method_label(), "folded transposes and order moves only");
+        assert_eq!(r.method_label(), "folded copies and order moves only");
         assert!(
-            r.patch_text.starts_with("patch \"transposes folded\""),
+            r.patch_text.starts_with("patch \"copies folded\""),
             "{}",
             r.patch_text
         );
@@ -522,7 +518,7 @@ output %15 "w2_grad"
             .iter()
             .any(|&n| r.after.graph.node(n).op_type == "Transpose"));
         let o = PlanOptions {
-            fold_transposes: true,
+            fold: true,
             ..PlanOptions::new(before.ledger.total_bytes, Default::default())
         };
         assert!(matches!(plan(&before, &o).unwrap(), Outcome::AlreadyFits));
@@ -614,7 +610,7 @@ output %15 "w2_grad"
     /// The kind of an event, for the trace test.
     fn kind(e: &Event) -> &'static str {
         match e {
-            Event::TransposesFolded { .. } => "transposes folded",
+            Event::Folded { .. } => "copies folded",
             Event::LeafMoved { .. } => "leaf moved",
             Event::LeafTrials { .. } => "leaf trials",
             Event::LeafOrderSearched { .. } => "leaf order searched",

@@ -62,9 +62,9 @@ pub enum Event {
     VariantPlanned { result: VariantResult, at: Duration },
     /// The leaves' order climbs have simulated `trials` trials so far.
     LeafTrials { trials: usize },
-    /// `folds` transposed operands were folded into their readers, and every pass plans that
-    /// graph: the device total before and after.
-    TransposesFolded {
+    /// `folds` copies were folded away (transposed operands into their readers, scattered
+    /// slices into Pads), and every pass plans that graph: the device total before and after.
+    Folded {
         folds: usize,
         total_bytes: u64,
         folded_bytes: u64,
@@ -380,13 +380,13 @@ impl fmt::Display for Event {
                 write!(f, "variant planned: {result} (at {} s)", Secs(*at))
             }
             Event::LeafTrials { trials } => write!(f, "leaf order: {trials} trials so far"),
-            Event::TransposesFolded {
+            Event::Folded {
                 folds,
                 total_bytes,
                 folded_bytes,
             } => write!(
                 f,
-                "{folds} transposes folded into their readers: total {total_bytes} -> {folded_bytes}"
+                "{folds} copies folded away: total {total_bytes} -> {folded_bytes}"
             ),
             Event::LeafOrderSearched {
                 arena_bytes,

@@ -562,24 +562,39 @@ fn guarded(
     Ok(out)
 }
 
-/// The given graph with each transposed operand folded into its reader
-/// ([`ckpt_passes::fold::fold_transposes`]: a `Gemm` reads the operand itself and the
-/// transposed copy is never made, at zero FLOPs), verified and analysed, when that lowers the
+/// The given graph with its copies folded away ([`ckpt_passes::fold::fold`]: a `Gemm` reads
+/// a transposed operand itself, a `Pad` writes a slice's gradient, and the copies are never
+/// made, at zero FLOPs), verified and analysed, when that lowers the
 /// device total; else `None`. Measured costs belong to the given graph's nodes: then `None`;
-/// so with [`PlanOptions::fold_transposes`] off, and where the given graph needs no plan.
+/// so with [`PlanOptions::fold`] off, and where the given graph needs no plan.
 pub(crate) fn folded(before: &Analysis, o: &PlanOptions) -> Result<Option<Variant>, PlanError> {
-    if o.costs.is_some() || !o.fold_transposes || fits_as_recorded(before, o) {
+    if o.costs.is_some() || !o.fold || fits_as_recorded(before, o) {
         return Ok(None);
     }
-    let patch = ckpt_passes::fold::fold_transposes(&before.graph, "transposes folded");
-    let Some(analysis) = applied(before, &patch, o)? else {
+    // Every fold, and the transposes' alone where the slices' Pads add constants that may not
+    // pay for themselves: the lower total (the first on a tie).
+    let label = "copies folded";
+    let all = ckpt_passes::fold::fold(&before.graph, label);
+    let mut patches = vec![all];
+    if !patches[0].constants.is_empty() {
+        patches.push(ckpt_passes::fold::fold_transposes(&before.graph, label));
+    }
+    let total = before.ledger.total_bytes;
+    let mut best: Option<(ckpt_ir::Patch, Analysis)> = None;
+    for patch in patches {
+        let Some(analysis) = applied(before, &patch, o)? else {
+            continue;
+        };
+        let lowest = best.as_ref().map_or(total, |(_, a)| a.ledger.total_bytes);
+        if analysis.ledger.total_bytes < lowest {
+            best = Some((patch, analysis));
+        }
+    }
+    let Some((patch, analysis)) = best else {
         return Ok(None);
     };
-    let (total, folded) = (before.ledger.total_bytes, analysis.ledger.total_bytes);
-    if folded >= total {
-        return Ok(None);
-    }
-    o.emit(|| Event::TransposesFolded {
+    let folded = analysis.ledger.total_bytes;
+    o.emit(|| Event::Folded {
         folds: patch.substitutes.len(),
         total_bytes: total,
         folded_bytes: folded,

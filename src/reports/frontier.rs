@@ -54,7 +54,7 @@ fn plan_options(
         time_limit,
         refusal_probes: 0,
         search_steps: ckpt_planner::PASS_STEPS,
-        fold_transposes: false,
+        fold: false,
     };
     job.plan_options(Instant::now(), default_threads(), costs)
 }
@@ -645,14 +645,7 @@ pub fn measure(
         None,
         (dir.clone(), dir),
     );
-    let d = ckpt_validate::memory::measure_device(
-        &plan.method,
-        &model,
-        a.graph.dir(),
-        inputs,
-        &e,
-        (a.device.arena_bytes, a.device.failing_end),
-    )?;
+    let d = ckpt_validate::memory::measure_device(&plan.method, &model, inputs, &e, &e.original)?;
     let bytes = ckpt_ir::export_bytes(&a.graph);
     let t = ckpt_runtime::time_steps(
         ckpt_runtime::Model::new(&plan.method, &bytes).in_dir(a.graph.dir()),

@@ -119,8 +119,8 @@ pub struct MemoryCheck {
     pub profile: String,
     pub steps: u32,
     pub ceiling_bytes: Option<u64>,
-    /// Bytes the caller feeds and holds outside the arena (ledger: parameters, data, declared
-    /// optimizer state).
+    /// Bytes beside the rewritten graph's arena (its ledger: what the caller feeds and holds,
+    /// constants, what loading reserves).
     pub fixed_bytes: u64,
     /// Largest allowed |relative error| of a prediction.
     pub tolerance: f64,
@@ -141,17 +141,16 @@ pub const MEMORY_TOLERANCE: f64 = 0.01;
 pub fn measure_device(
     label: &str,
     model: &onnx::ModelProto,
-    dir: Option<&std::path::Path>,
     inputs: &[HostTensor],
     e: &MemoryExpectation,
-    (predicted_arena_bytes, failing_end): (u64, u64),
+    side: &Expected,
 ) -> Result<DeviceMemory> {
     let need = if needs_training_runtime(model) {
-        need_on_training_runtime(label, model, inputs, e, predicted_arena_bytes)?
+        need_on_training_runtime(label, model, inputs, e, side)?
     } else {
-        need_on_ort(label, model, dir, inputs, e, failing_end)?
+        need_on_ort(label, model, inputs, e, side)?
     };
-    Ok(need.against(e, predicted_arena_bytes))
+    Ok(need.against(side))
 }
 
 /// What one graph was measured to need under the profile.
@@ -170,11 +169,12 @@ struct Need {
 
 impl Need {
     /// The measurement beside the prediction.
-    fn against(self, e: &MemoryExpectation, predicted_arena_bytes: u64) -> DeviceMemory {
+    fn against(self, side: &Expected) -> DeviceMemory {
+        let predicted_arena_bytes = side.arena_bytes;
         DeviceMemory {
-            predicted_total_bytes: e.fixed_bytes + predicted_arena_bytes,
-            measured_total_bytes: e.outside_arena_bytes() + self.load_bytes + self.arena_bytes,
-            predicted_load_bytes: e.load_bytes,
+            predicted_total_bytes: side.fixed_bytes + predicted_arena_bytes,
+            measured_total_bytes: side.outside_arena_bytes() + self.load_bytes + self.arena_bytes,
+            predicted_load_bytes: side.load_bytes,
             measured_load_bytes: self.load_bytes,
             predicted_arena_bytes,
             measured_arena_bytes: self.arena_bytes,
@@ -193,14 +193,14 @@ impl Need {
 fn need_on_ort(
     label: &str,
     model: &onnx::ModelProto,
-    dir: Option<&std::path::Path>,
     inputs: &[HostTensor],
     e: &MemoryExpectation,
-    failing_end: u64,
+    side: &Expected,
 ) -> Result<Need> {
+    let (dir, failing_end) = (side.dir.as_deref(), side.failing_end);
     let profile = &e.profile;
     let cfg = &session_config(profile);
-    let arena_budget = e.arena_budget();
+    let arena_budget = e.arena_budget(side);
     let bytes = ort_ready(model, dir).encode_to_vec();
     let steps = profile.steps as usize;
     let hold = profile.caller_outputs == ckpt_ir::profile::CallerOutputs::Held;
@@ -219,7 +219,7 @@ fn need_on_ort(
             cfg,
             steps,
             hold,
-            e.load_bytes,
+            side.load_bytes,
             budget,
         )?),
         None => None,
@@ -241,8 +241,9 @@ fn need_on_training_runtime(
     model: &onnx::ModelProto,
     inputs: &[HostTensor],
     e: &MemoryExpectation,
-    predicted_arena_bytes: u64,
+    side: &Expected,
 ) -> Result<Need> {
+    let predicted_arena_bytes = side.arena_bytes;
     let cfg = session_config(&e.profile);
     let steps = e.profile.steps as usize;
     let hold = e.profile.caller_outputs == ckpt_ir::profile::CallerOutputs::Held;
@@ -255,9 +256,9 @@ fn need_on_training_runtime(
             label: label.to_string(),
             source,
         })?;
-    let budget = e.arena_budget();
+    let budget = e.arena_budget(side);
     let runs_under_ceiling = match budget {
-        Some(b) => Some(runner.runs_under(&staged, &cfg, steps, hold, e.load_bytes, b)?),
+        Some(b) => Some(runner.runs_under(&staged, &cfg, steps, hold, side.load_bytes, b)?),
         None => None,
     };
     Ok(Need {
@@ -270,26 +271,50 @@ fn need_on_training_runtime(
     })
 }
 
-/// Predictions of both graphs' arena need under the profile, and the ceiling, for
+/// Predictions of both graphs' device bytes under the profile, and the ceiling, for
 /// [`check_memory`].
 #[derive(Clone, Debug)]
 pub struct MemoryExpectation {
     pub profile: ckpt_ir::Profile,
+    pub ceiling_bytes: Option<u64>,
+    pub original: Expected,
+    pub rewritten: Expected,
+}
+
+/// What one graph's analysis predicts: its ledger's bytes beside the arena (a rewrite that
+/// folds copies away drops constants and adds its own), the arena, and where the bisection
+/// starts.
+#[derive(Clone, Debug)]
+pub struct Expected {
     /// The ledger's bytes beside the steps' arena ([`ckpt_passes::ledger::Ledger::fixed_bytes`]).
     pub fixed_bytes: u64,
     /// Of those, what loading takes from the arena ([`ckpt_passes::ledger::Ledger::load_bytes`]).
     pub load_bytes: u64,
-    pub original_arena_bytes: u64,
-    pub rewritten_arena_bytes: u64,
-    /// The failing ends the predictions' bisections started from
-    /// ([`ckpt_passes::device::failing_end`]): ONNX Runtime's start there too.
-    pub original_failing_end: u64,
-    pub rewritten_failing_end: u64,
-    pub ceiling_bytes: Option<u64>,
-    /// The directory the original's external data resolves against.
-    pub original_dir: Option<std::path::PathBuf>,
-    /// The directory the rewritten graph's external data resolves against.
-    pub rewritten_dir: Option<std::path::PathBuf>,
+    /// The steps' arena need.
+    pub arena_bytes: u64,
+    /// The failing end the prediction's bisection started from
+    /// ([`ckpt_passes::device::failing_end`]): ONNX Runtime's starts there too.
+    pub failing_end: u64,
+    /// The directory the graph's external data resolves against.
+    pub dir: Option<std::path::PathBuf>,
+}
+
+impl Expected {
+    /// What `a` predicts, its external data in `dir`.
+    pub fn of(a: &ckpt_planner::Analysis, dir: Option<std::path::PathBuf>) -> Expected {
+        Expected {
+            fixed_bytes: a.ledger.fixed_bytes,
+            load_bytes: a.ledger.load_bytes,
+            arena_bytes: a.device.arena_bytes,
+            failing_end: a.device.failing_end,
+            dir,
+        }
+    }
+
+    /// What is held outside the arena's cap: the caller's bytes and constants outside it.
+    pub fn outside_arena_bytes(&self) -> u64 {
+        self.fixed_bytes.saturating_sub(self.load_bytes)
+    }
 }
 
 impl MemoryExpectation {
@@ -303,27 +328,17 @@ impl MemoryExpectation {
     ) -> MemoryExpectation {
         MemoryExpectation {
             profile: profile.clone(),
-            fixed_bytes: original.ledger.fixed_bytes,
-            load_bytes: original.ledger.load_bytes,
-            original_arena_bytes: original.device.arena_bytes,
-            rewritten_arena_bytes: rewritten.device.arena_bytes,
-            original_failing_end: original.device.failing_end,
-            rewritten_failing_end: rewritten.device.failing_end,
             ceiling_bytes,
-            original_dir,
-            rewritten_dir,
+            original: Expected::of(original, original_dir),
+            rewritten: Expected::of(rewritten, rewritten_dir),
         }
     }
 
-    /// What is held outside the arena's cap: the caller's bytes and constants outside it.
-    pub fn outside_arena_bytes(&self) -> u64 {
-        self.fixed_bytes.saturating_sub(self.load_bytes)
-    }
-
-    /// The steps' share of the ceiling: the ceiling less everything beside the steps' arena.
-    pub fn arena_budget(&self) -> Option<u64> {
+    /// A graph's share of the ceiling for its steps: the ceiling less everything beside its
+    /// steps' arena.
+    pub fn arena_budget(&self, side: &Expected) -> Option<u64> {
         self.ceiling_bytes
-            .map(|c| c.saturating_sub(self.fixed_bytes))
+            .map(|c| c.saturating_sub(side.fixed_bytes))
     }
 }
 
@@ -336,23 +351,9 @@ pub fn check_memory(
     inputs: &[HostTensor],
     e: &MemoryExpectation,
 ) -> Result<MemoryCheck> {
-    let budget = e.arena_budget();
-    let o = measure_device(
-        "original",
-        original,
-        e.original_dir.as_deref(),
-        inputs,
-        e,
-        (e.original_arena_bytes, e.original_failing_end),
-    )?;
-    let r = measure_device(
-        "rewritten",
-        rewritten,
-        e.rewritten_dir.as_deref(),
-        inputs,
-        e,
-        (e.rewritten_arena_bytes, e.rewritten_failing_end),
-    )?;
+    let budget = e.arena_budget(&e.rewritten);
+    let o = measure_device("original", original, inputs, e, &e.original)?;
+    let r = measure_device("rewritten", rewritten, inputs, e, &e.rewritten)?;
     let mut failures = Vec::new();
     if let Some(c) = e.ceiling_bytes {
         if r.measured_total_bytes > c {
@@ -366,7 +367,7 @@ pub fn check_memory(
                 "the rewritten graph does not run {} steps in an arena capped at {} B (the ceiling less {} B fed by the caller)",
                 e.profile.steps,
                 budget.unwrap_or(0),
-                e.fixed_bytes
+                e.rewritten.fixed_bytes
             ));
         }
     }
@@ -385,7 +386,7 @@ pub fn check_memory(
         profile: e.profile.describe(),
         steps: e.profile.steps,
         ceiling_bytes: e.ceiling_bytes,
-        fixed_bytes: e.fixed_bytes,
+        fixed_bytes: e.rewritten.fixed_bytes,
         tolerance: MEMORY_TOLERANCE,
         original: o,
         rewritten: r,

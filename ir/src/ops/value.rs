@@ -141,6 +141,17 @@ pub(crate) fn decode(t: &onnx::TensorProto) -> Option<ConstData> {
     }
 }
 
+/// Whether `t` holds one element that is an integer 0 or a float +0.0 (the sign bit clear):
+/// what every element of a `ConstantOfShape` of value `t` is bit for bit the same as a
+/// zero-filled buffer.
+pub fn is_one_positive_zero(t: &onnx::TensorProto) -> bool {
+    match decode(t) {
+        Some(ConstData::Ints(v)) => v == [0],
+        Some(ConstData::Floats(v)) => v.len() == 1 && v[0] == 0.0 && v[0].is_sign_positive(),
+        None => false,
+    }
+}
+
 /// The TensorProto an initializer named `name` was imported from.
 pub(crate) fn initializer_proto<'a>(graph: &'a Graph, name: &str) -> Option<&'a onnx::TensorProto> {
     graph
