@@ -316,7 +316,7 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
         time_limit: Duration::from_secs_f64(time_limit),
         refusal_probes: 0,
         search_steps: ckpt_planner::PASS_STEPS,
-        fold: false,
+        fold: true,
     };
     let diagnostics = std::env::var_os("SCALE_BENCH_ILP").is_some()
         || std::env::var_os("SCALE_BENCH_PROBE").is_some();

@@ -44,7 +44,7 @@ fn main() -> Result<()> {
             time_limit: Duration::from_secs(120),
             refusal_probes: 0,
             search_steps: ckpt_planner::PASS_STEPS,
-            fold: false,
+            fold: true,
         };
         let t = Instant::now();
         let before = analyse(graph.clone(), &options)?;

@@ -115,8 +115,8 @@ pub struct Job {
     /// Schedule steps the plan's searches may simulate in all
     /// ([`ckpt_planner::PlanOptions::pass_steps`]; `--search-steps`).
     pub search_steps: usize,
-    /// Fold transposed operands into their readers where a plan is needed
-    /// ([`ckpt_planner::PlanOptions::fold`]; `--fold`).
+    /// Also plan the graph with its copies folded away where a plan is needed
+    /// ([`ckpt_planner::PlanOptions::fold`]; `--fold`, on by default).
     pub fold: bool,
 }
 
@@ -141,7 +141,7 @@ impl Job {
             time_limit: Duration::from_secs_f64(args.time_limit),
             refusal_probes: MAIN_JOB_REFUSAL_PROBES,
             search_steps: args.search_steps,
-            fold: args.fold,
+            fold: args.fold == "on",
         })
     }
 

@@ -1,10 +1,10 @@
-//! Copies folded away, on ONNX Runtime: with `--fold`, the main job's first zero-FLOP move
-//! where a plan is needed (`ckpt_passes::fold`, `ckpt_planner::plan`): transposed operands
-//! into their readers, scattered slices into Pads.
+//! Copies folded away, on ONNX Runtime: where a plan is needed the main job also plans the
+//! graph with its copies folded (`--fold on`, the default; `ckpt_passes::fold`,
+//! `ckpt_planner::plan`): transposed operands into their readers, scattered slices into Pads.
 
 mod common;
 
-/// With `--fold`, GPT-2 at 97.5% of its footprint fits by the fold alone: its 18 weight
+/// GPT-2 at 97.5% of its footprint fits by the fold alone: its 18 weight
 /// gradients read their operands untransposed through Gemm and the loss head's slice gradient
 /// is one Pad (2,742,272 B -> 2,594,616 B, -5.38%), nothing recomputed, every output bitwise
 /// equal and the device total measured to the byte.
@@ -13,7 +13,7 @@ fn folded_copies_alone_fit_gpt2_at_97_5_percent_bitwise() {
     let model = common::root().join("tests/fixtures/gpt2_d0_aot.onnx");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.onnx");
-    let r = common::validated_run(&model, "97.5%", &out, &["--fold"]);
+    let r = common::validated_run(&model, "97.5%", &out, &[]);
     let (_, measured, predicted) = common::assert_validated_rewrite(&r, "gpt2_d0_aot 97.5%");
     assert_eq!(measured, predicted, "measured against predicted");
     assert_eq!(
@@ -44,7 +44,7 @@ fn folded_copies_alone_fit_gpt2_at_97_5_percent_bitwise() {
     assert_eq!((ops("ScatterND"), ops("Pad")), (1, 1));
 }
 
-/// With `--fold`, the Llama's rotary gradients (eight slices scattered into zeros through
+/// The Llama's rotary gradients (eight slices scattered into zeros through
 /// Transposes) are Pads reading two shared pads constants; every output bitwise equal, the
 /// device total measured to the byte.
 #[test]
@@ -52,7 +52,7 @@ fn the_llamas_rotary_gradients_are_pads_bitwise() {
     let model = common::root().join("tests/fixtures/llama_d0_makefx.onnx");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.onnx");
-    let extra = ["--fold", "--int-range", "attention_mask=0:2"];
+    let extra = ["--int-range", "attention_mask=0:2"];
     let r = common::validated_run(&model, "97%", &out, &extra);
     let (_, measured, predicted) = common::assert_validated_rewrite(&r, "llama_d0_makefx 97%");
     assert_eq!(measured, predicted, "measured against predicted");

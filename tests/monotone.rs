@@ -18,12 +18,12 @@ const CEILINGS: [u64; 10] = [90, 88, 86, 84, 82, 80, 78, 76, 74, 72];
 
 /// The main job's plan at `pct`% of `model`'s total: (ceiling, added FLOPs, device total), or
 /// `None` where it refuses (exit 2). Room to finish: the time limit stops nothing.
-fn main_job(model: &Path, pct: u64) -> Option<(u64, u64, u64)> {
+fn main_job(model: &Path, pct: u64, extra: &[&str]) -> Option<(u64, u64, u64)> {
     let dir = tempfile::tempdir().unwrap();
     let receipt = dir.path().join("r.json");
     let ceiling = format!("{pct}%");
     let out = dir.path().join("out.onnx");
-    let o = run(&[
+    let mut args = vec![
         path_str(model),
         "--ceiling",
         &ceiling,
@@ -33,7 +33,9 @@ fn main_job(model: &Path, pct: u64) -> Option<(u64, u64, u64)> {
         path_str(&out),
         "--receipt",
         path_str(&receipt),
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let o = run(&args);
     match o.status.code() {
         Some(0) => {}
         Some(2) => return None,
@@ -71,27 +73,44 @@ fn main_job(model: &Path, pct: u64) -> Option<(u64, u64, u64)> {
     ))
 }
 
-/// The main job's plans at [`CEILINGS`] on `name`, once per test binary.
-fn swept(name: &str) -> &'static [Option<(u64, u64, u64)>] {
-    static GPT2: OnceLock<Vec<Option<(u64, u64, u64)>>> = OnceLock::new();
-    static BERT: OnceLock<Vec<Option<(u64, u64, u64)>>> = OnceLock::new();
-    let cell = match name {
-        "gpt2_d0_aot" => &GPT2,
-        "bert_d01_aot" => &BERT,
+/// The main job's plans at [`CEILINGS`] on `name` (with `--fold off` unless `fold`), once per
+/// test binary.
+fn swept(name: &str, fold: bool) -> &'static [Option<(u64, u64, u64)>] {
+    type Sweep = OnceLock<Vec<Option<(u64, u64, u64)>>>;
+    static GPT2: Sweep = OnceLock::new();
+    static GPT2_FOLDED: Sweep = OnceLock::new();
+    static BERT: Sweep = OnceLock::new();
+    let cell = match (name, fold) {
+        ("gpt2_d0_aot", false) => &GPT2,
+        ("gpt2_d0_aot", true) => &GPT2_FOLDED,
+        ("bert_d01_aot", true) => &BERT,
         _ => panic!("no sweep of {name}"),
     };
+    let extra: &[&str] = if fold { &[] } else { &["--fold", "off"] };
     cell.get_or_init(|| {
         let model = root().join("tests/fixtures").join(format!("{name}.onnx"));
-        CEILINGS.iter().map(|&pct| main_job(&model, pct)).collect()
+        CEILINGS
+            .iter()
+            .map(|&pct| main_job(&model, pct, extra))
+            .collect()
     })
 }
 
 /// Over the sweep, every plan fits its ceiling, a refusal comes only below every plan, and
-/// the FLOPs added never rise as the ceiling rises.
+/// the FLOPs added never rise as the ceiling rises; on GPT-2 also with `--fold off`.
 #[test]
 fn added_flops_never_rise_with_the_ceiling() {
-    for name in ["gpt2_d0_aot", "bert_d01_aot"] {
-        let plans = swept(name);
+    for (name, fold) in [
+        ("gpt2_d0_aot", true),
+        ("bert_d01_aot", true),
+        ("gpt2_d0_aot", false),
+    ] {
+        let plans = swept(name, fold);
+        let name = if fold {
+            name.to_string()
+        } else {
+            format!("{name} --fold off")
+        };
         let mut looser: Option<u64> = None;
         let mut refused = false;
         for (&pct, planned) in CEILINGS.iter().zip(plans) {
@@ -140,7 +159,7 @@ fn no_frontier_point_is_dominated_by_a_main_job_plan() {
             .unwrap();
     let points = f["points"].as_array().unwrap();
     assert_eq!(points.len(), 4, "{f}");
-    let plans: Vec<(u64, u64, u64)> = swept(name).iter().flatten().copied().collect();
+    let plans: Vec<(u64, u64, u64)> = swept(name, true).iter().flatten().copied().collect();
     for p in points {
         let ceiling = p["ceiling_bytes"].as_u64().unwrap();
         let flops = p["added_flops"].as_u64().unwrap();

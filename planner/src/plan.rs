@@ -73,6 +73,11 @@ const LADDER_PATIENCE: usize = 3;
 /// A plan that adds anything is planned again at `o.ladder_rungs` tighter ceilings (the
 /// module doc); a refusal is probed `o.refusal_probes` times ([`PlanOptions::refusal_probes`]).
 ///
+/// With [`PlanOptions::fold`], where a plan is needed and folding the graph's copies away
+/// lowers its total ([`crate::variants::folded`]), all of this is done first on the folded
+/// graph, then on the given one, and the cheaper plan is kept (the folded one on a tie, and
+/// without planning the given graph where it adds nothing).
+///
 /// Where the profile holds its steps in one region ([`ckpt_ir::Profile::arena_bound`]), the
 /// ceiling planned to is at most what the caller feeds plus that region, so the profile the
 /// plan records is offered whatever the plan turns out to be.
@@ -92,28 +97,69 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
     } else {
         o
     };
+    // With `fold`, where a plan is needed, the graph with its copies folded away (zero FLOPs,
+    // fewer bytes) is planned first, then the graph as given, each with the steps a pass may
+    // simulate: a lower total is not always a cheaper plan, so the cheaper of the two plans
+    // wins (the folded one on a tie; a folded plan adding nothing without planning the other). The ladder's rungs are whole percents of the given
+    // graph's total whatever graph the passes plan: a sweep at whole percents then meets its
+    // own ceilings among the rungs.
+    let folded = crate::variants::folded(before, o)?;
+    let total = before.ledger.total_bytes;
+    let on_folded = match &folded {
+        Some(v) => Some(v.based(passes(v.analysis(), total, o)?, o)?),
+        None => None,
+    };
+    let outcome = match on_folded {
+        // A folded plan that adds nothing is kept: no plan of the given graph adds less.
+        Some(Outcome::Rewritten(r)) if r.added_cost(&before.graph, o) == 0 => Outcome::Rewritten(r),
+        Some(f) => cheaper(f, passes(before, total, o)?, &before.graph, o),
+        None => passes(before, total, o)?,
+    };
+    Ok(match outcome {
+        Outcome::CannotFit(d) => Outcome::CannotFit(d.worded(&before.ledger, o)),
+        planned => planned,
+    })
+}
+
+/// [`planned`] on `base` with a pass of its own (`o.pass_steps` schedule steps), and the
+/// steps it spent, traced.
+fn passes(base: &Analysis, given_total: u64, o: &PlanOptions) -> Result<Outcome, PlanError> {
     let pass = Pass {
         pool: Pool::new(o.pass_steps),
         climbs: RefCell::new(None),
     };
-    // With `fold`, where a plan is needed, every pass plans the graph with its copies
-    // folded away, when that lowers the total: zero FLOPs, fewer bytes.
-    let folded = crate::variants::folded(before, o)?;
-    let base = folded.as_ref().map_or(before, |v| v.analysis());
-    // The ladder's rungs are whole percents of the given graph's total, whatever graph the
-    // passes plan: a sweep at whole percents then meets its own ceilings among the rungs.
-    let outcome = planned(base, before.ledger.total_bytes, o, &pass);
+    let outcome = planned(base, given_total, o, &pass);
     o.emit(|| Event::StepsSpent {
         spent: o.pass_steps - pass.pool.left(),
         of: o.pass_steps,
     });
-    Ok(match outcome? {
-        Outcome::CannotFit(d) => Outcome::CannotFit(d.worded(&before.ledger, o)),
-        planned => match &folded {
-            Some(v) => v.based(planned, o)?,
-            None => planned,
-        },
-    })
+    outcome
+}
+
+/// The cheaper of two outcomes for the same ceiling (`first` on a tie): a plan over a
+/// refusal, of two plans the one adding less (then the lower total), of two refusals the one
+/// with the lower reachable total; a graph that fits as it is over either.
+fn cheaper(first: Outcome, second: Outcome, given: &ckpt_ir::Graph, o: &PlanOptions) -> Outcome {
+    match (first, second) {
+        (Outcome::AlreadyFits, _) | (_, Outcome::AlreadyFits) => Outcome::AlreadyFits,
+        (Outcome::Rewritten(a), Outcome::Rewritten(b)) => {
+            let key = |r: &Rewritten| (r.added_cost(given, o), r.after.ledger.total_bytes);
+            if key(&b) < key(&a) {
+                Outcome::Rewritten(b)
+            } else {
+                Outcome::Rewritten(a)
+            }
+        }
+        (Outcome::Rewritten(a), Outcome::CannotFit(_)) => Outcome::Rewritten(a),
+        (Outcome::CannotFit(_), Outcome::Rewritten(b)) => Outcome::Rewritten(b),
+        (Outcome::CannotFit(a), Outcome::CannotFit(b)) => {
+            if b.lowest_reachable_total_bytes < a.lowest_reachable_total_bytes {
+                Outcome::CannotFit(b)
+            } else {
+                Outcome::CannotFit(a)
+            }
+        }
+    }
 }
 
 /// What one [`plan`] call's passes share: the schedule steps its searches may still

@@ -37,7 +37,8 @@ use ckpt_planner::{default_threads, step_flops, AnalyseOptions, Analysis};
 use ckpt_validate::measured_cost::NodeCosts;
 
 /// The planner's options for the frontier's plans at `ceiling` (no reserve, no refusal
-/// probes, the main job's search steps), costing recompute by measured node times where
+/// probes, the main job's search steps, its copies folded as the main job's default
+/// `--fold on` folds them), costing recompute by measured node times where
 /// `costs` are given (the main job's `--cost profile`); the time limit counts from now.
 fn plan_options(
     options: &AnalyseOptions,
@@ -54,7 +55,7 @@ fn plan_options(
         time_limit,
         refusal_probes: 0,
         search_steps: ckpt_planner::PASS_STEPS,
-        fold: false,
+        fold: true,
     };
     job.plan_options(Instant::now(), default_threads(), costs)
 }

@@ -219,7 +219,7 @@ pub fn plan_job(path: &Path, ceiling: u64, time_limit_secs: u64) -> ckpt_opt::jo
         time_limit: std::time::Duration::from_secs(time_limit_secs),
         refusal_probes: 0,
         search_steps: ckpt_planner::PASS_STEPS,
-        fold: false,
+        fold: true,
     }
 }
 
