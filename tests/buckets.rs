@@ -45,7 +45,7 @@ fn buckets(
 fn only_over_ceiling_buckets_are_planned_and_cost_less_than_blanket() {
     let dir = tempfile::tempdir().unwrap();
     let trace = root().join("examples/trace.csv");
-    let (r, manifest) = buckets(&trace, "3500000", dir.path(), &[]);
+    let (r, manifest) = buckets(&trace, "3380000", dir.path(), &[]);
     let bs = r["buckets"].as_array().unwrap();
     assert_eq!(bs.len(), 4, "p50, p90, p99, max: {r}");
     let share: f64 = bs.iter().map(|b| b["share"].as_f64().unwrap()).sum();
@@ -202,7 +202,7 @@ fn a_manifest_of_one_model_per_bucket_plans_the_tail_only() {
         "--trace",
         path_str(&trace),
         "--ceiling",
-        "3600000",
+        "3400000",
         "--out",
         path_str(&out),
         "--time-limit",

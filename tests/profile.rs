@@ -223,8 +223,12 @@ fn output_records_its_profile_and_validation_fails_over_the_ceiling() {
         recorded.arena_extend_strategy,
         ExtendStrategy::SameAsRequested
     );
-    // The arena budget is recorded as bytes: the ceiling less what the caller feeds.
-    let fixed = v["ledger"]["fixed_bytes"].as_u64().unwrap();
+    // The arena budget is recorded as bytes: the ceiling less what the written graph holds
+    // beside its arena (its copies folded: a constant fewer and the Pad's one more).
+    let written = run(&["inspect", path_str(&out), "--json"]);
+    let w: serde_json::Value = serde_json::from_str(&stdout(&written)).unwrap();
+    let fixed = w["ledger"]["fixed_bytes"].as_u64().unwrap();
+    assert_ne!(fixed, v["ledger"]["fixed_bytes"].as_u64().unwrap());
     let budget = c.parse::<u64>().unwrap() - fixed;
     assert_eq!(
         recorded,

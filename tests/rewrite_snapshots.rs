@@ -9,8 +9,13 @@ use ckpt_opt::job::Job;
 use ckpt_planner::Outcome;
 use common::*;
 
+/// The main job with `--fold off`: the snapshots pin the recompute's rewrite of the graph as
+/// given (the folds have their own tests: `tests/fold.rs`, `passes/tests/fold*.rs`).
 fn job(path: &std::path::Path, ceiling: u64) -> Job {
-    plan_job(path, ceiling, 120)
+    Job {
+        fold: false,
+        ..plan_job(path, ceiling, 120)
+    }
 }
 
 /// The std fixture `name` planned at `pct`% of its predicted total: a rewrite fits the
