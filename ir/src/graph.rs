@@ -388,10 +388,10 @@ impl Graph {
         &self.outputs
     }
 
-    /// Initializers, in tensor order.
+    /// Initializers, in tensor order (not those a patch removed).
     pub fn initializers(&self) -> impl Iterator<Item = TensorId> + '_ {
         self.tensor_ids()
-            .filter(|&t| self.tensor(t).is_initializer())
+            .filter(|&t| self.tensor(t).is_initializer() && !self.is_removed(t))
     }
 
     /// Nodes that consume an output of `n` (once each, ordered by id).
@@ -514,6 +514,16 @@ impl Graph {
         }
         self.model = std::sync::Arc::new(model);
         self.model_decls = Default::default();
+    }
+
+    /// The model's initializers named in `names` dropped (constants a removal left unread).
+    pub(crate) fn drop_model_initializers(&mut self, names: &std::collections::HashSet<String>) {
+        let mut model = (*self.model).clone();
+        if let Some(g) = model.graph.as_mut() {
+            g.initializer
+                .retain(|i| !i.name.as_deref().is_some_and(|n| names.contains(n)));
+        }
+        self.model = std::sync::Arc::new(model);
     }
 
     /// Record that `consumer` reads `t` (edge from its producer, consumer list).

@@ -180,13 +180,16 @@ impl Patch {
     }
 
     /// Each removal's node taken out of the graph with its outputs, which must be unread and
-    /// not graph outputs; their value_info entries are dropped from the model.
+    /// not graph outputs; their value_info entries are dropped from the model, and so are the
+    /// initializers only removed nodes read (not one the caller may override: that is a graph
+    /// input too).
     pub(crate) fn remove(&self, graph: &mut Graph) -> Result<(), PatchError> {
         if self.removals.is_empty() {
             return Ok(());
         }
         let mut live = in_order(graph);
         let mut names = HashSet::new();
+        let mut read: Vec<TensorId> = Vec::new();
         for &n in &self.removals {
             let bad = |why: String| PatchError::BadRemoval {
                 label: self.label.clone(),
@@ -203,6 +206,7 @@ impl Patch {
                     return Err(bad(format!("its output `{}` is still read", tensor.name)));
                 }
             }
+            read.extend(graph.node(n).input_tensors());
             graph.set_inputs(n, Vec::new());
             for t in outputs {
                 names.insert(graph.tensor(t).name.clone());
@@ -210,6 +214,25 @@ impl Patch {
             }
         }
         graph.order.retain(|m| live.contains(m));
+        let mut constants = HashSet::new();
+        for t in read {
+            let tensor = graph.tensor(t);
+            let own = matches!(
+                tensor.source,
+                TensorSource::Initializer {
+                    overridable: false,
+                    ..
+                }
+            );
+            if own && !tensor.is_output && tensor.consumers().is_empty() {
+                constants.insert(tensor.name.clone());
+                graph.removed.insert(t);
+            }
+        }
+        if !constants.is_empty() {
+            graph.drop_model_initializers(&constants);
+            names.extend(constants);
+        }
         graph.drop_model_value_info(&names);
         graph
             .added_value_info

@@ -621,3 +621,42 @@ fn a_bad_constant_is_refused_by_name() {
         Err(PatchError::NoSuchConstant { index: 0, .. })
     ));
 }
+
+/// A removal takes with it the initializers only removed nodes read, out of the file too; an
+/// initializer the caller may override (a graph input as well) stays.
+#[test]
+fn a_removal_drops_the_constants_only_it_read() {
+    let bytes = ModelBuilder::new(18)
+        .input("x", DType::F32, "2,3")
+        .input("k", DType::I64, "1")
+        .init_i64("s", &[1], &[6])
+        .init_i64("k", &[1], &[6])
+        .node("Reshape", &["x", "s"], &["r1"])
+        .node("Reshape", &["x", "k"], &["r2"])
+        .node("Neg", &["x"], &["y"])
+        .output("y", DType::F32, "2,3")
+        .bytes();
+    let mut g = import_bytes(bytes.into(), Path::new("t.onnx"), None).unwrap();
+    let (r1, r2) = (g.nodes()[0], g.nodes()[1]);
+    let s = g.tensor_id("s").unwrap();
+    let patch = Patch {
+        removals: vec![r1, r2],
+        ..Patch::new("remove")
+    };
+    patch.apply(&mut g).unwrap();
+    assert!(g.is_removed(s) && g.tensor_id("s").is_none());
+    let kept: Vec<String> = g.initializers().map(|t| g.tensor(t).name.clone()).collect();
+    assert_eq!(kept, ["k"]);
+    let m = export(&g);
+    let names: Vec<_> = m
+        .graph
+        .as_ref()
+        .unwrap()
+        .initializer
+        .iter()
+        .map(|i| i.name.clone().unwrap())
+        .collect();
+    assert_eq!(names, ["k"]);
+    let again = import_bytes(export_bytes(&g).into(), Path::new("t.onnx"), None).unwrap();
+    assert_eq!(again.node_count(), 1);
+}
