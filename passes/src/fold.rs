@@ -1,10 +1,13 @@
-//! Zero-FLOP folds into a reader that takes a transposed operand: a 2-D `Transpose` read only
-//! by a `MatMul` of two 2-D operands becomes the `transA`/`transB` of a `Gemm` that reads the
-//! operand itself, and the transposed copy is never made. Every weight gradient of a linear
-//! layer (`mm(t(dY), X)`) is such a MatMul, and the language-model head's is a copy as large
-//! as the logits. ONNX Runtime's CPU `Gemm` computes the same values bit for bit as the
-//! `MatMul` of the copy, and needs no buffer for the copy
-//! (`scripts/ort_probe/loss_head_probe.py`).
+//! Zero-FLOP folds of copies into the node that reads or writes them ([`fold`]), each
+//! computing the same values bit for bit on ONNX Runtime's CPU provider
+//! (`scripts/ort_probe/loss_head_probe.py`):
+//! - a 2-D `Transpose` read only by a `MatMul` of two 2-D operands becomes the
+//!   `transA`/`transB` of a `Gemm` that reads the operand itself, and the transposed copy is
+//!   never made ([`fold_transposes`]). Every weight gradient of a linear layer
+//!   (`mm(t(dY), X)`) is such a MatMul, and the language-model head's is a copy as large as
+//!   the logits;
+//! - a slice's gradient scattered into a table of zeros becomes one `Pad`
+//!   ([`fold_scattered_slices`]): no zeros, no transposed copies.
 
 use std::collections::{HashMap, HashSet};
 
