@@ -504,26 +504,44 @@ impl Graph {
         }
     }
 
-    /// The model's value_info entries named in `names` dropped (ORT then infers those types
-    /// itself, or the tensors are gone).
-    pub(crate) fn drop_model_value_info(&mut self, names: &std::collections::HashSet<String>) {
-        let mut model = (*self.model).clone();
+    /// The model's value_info entries named in `value_info` (ORT then infers those types
+    /// itself, or the tensors are gone) and its initializers named in `initializers`
+    /// (constants a removal left unread) dropped, in one edit of the model.
+    pub(crate) fn drop_model_entries(
+        &mut self,
+        value_info: &std::collections::HashSet<String>,
+        initializers: &std::collections::HashSet<String>,
+    ) {
+        let named = |names: &std::collections::HashSet<String>, n: &Option<String>| {
+            n.as_deref().is_some_and(|n| names.contains(n))
+        };
+        let model = std::sync::Arc::make_mut(&mut self.model);
         if let Some(g) = model.graph.as_mut() {
-            g.value_info
-                .retain(|vi| !vi.name.as_deref().is_some_and(|n| names.contains(n)));
+            g.value_info.retain(|vi| !named(value_info, &vi.name));
+            g.initializer.retain(|i| !named(initializers, &i.name));
         }
-        self.model = std::sync::Arc::new(model);
         self.model_decls = Default::default();
     }
 
-    /// The model's initializers named in `names` dropped (constants a removal left unread).
-    pub(crate) fn drop_model_initializers(&mut self, names: &std::collections::HashSet<String>) {
-        let mut model = (*self.model).clone();
-        if let Some(g) = model.graph.as_mut() {
-            g.initializer
-                .retain(|i| !i.name.as_deref().is_some_and(|n| names.contains(n)));
+    /// Each list of `before` placed in file order right before its anchor node; the file
+    /// order is left as it was, and the anchor named, where an anchor is not in it.
+    pub(crate) fn insert_before(
+        &mut self,
+        mut before: HashMap<NodeId, Vec<NodeId>>,
+    ) -> Result<(), NodeId> {
+        let added: usize = before.values().map(Vec::len).sum();
+        let mut order = Vec::with_capacity(self.order.len() + added);
+        for &n in &self.order {
+            if let Some(ids) = before.remove(&n) {
+                order.extend(ids);
+            }
+            order.push(n);
         }
-        self.model = std::sync::Arc::new(model);
+        if let Some(&anchor) = before.keys().next() {
+            return Err(anchor);
+        }
+        self.order = order;
+        Ok(())
     }
 
     /// Record that `consumer` reads `t` (edge from its producer, consumer list).

@@ -413,7 +413,7 @@ impl Patch {
             .iter()
             .map(|&t| graph.tensor(t).name.clone())
             .collect();
-        graph.drop_model_value_info(&names);
+        graph.drop_model_entries(&names, &HashSet::new());
     }
 
     /// The patch's metadata entries, set over the model's (a key already there keeps its place).
@@ -529,24 +529,15 @@ impl Patch {
             applied.tensors.push(out);
             applied.nodes.push(id);
         }
-        let mut order = Vec::with_capacity(graph.order.len() + self.guards.len());
-        for &n in &graph.order {
-            if let Some(ids) = before.get(&n) {
-                order.extend(ids);
-            }
-            order.push(n);
-        }
-        if order.len() != graph.order.len() + self.guards.len() {
-            // A guarded node that is not in the graph's order.
-            let g = &self.guards[0];
-            return Err(PatchError::BadGuard {
+        // A guarded node that is not in the graph's order is refused.
+        graph.insert_before(before).map_err(|anchor| {
+            let g = self.guards.iter().find(|g| g.node == anchor);
+            PatchError::BadGuard {
                 label: self.label.clone(),
-                node: g.node,
-                slot: g.slot,
-            });
-        }
-        graph.order = order;
-        Ok(())
+                node: anchor,
+                slot: g.map_or(0, |g| g.slot),
+            }
+        })
     }
 }
 

@@ -109,23 +109,14 @@ impl Patch {
         for (c, &(_, n)) in self.constants.iter().zip(made) {
             before.entry(c.before).or_default().push(n);
         }
-        let mut order = Vec::with_capacity(graph.order.len() + made.len());
-        for &n in &graph.order {
-            if let Some(ids) = before.remove(&n) {
-                order.extend(ids);
-            }
-            order.push(n);
-        }
-        if let Some((&anchor, _)) = before.iter().next() {
+        graph.insert_before(before).map_err(|anchor| {
             let c = self.constants.iter().find(|c| c.before == anchor);
-            return Err(PatchError::BadConstant {
+            PatchError::BadConstant {
                 label: self.label.clone(),
                 name: c.map_or_else(String::new, |c| c.name.clone()),
                 why: format!("no node {anchor} to place it before"),
-            });
-        }
-        graph.order = order;
-        Ok(())
+            }
+        })
     }
 
     /// Each substitute's node given its new op, attributes and inputs.
@@ -229,11 +220,8 @@ impl Patch {
                 graph.removed.insert(t);
             }
         }
-        if !constants.is_empty() {
-            graph.drop_model_initializers(&constants);
-            names.extend(constants);
-        }
-        graph.drop_model_value_info(&names);
+        names.extend(constants.iter().cloned());
+        graph.drop_model_entries(&names, &constants);
         graph
             .added_value_info
             .retain(|vi| !vi.name.as_deref().is_some_and(|n| names.contains(n)));

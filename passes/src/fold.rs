@@ -138,8 +138,7 @@ pub fn fold_scattered_slices(graph: &Graph, label: &str) -> Patch {
     let mut removed = HashSet::new();
     for f in &folds {
         let c = *by_pads.entry(f.pads.clone()).or_insert_with(|| {
-            let out = f.writer_output(graph);
-            let mut name = format!("{}.pads", graph.tensor(out).name);
+            let mut name = format!("{}.pads", graph.tensor(f.out).name);
             while graph.tensor_id(&name).is_some() {
                 name.push('_');
             }
@@ -185,21 +184,16 @@ pub fn fold_scattered_slices(graph: &Graph, label: &str) -> Patch {
     patch
 }
 
-/// One scattered slice to fold: the node whose output the `Pad` writes, the ScatterND when
-/// that is another node, the gradient `x`, the pads, and the nodes feeding the ScatterND that
-/// may be left unread (the Transposes of `x` and of the zeros, the zeros).
+/// One scattered slice to fold: the node whose output `out` the `Pad` writes, the ScatterND
+/// when that is another node, the gradient `x`, the pads, and the nodes feeding the ScatterND
+/// that may be left unread (the Transposes of `x` and of the zeros, the zeros).
 struct ScatteredSlice {
     writer: NodeId,
+    out: TensorId,
     scatter: Option<NodeId>,
     x: TensorId,
     pads: Vec<i64>,
     feeders: Vec<NodeId>,
-}
-
-impl ScatteredSlice {
-    fn writer_output(&self, graph: &Graph) -> TensorId {
-        graph.node(self.writer).outputs[0].expect("a matched writer has its output")
-    }
 }
 
 /// Whether every output of `n` is read only by nodes in `gone`, is no graph output and none
@@ -216,7 +210,10 @@ fn unread_once(graph: &Graph, n: NodeId, gone: &HashSet<NodeId>, kept: &HashSet<
 /// The scattered slice whose result node `n` writes (a Transpose back, or the ScatterND).
 fn scattered_slice(graph: &Graph, n: NodeId, opset: i64) -> Option<ScatteredSlice> {
     let node = graph.node(n);
-    if node.domain != ckpt_ir::ONNX_DOMAIN || node.outputs.len() != 1 {
+    let [Some(out)] = node.outputs[..] else {
+        return None;
+    };
+    if node.domain != ckpt_ir::ONNX_DOMAIN {
         return None;
     }
     // The ScatterND, and the permutation the Transpose back undoes (identity without one).
@@ -265,7 +262,7 @@ fn scattered_slice(graph: &Graph, n: NodeId, opset: i64) -> Option<ScatteredSlic
         .iter()
         .map(|d| d.known())
         .collect::<Option<_>>()?;
-    let fits = start + len <= table[axis]
+    let fits = start.checked_add(len).is_some_and(|end| end <= table[axis])
         && x_shape.len() == table.len()
         && x_shape
             .iter()
@@ -285,6 +282,7 @@ fn scattered_slice(graph: &Graph, n: NodeId, opset: i64) -> Option<ScatteredSlic
         .collect();
     Some(ScatteredSlice {
         writer: n,
+        out,
         scatter: (scatter != n).then_some(scatter),
         x,
         pads,
@@ -358,7 +356,9 @@ fn run_of_positions(graph: &Graph, indices: TensorId) -> Option<(u64, u64)> {
     let start = *v.first()?;
     let run = v.len() as u64 == dims[0]
         && start >= 0
-        && v.iter().enumerate().all(|(i, &p)| p == start + i as i64);
+        && v.iter()
+            .enumerate()
+            .all(|(i, &p)| i64::try_from(i).ok().and_then(|i| start.checked_add(i)) == Some(p));
     run.then_some((start as u64, dims[0]))
 }
 

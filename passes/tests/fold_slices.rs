@@ -180,7 +180,7 @@ fn a_scatter_into_the_first_axis_becomes_a_pad_itself() {
 }
 
 /// Each of these leaves the graph as it is: -0.0 zeros (a Pad writes +0.0), positions that are
-/// not a run, an accumulating ScatterND, a Transpose back that does not undo the others, a
+/// not a run (one that would count past i64::MAX included), an accumulating ScatterND, a Transpose back that does not undo the others, a
 /// ScatterND result something else reads, an element type ONNX Runtime's CPU Pad lacks (f16),
 /// and an opset whose Pad takes its pads as an attribute.
 #[test]
@@ -200,6 +200,11 @@ fn anything_but_a_plain_run_into_zeros_is_left_alone() {
         },
         Case {
             positions: vec![3, 2, 1],
+            ..Case::default()
+        },
+        // A run that would pass i64::MAX (the last position wraps).
+        Case {
+            positions: vec![i64::MAX - 1, i64::MAX, i64::MIN],
             ..Case::default()
         },
         Case {

@@ -103,7 +103,8 @@ pub struct PlanOptions {
     pub ladder_rungs: usize,
     /// Where a plan is needed, plan the graph with its copies folded away (transposed operands
     /// into their readers, scattered slices into Pads) when that lowers the device total
-    /// ([`ckpt_passes::fold`]; off by default, the main job's `--fold`).
+    /// ([`ckpt_passes::fold`]; off in [`PlanOptions::new`], on in the main job by default:
+    /// `--fold on|off`).
     pub fold: bool,
     /// Simulations one search may run ([`MAX_TRIALS`] by default; a variant planned after a
     /// plan is in hand gets [`variant_trials`]).

@@ -100,9 +100,10 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
     // With `fold`, where a plan is needed, the graph with its copies folded away (zero FLOPs,
     // fewer bytes) is planned first, then the graph as given, each with the steps a pass may
     // simulate: a lower total is not always a cheaper plan, so the cheaper of the two plans
-    // wins (the folded one on a tie; a folded plan adding nothing without planning the other). The ladder's rungs are whole percents of the given
-    // graph's total whatever graph the passes plan: a sweep at whole percents then meets its
-    // own ceilings among the rungs.
+    // wins (the folded one on a tie; a folded plan adding nothing without planning the
+    // other). The ladder's rungs are whole percents of the given graph's total whatever
+    // graph the passes plan: a sweep at whole percents then meets its own ceilings among the
+    // rungs.
     let folded = crate::variants::folded(before, o)?;
     let total = before.ledger.total_bytes;
     let on_folded = match &folded {

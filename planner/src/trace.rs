@@ -63,7 +63,8 @@ pub enum Event {
     /// The leaves' order climbs have simulated `trials` trials so far.
     LeafTrials { trials: usize },
     /// `folds` copies were folded away (transposed operands into their readers, scattered
-    /// slices into Pads), and every pass plans that graph: the device total before and after.
+    /// slices into Pads), and that graph is planned first, then the given one: the device
+    /// total before and after.
     Folded {
         folds: usize,
         total_bytes: u64,
