@@ -288,8 +288,19 @@ fn print_validation(v: &Validation, verbose: bool) {
             .for_each(print_comparison);
         println!("  (--verbose or --json: every output)");
     }
+    let factor = ckpt_validate::paired::control_factor(v.control_scale);
+    let smaller = ckpt_validate::paired::CONTROL_SCALES
+        .iter()
+        .take_while(|&&s| s < v.control_scale)
+        .map(|&s| ckpt_validate::paired::control_factor(s))
+        .collect::<Vec<_>>();
+    let within = if smaller.is_empty() {
+        String::new()
+    } else {
+        format!(" ({} within the tolerances)", smaller.join(", "))
+    };
     println!(
-        "  control (`{}` scaled by 1+1e-3): {}",
+        "  control (`{}` scaled by {factor}): {}{within}",
         v.control_tensor,
         if v.control_rejected {
             "rejected, as it must be"

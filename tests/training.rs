@@ -153,6 +153,57 @@ fn a_training_artifact_validates_on_the_training_runtime() {
         .contains("ONNX Runtime 1.19.2"));
 }
 
+/// The GPT-2 artifact planned at 90% of its footprint validates end to end on the training
+/// runtime and runs in its capped arena. Its logits are small under the validation's random
+/// weights (normal(0, 0.02), LayerNorm scales included), so a 1e-3 change of the loss's input
+/// stays within the tolerances: the control is raised to 1+1e-2, then 1+1e-1, until one is
+/// told apart, and the output says which.
+#[test]
+fn the_gpt2_artifact_at_90_percent_validates_with_a_raised_control() {
+    if runner().is_none() {
+        return;
+    }
+    let m = root().join("tests/fixtures/ort_gpt2_training.onnx");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("gpt2.ckpt.onnx");
+    let receipt = dir.path().join("gpt2.receipt.json");
+    let o = run(&[
+        path_str(&m),
+        "--dim",
+        "batch=2",
+        "--dim",
+        "seq=32",
+        "--ceiling",
+        "90%",
+        "-o",
+        path_str(&out),
+        "--receipt",
+        path_str(&receipt),
+        "--validate",
+        "--runs",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains(
+            "scaled by 1+1e-1): rejected, as it must be (1+1e-3, 1+1e-2 within the tolerances)"
+        ),
+        "{}",
+        stdout(&o)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap()).unwrap();
+    let v = &r["validation"];
+    assert_eq!(v["passed"], true, "{v:#}");
+    assert_eq!(v["control_rejected"], true);
+    assert!(
+        (v["control_scale"].as_f64().unwrap() - 0.1).abs() < 1e-6,
+        "{v:#}"
+    );
+    let mem = &r["memory"];
+    assert_eq!(mem["passed"], true, "{mem:#}");
+}
+
 /// `inspect` names the runtime a model needs: the training runtime for an artifact, and
 /// predicts for it (the profile it reports carries that version).
 #[test]

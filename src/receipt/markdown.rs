@@ -182,12 +182,14 @@ fn measured(s: &mut String, r: &Receipt) {
     };
     let _ = writeln!(
         s,
-        "- Values: {} (the broken control was {})",
+        "- Values: {} (the broken control, `{}` scaled by {}, was {})",
         if v.passed {
             "the rewritten graph's outputs match the original's"
         } else {
             "the outputs do NOT match"
         },
+        v.control_tensor,
+        ckpt_validate::paired::control_factor(v.control_scale),
         if v.control_rejected {
             "rejected"
         } else {

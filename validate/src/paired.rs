@@ -68,13 +68,28 @@ pub fn seed_random_ops(model: &mut onnx::ModelProto, seed: u64) -> usize {
     count
 }
 
+/// The broken control's relative perturbations, tried in turn until the comparison rejects
+/// one: a graph whose loss barely moves under a 1e-3 change of its input (tiny logits under
+/// small random weights) still shows that the comparison tells a changed graph apart.
+pub const CONTROL_SCALES: [f32; 4] = [1e-3, 1e-2, 1e-1, 1.0];
+
+/// How a control's factor is printed: `1+1e-3`, `1+1e-2`, `1+1e-1`, `2`.
+pub fn control_factor(scale: f32) -> String {
+    if scale == 1.0 {
+        "2".to_string()
+    } else {
+        format!("1+{scale:e}")
+    }
+}
+
 /// A broken variant: the first floating-point input of the node that computes the first
-/// graph output (the loss) is scaled by 1 + 1e-3. Returns the model and the tensor's name.
+/// graph output (the loss) is scaled by 1 + `scale`. Returns the model and the tensor's name.
 /// `dir`: where the model's external data lives (its dtypes are inferred when the file
 /// declares none, as a rewrite that dropped value_info does).
 pub fn broken_control(
     model: &onnx::ModelProto,
     dir: Option<&std::path::Path>,
+    scale: f32,
 ) -> Result<(onnx::ModelProto, String)> {
     let mut m = model.clone();
     let g = m.graph.as_mut().ok_or(ValidateError::NoGraph)?;
@@ -127,16 +142,16 @@ pub fn broken_control(
             output: first_out.clone(),
         })?;
     let scaled = format!("{target}.ckpt_opt_control");
-    let scale = "ckpt_opt_control_scale".to_string();
+    let factor = "ckpt_opt_control_scale".to_string();
     g.node[producer].input[slot] = scaled.clone();
     g.initializer.push(onnx::TensorProto {
-        name: Some(scale.clone()),
+        name: Some(factor.clone()),
         data_type: Some(1),
-        raw_data: Some(1.001f32.to_le_bytes().to_vec().into()),
+        raw_data: Some((1.0 + scale).to_le_bytes().to_vec().into()),
         ..Default::default()
     });
     let mul = onnx::NodeProto {
-        input: vec![target.clone(), scale],
+        input: vec![target.clone(), factor],
         output: vec![scaled],
         name: Some("ckpt_opt_control_mul".into()),
         op_type: Some("Mul".into()),
@@ -145,6 +160,34 @@ pub fn broken_control(
     };
     g.node.insert(producer, mul);
     Ok((m, target))
+}
+
+/// Run the broken control of `rewritten` at each of [`CONTROL_SCALES`] in turn (`run` runs one
+/// control model), stopping at the first whose outputs `tol` tells apart from `reference`.
+/// Returns its outputs, the tensor it scales and its scale (the last one's when none is told
+/// apart: the verdict then fails).
+pub(crate) fn escalate_control(
+    rewritten: &onnx::ModelProto,
+    dir: Option<&std::path::Path>,
+    reference: &[HostTensor],
+    tol: &Tolerances,
+    mut run: impl FnMut(&onnx::ModelProto) -> Result<Vec<HostTensor>>,
+) -> Result<(Vec<HostTensor>, String, f32)> {
+    let [first, rest @ ..] = CONTROL_SCALES;
+    let mut try_scale = |scale: f32| -> Result<(Vec<HostTensor>, String, f32, bool)> {
+        let (model, tensor) = broken_control(rewritten, dir, scale)?;
+        let values = run(&model)?;
+        let rejected = !compare(reference, &values, tol).passed;
+        Ok((values, tensor, scale, rejected))
+    };
+    let mut last = try_scale(first)?;
+    for scale in rest {
+        if last.3 {
+            break;
+        }
+        last = try_scale(scale)?;
+    }
+    Ok((last.0, last.1, last.2))
 }
 
 /// Measured numbers of one graph.
@@ -167,6 +210,9 @@ pub struct Validation {
     pub outputs: Vec<ckpt_runtime::OutputComparison>,
     pub control_rejected: bool,
     pub control_tensor: String,
+    /// The control's relative perturbation: the first of [`CONTROL_SCALES`] the comparison
+    /// rejects (the last one tried when none is).
+    pub control_scale: f32,
     pub rng_policy: &'static str,
     pub random_ops_seeded: usize,
     /// Values were computed under `session.use_deterministic_compute=1`.
@@ -288,6 +334,8 @@ pub(crate) struct Runs {
     pub control: Vec<HostTensor>,
     /// The tensor the control scales ([`broken_control`]).
     pub control_tensor: String,
+    /// The control's relative perturbation ([`CONTROL_SCALES`]).
+    pub control_scale: f32,
     pub random_ops_seeded: usize,
     pub original: Measured,
     pub rewritten: Measured,
@@ -308,6 +356,7 @@ impl Runs {
             outputs: cmp.outputs,
             control_rejected,
             control_tensor: self.control_tensor,
+            control_scale: self.control_scale,
             rng_policy: RNG_POLICY,
             random_ops_seeded: self.random_ops_seeded,
             deterministic_compute: true,
@@ -360,18 +409,19 @@ pub(crate) fn run_pair(
         graph: "rewritten graph",
         source,
     })?;
-    let (control_model, control_tensor) = broken_control(&b, b_dir)?;
-    let control_bytes = control_model.encode_to_vec();
-    report(Stage::Values("broken control"));
-    let control = run(
-        Model::new("control", &control_bytes).in_dir(b_dir),
-        inputs,
-        &values_cfg,
-    )
-    .map_err(|source| ValidateError::Run {
-        graph: "control",
-        source,
-    })?;
+    let (control, control_tensor, control_scale) =
+        escalate_control(&b, b_dir, &reference, &o.tol, |control| {
+            report(Stage::Values("broken control"));
+            run(
+                Model::new("control", &control.encode_to_vec()).in_dir(b_dir),
+                inputs,
+                &values_cfg,
+            )
+            .map_err(|source| ValidateError::Run {
+                graph: "control",
+                source,
+            })
+        })?;
     let original_cfg = o.original_cfg.as_ref().unwrap_or(&o.cfg);
     let original_m = measure("original", &a_bytes, a_dir, inputs, o, original_cfg)?;
     let rewritten_m = measure("rewritten", &b_bytes, b_dir, inputs, o, &o.cfg)?;
@@ -381,6 +431,7 @@ pub(crate) fn run_pair(
         candidate,
         control,
         control_tensor,
+        control_scale,
         random_ops_seeded: seeded,
         original: original_m,
         rewritten: rewritten_m,
@@ -449,7 +500,7 @@ mod tests {
             .node("ReduceSumSquare", &["d"], &["loss"])
             .output("loss", DType::F32, "")
             .build();
-        let (control, tensor) = broken_control(&m, None).unwrap();
+        let (control, tensor) = broken_control(&m, None, 1e-3).unwrap();
         assert_eq!(tensor, "d");
         let g = control.graph.unwrap();
         let loss = g.node.iter().find(|n| n.output == ["loss"]).unwrap();
@@ -460,6 +511,47 @@ mod tests {
             .any(|n| n.op_type.as_deref() == Some("Mul") && n.output == ["d.ckpt_opt_control"]));
     }
 
+    /// The control is raised until the comparison tells it apart, and stops there; when none
+    /// is told apart, every scale is tried and the last is reported.
+    #[test]
+    fn the_control_is_raised_until_it_is_told_apart() {
+        let m = ModelBuilder::new(17)
+            .input("x", DType::F32, "1")
+            .node("Neg", &["x"], &["loss"])
+            .output("loss", DType::F32, "1")
+            .build();
+        let value = |v: f32| vec![HostTensor::from_values("loss", vec![1], &[v]).unwrap()];
+        let reference = value(1.0);
+        let tol = Tolerances::default();
+        // The fake run reads the control's factor from its initializer.
+        let factor = |c: &onnx::ModelProto| -> f32 {
+            let t = &c.graph.as_ref().unwrap().initializer[0];
+            let b = t.raw_data.as_ref().unwrap();
+            f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+        };
+        let mut tried = Vec::new();
+        let (values, tensor, scale) = escalate_control(&m, None, &reference, &tol, |c| {
+            let f = factor(c);
+            tried.push(f);
+            // Only a change of 10% or more moves the loss.
+            Ok(value(if f >= 1.09 { f } else { 1.0 }))
+        })
+        .unwrap();
+        assert_eq!((tensor.as_str(), scale), ("x", 1e-1));
+        assert_eq!(tried, [1.001, 1.01, 1.1]);
+        assert_eq!(values, value(1.1));
+        tried.clear();
+        let (_, _, scale) = escalate_control(&m, None, &reference, &tol, |c| {
+            tried.push(factor(c));
+            Ok(value(1.0))
+        })
+        .unwrap();
+        assert_eq!(scale, 1.0);
+        assert_eq!(tried, [1.001, 1.01, 1.1, 2.0]);
+        assert_eq!(control_factor(1e-3), "1+1e-3");
+        assert_eq!(control_factor(1.0), "2");
+    }
+
     #[test]
     fn a_loss_without_float_inputs_is_named() {
         let m = ModelBuilder::new(17)
@@ -467,7 +559,7 @@ mod tests {
             .node("Shape", &["i"], &["loss"])
             .output("loss", DType::I64, "1")
             .build();
-        let e = broken_control(&m, None).unwrap_err();
+        let e = broken_control(&m, None, 1e-3).unwrap_err();
         assert_eq!(
             e.to_string(),
             "the node computing `loss` has no float input to perturb for the control"

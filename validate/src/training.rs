@@ -13,7 +13,7 @@ use ckpt_runtime::training::{Staged, TrainingRunner};
 use ckpt_runtime::{Arena, HostTensor, Model, SessionConfig};
 
 use crate::error::ValidateError;
-use crate::paired::{broken_control, deterministic, seed_pair, Measured, Runs, ValidateOptions};
+use crate::paired::{deterministic, escalate_control, seed_pair, Measured, Runs, ValidateOptions};
 
 type Result<T, E = ValidateError> = std::result::Result<T, E>;
 
@@ -117,17 +117,11 @@ pub(crate) fn run_pair(
     let mut a = original.clone();
     let mut b = rewritten.clone();
     let seeded = seed_pair(&mut a, &mut b, o.seed);
-    let (control, control_tensor) = broken_control(&b, None)?;
-    let (a_bytes, b_bytes, c_bytes) = (
-        a.encode_to_vec(),
-        b.encode_to_vec(),
-        control.encode_to_vec(),
-    );
+    let (a_bytes, b_bytes) = (a.encode_to_vec(), b.encode_to_vec());
     let updated = updated_inputs(original);
     let mut runner = start()?;
     let sa = runner.stage(Model::new("original", &a_bytes), inputs, &updated)?;
     let sb = runner.stage(Model::new("rewritten", &b_bytes), inputs, &updated)?;
-    let sc = runner.stage(Model::new("control", &c_bytes), inputs, &updated)?;
     let values_cfg = deterministic(&o.cfg);
     let run = |runner: &mut TrainingRunner, staged: &Staged, graph: &'static str| {
         runner
@@ -136,7 +130,12 @@ pub(crate) fn run_pair(
     };
     let reference = run(&mut runner, &sa, "original graph")?;
     let candidate = run(&mut runner, &sb, "rewritten graph")?;
-    let control = run(&mut runner, &sc, "control")?;
+    let (control, control_tensor, control_scale) =
+        escalate_control(&b, None, &reference, &o.tol, |control| {
+            let c_bytes = control.encode_to_vec();
+            let sc = runner.stage(Model::new("control", &c_bytes), inputs, &updated)?;
+            run(&mut runner, &sc, "control")
+        })?;
     let original_m = measure(&mut runner, &sa, o)?;
     let rewritten_m = measure(&mut runner, &sb, o)?;
     Ok(Runs {
@@ -144,6 +143,7 @@ pub(crate) fn run_pair(
         candidate,
         control,
         control_tensor,
+        control_scale,
         random_ops_seeded: seeded,
         original: original_m,
         rewritten: rewritten_m,
