@@ -422,41 +422,53 @@ fn unoffered_profiles_are_refused_with_the_measured_reason() {
         inspect.extend_from_slice(flags);
         refused(&inspect, "--caller-outputs held", "is not offered");
     }
-    // Offered: held outputs in one region of the budget with the pattern off; released in any.
+    // Offered: held outputs in one region of the budget with the pattern off; bound or
+    // released in any kNextPowerOfTwo arena.
     for flags in [
         &["--caller-outputs", "held"][..],
         &["--mem-pattern", "on", "--initial-chunk", "default"],
-        &[
-            "--arena-extend",
-            "kSameAsRequested",
-            "--initial-chunk",
-            "default",
-            "--mem-pattern",
-            "on",
-        ],
+        &["--mem-pattern", "on", "--caller-outputs", "released"],
     ] {
         let mut inspect = vec!["inspect", m.as_str()];
         inspect.extend_from_slice(flags);
         let o = run(&inspect);
         assert_eq!(o.status.code(), Some(0), "{flags:?}: {}", stderr(&o));
     }
-    // Released outputs: request-sized regions with the pattern off depend on the heap.
-    for flags in [
-        &["--arena-extend", "kSameAsRequested"][..],
-        &[
-            "--arena-extend",
-            "kSameAsRequested",
-            "--initial-chunk",
-            "default",
-        ],
+    // Bound or released outputs: request-sized regions depend on the heap, with the pattern
+    // off or on.
+    for (flags, named) in [
+        (
+            &["--arena-extend", "kSameAsRequested"][..],
+            "--mem-pattern off --arena-extend kSameAsRequested",
+        ),
+        (
+            &[
+                "--arena-extend",
+                "kSameAsRequested",
+                "--initial-chunk",
+                "default",
+            ],
+            "--mem-pattern off --arena-extend kSameAsRequested",
+        ),
+        (
+            &["--arena-extend", "kSameAsRequested", "--mem-pattern", "on"],
+            "--mem-pattern on --arena-extend kSameAsRequested",
+        ),
+        (
+            &[
+                "--arena-extend",
+                "kSameAsRequested",
+                "--mem-pattern",
+                "on",
+                "--caller-outputs",
+                "released",
+            ],
+            "--mem-pattern on --arena-extend kSameAsRequested",
+        ),
     ] {
         let mut args = vec![m.as_str(), "--ceiling", "90%", "-o", path_str(&out)];
         args.extend_from_slice(flags);
-        refused(
-            &args,
-            "--mem-pattern off --arena-extend kSameAsRequested",
-            "is not offered",
-        );
+        refused(&args, named, "is not offered");
         refused(&args, "by address", "--arena-extend kNextPowerOfTwo");
         assert!(!out.exists(), "{flags:?} wrote a file");
     }
@@ -502,8 +514,8 @@ fn unoffered_profiles_are_refused_with_the_measured_reason() {
 }
 
 /// On an ORT training artifact (onnxruntime-training 1.19.2) only one region of the budget with
-/// the memory pattern off is offered: the memory pattern, `kSameAsRequested` and ORT's 1 MiB
-/// first region are refused, exit 1, with the measurement, by the main job and by `inspect`.
+/// the memory pattern off is offered: the memory pattern and ORT's 1 MiB first region are
+/// refused, exit 1, with the measurement, by the main job and by `inspect`.
 #[test]
 fn training_artifact_profiles_other_than_one_region_are_refused() {
     let g = ort_gpt2();
@@ -512,8 +524,7 @@ fn training_artifact_profiles_other_than_one_region_are_refused() {
     let dims = ["--dim", "batch=2", "--dim", "seq=32"];
     for flags in [
         &["--mem-pattern", "on"][..],
-        // (With the pattern off, request-sized regions are refused on every runtime.)
-        &["--arena-extend", "kSameAsRequested", "--mem-pattern", "on"],
+        // (Request-sized regions are refused on every runtime, tested above.)
         &["--initial-chunk", "default"],
     ] {
         let mut args = vec![g.as_str(), "--ceiling", "90%", "-o", path_str(&out)];

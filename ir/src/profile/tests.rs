@@ -45,7 +45,7 @@ fn held_outputs_are_offered_in_one_region_only() {
     assert!(e.contains("below the arena need of 4352 B"), "{e}");
     let released = Profile::default().resolved(4096);
     assert_eq!(released.offered(false), Ok(()));
-    // Released outputs: request-sized regions only with the memory pattern on.
+    // Bound or released outputs: no request-sized regions, with the memory pattern off or on.
     let request_sized = Profile {
         arena_extend_strategy: ExtendStrategy::SameAsRequested,
         ..Profile::default()
@@ -61,8 +61,24 @@ fn held_outputs_are_offered_in_one_region_only() {
         enable_mem_pattern: true,
         ..request_sized.clone()
     };
-    assert_eq!(with_pattern.offered(false), Ok(()));
-    assert_eq!(with_pattern.resolved(4096).offered(true), Ok(()));
+    for recorded in [false, true] {
+        let e = with_pattern
+            .resolved(4096)
+            .offered(recorded)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`--mem-pattern on --arena-extend kSameAsRequested`")
+                && e.contains("gpt2_d0_onnxad")
+                && e.contains("+2.4%"),
+            "{e}"
+        );
+    }
+    let pattern_in_one_region = Profile {
+        enable_mem_pattern: true,
+        ..Profile::default()
+    };
+    assert_eq!(pattern_in_one_region.offered(false), Ok(()));
     assert_eq!(released.one_region(1 << 30), Ok(()));
     let e = Profile::from_metadata([
         ("ckpt-opt.profile.arena_extend_strategy", "kSameAsRequested"),
