@@ -364,9 +364,21 @@ pub struct ReportArgs {
     /// Timed runs per measured graph (after 2 warm-ups).
     #[arg(long, default_value_t = 10, value_parser = runs, allow_hyphen_values = true)]
     pub runs: usize,
+    /// Plan as the main job with the same `--fold` does: `on` also plans the graph with its
+    /// copies folded away and keeps the cheaper plan, `off` plans the graph as given.
+    #[arg(long = "fold", default_value = "on", value_parser = ["on", "off"])]
+    pub fold: String,
 }
 
 impl ReportArgs {
+    /// How each plan is searched: the time limit and `--fold`.
+    pub fn search(&self) -> crate::reports::frontier::PlanSearch {
+        crate::reports::frontier::PlanSearch {
+            time_limit: std::time::Duration::from_secs_f64(self.time_limit),
+            fold: self.fold == "on",
+        }
+    }
+
     /// The model flags, and the bare `--dim NAME`s (the dims to search).
     pub fn model_args(&self) -> Result<(ModelArgs, Vec<String>), String> {
         let mut dims = Vec::new();

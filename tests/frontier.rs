@@ -371,7 +371,9 @@ fn at_block_checkpointings_peak_the_planner_adds_under_half_a_percent() {
                 &g,
                 &options,
                 b.total_bytes,
-                std::time::Duration::from_secs(20),
+                ckpt_opt::reports::frontier::PlanSearch::folding(std::time::Duration::from_secs(
+                    20,
+                )),
             );
             let Planned::Plan(p) = planned.unwrap() else {
                 panic!("{stem}: nothing fits {}'s peak {}", b.method, b.total_bytes);

@@ -51,7 +51,7 @@ fn sweep_of(f: &Fixture) -> Sweep {
         &graph,
         &options(f),
         &Ceilings::Points(POINTS),
-        TIME_LIMIT,
+        frontier::PlanSearch::folding(TIME_LIMIT),
         None,
     )
     .unwrap_or_else(|e| panic!("{}: sweep: {e:#}", f.name))

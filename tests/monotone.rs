@@ -136,40 +136,62 @@ fn added_flops_never_rise_with_the_ceiling() {
 }
 
 /// The frontier over part of the sweep's ceilings takes, at each, the cheapest plan its pool
-/// has that fits: no plan the main job finds at any of the sweep's ceilings fits a point's
-/// ceiling at fewer FLOPs.
+/// has that fits: no plan the main job finds at any of the sweep's ceilings, with the same
+/// `--fold`, fits a point's ceiling at fewer FLOPs. With `--fold off` the frontier plans the
+/// graph as given: GPT-2 at 86% adds FLOPs there, where its folded plan adds none.
 #[test]
 fn no_frontier_point_is_dominated_by_a_main_job_plan() {
-    let name = "bert_d01_aot";
-    let model = root().join("tests/fixtures").join(format!("{name}.onnx"));
-    let dir = tempfile::tempdir().unwrap();
-    let o = run(&[
-        "frontier",
-        path_str(&model),
-        "--ceilings",
-        "88%,84%,80%,76%",
-        "--time-limit",
-        "600",
-        "--out",
-        path_str(dir.path()),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let f: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("frontier.json")).unwrap())
-            .unwrap();
-    let points = f["points"].as_array().unwrap();
-    assert_eq!(points.len(), 4, "{f}");
-    let plans: Vec<(u64, u64, u64)> = swept(name, true).iter().flatten().copied().collect();
-    for p in points {
-        let ceiling = p["ceiling_bytes"].as_u64().unwrap();
-        let flops = p["added_flops"].as_u64().unwrap();
-        assert_eq!(p["fits"], true, "{p}");
-        for &(at, q_flops, q_total) in &plans {
-            assert!(
-                q_total > ceiling || q_flops >= flops,
-                "the frontier's point at {ceiling} B (+{flops} FLOPs) is dominated by the main \
-                 job's plan at {at} B: {q_total} B, +{q_flops} FLOPs"
-            );
+    for (name, fold, ceilings) in [
+        ("bert_d01_aot", true, "88%,84%,80%,76%"),
+        ("gpt2_d0_aot", false, "86%,80%,76%"),
+    ] {
+        let model = root().join("tests/fixtures").join(format!("{name}.onnx"));
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = vec![
+            "frontier",
+            path_str(&model),
+            "--ceilings",
+            ceilings,
+            "--time-limit",
+            "600",
+            "--out",
+            path_str(dir.path()),
+        ];
+        if !fold {
+            args.extend_from_slice(&["--fold", "off"]);
+        }
+        let o = run(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let f: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join("frontier.json")).unwrap(),
+        )
+        .unwrap();
+        let points = f["points"].as_array().unwrap();
+        assert_eq!(points.len(), ceilings.split(',').count(), "{f}");
+        let plans: Vec<(u64, u64, u64)> = swept(name, fold).iter().flatten().copied().collect();
+        for p in points {
+            let ceiling = p["ceiling_bytes"].as_u64().unwrap();
+            let flops = p["added_flops"].as_u64().unwrap();
+            assert_eq!(p["fits"], true, "{p}");
+            for &(at, q_flops, q_total) in &plans {
+                assert!(
+                    q_total > ceiling || q_flops >= flops,
+                    "{name}: the frontier's point at {ceiling} B (+{flops} FLOPs) is dominated \
+                     by the main job's plan at {at} B: {q_total} B, +{q_flops} FLOPs"
+                );
+            }
+        }
+        if !fold {
+            let at_86 = |plans: &[Option<(u64, u64, u64)>]| {
+                plans[CEILINGS.iter().position(|&c| c == 86).unwrap()].unwrap()
+            };
+            let (ceiling, _, _) = at_86(swept(name, false));
+            let point = points
+                .iter()
+                .find(|p| p["ceiling_bytes"].as_u64() == Some(ceiling))
+                .unwrap_or_else(|| panic!("no point at {ceiling} B: {f}"));
+            assert!(point["added_flops"].as_u64().unwrap() > 0, "{point}");
+            assert_eq!(at_86(swept(name, true)).1, 0);
         }
     }
 }

@@ -20,15 +20,13 @@
 //!   cannot lengthen a sequence, so for a seq dim it reaches the tokens per step, not the
 //!   sequence length.
 
-use std::time::Duration;
-
 use anyhow::Result;
 use serde::Serialize;
 
 use ckpt_ir::{Bindings, Graph};
 
 use crate::pipeline::analyse;
-use crate::reports::frontier::{plan_at, KnownPlan, Planned};
+use crate::reports::frontier::{plan_at, KnownPlan, PlanSearch, Planned};
 use crate::size::human;
 use ckpt_planner::{step_flops, AnalyseOptions};
 
@@ -39,7 +37,7 @@ pub struct CapacityQuery {
     pub ceiling_bytes: u64,
     /// The largest value searched.
     pub max_value: u64,
-    pub time_limit: Duration,
+    pub search: PlanSearch,
 }
 
 /// The value one step above an answer, planned and simulated.
@@ -145,7 +143,7 @@ fn best_with_recompute(
     o: &AnalyseOptions,
     q: &CapacityQuery,
 ) -> Result<std::result::Result<KnownPlan, u64>> {
-    Ok(match plan_at(graph, o, q.ceiling_bytes, q.time_limit)? {
+    Ok(match plan_at(graph, o, q.ceiling_bytes, q.search)? {
         Planned::Plan(p) => Ok(*p),
         Planned::CannotFit {
             lowest_reachable_total_bytes,

@@ -36,14 +36,33 @@ use crate::size::human;
 use ckpt_planner::{default_threads, step_flops, AnalyseOptions, Analysis};
 use ckpt_validate::measured_cost::NodeCosts;
 
+/// How each of a report's plans is searched, as the main job's flags say: `--time-limit` (one
+/// plan's, counted from its start) and `--fold` (the graph with its copies folded away planned
+/// too, and the cheaper plan kept).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PlanSearch {
+    pub time_limit: Duration,
+    pub fold: bool,
+}
+
+impl PlanSearch {
+    /// The main job's default search with a time limit of `time_limit`: copies folded.
+    pub fn folding(time_limit: Duration) -> PlanSearch {
+        PlanSearch {
+            time_limit,
+            fold: true,
+        }
+    }
+}
+
 /// The planner's options for the frontier's plans at `ceiling` (no reserve, no refusal
-/// probes, the main job's search steps, its copies folded as the main job's default
-/// `--fold on` folds them), costing recompute by measured node times where
-/// `costs` are given (the main job's `--cost profile`); the time limit counts from now.
+/// probes, the main job's search steps, copies folded where `search` folds them), costing
+/// recompute by measured node times where `costs` are given (the main job's `--cost
+/// profile`); the time limit counts from now.
 fn plan_options(
     options: &AnalyseOptions,
     ceiling: u64,
-    time_limit: Duration,
+    search: PlanSearch,
     costs: Option<&NodeCosts>,
 ) -> PlanOptions {
     let job = Job {
@@ -52,10 +71,10 @@ fn plan_options(
         output: None,
         analysis: options.clone(),
         reserve_pct: 0.0,
-        time_limit,
+        time_limit: search.time_limit,
         refusal_probes: 0,
         search_steps: ckpt_planner::PASS_STEPS,
-        fold: true,
+        fold: search.fold,
     };
     job.plan_options(Instant::now(), default_threads(), costs)
 }
@@ -69,13 +88,13 @@ pub fn evaluate_set(
     options: &AnalyseOptions,
     method: &str,
 ) -> Result<KnownPlan> {
-    let o = plan_options(options, 0, Duration::ZERO, None);
+    let o = plan_options(options, 0, PlanSearch::folding(Duration::ZERO), None);
     Ok(ckpt_planner::evaluate_set(before, cands, set, &o, method)?)
 }
 
 /// The baselines of a graph ([`ckpt_planner::baselines`]), costed by FLOPs.
 pub fn baselines(before: &Analysis, options: &AnalyseOptions) -> Result<Vec<KnownPlan>> {
-    let o = plan_options(options, 0, Duration::ZERO, None);
+    let o = plan_options(options, 0, PlanSearch::folding(Duration::ZERO), None);
     Ok(ckpt_planner::baselines(before, &o)?)
 }
 
@@ -85,9 +104,9 @@ pub fn plan_at(
     graph: &Graph,
     options: &AnalyseOptions,
     ceiling: u64,
-    time_limit: Duration,
+    search: PlanSearch,
 ) -> Result<Planned> {
-    let o = plan_options(options, ceiling, time_limit, None);
+    let o = plan_options(options, ceiling, search, None);
     Ok(ckpt_planner::plan_at(graph, &o)?)
 }
 
@@ -292,17 +311,17 @@ fn find_floor(
     options: &AnalyseOptions,
     before: &Analysis,
     pool: &mut Vec<KnownPlan>,
-    time_limit: Duration,
+    search: PlanSearch,
     costs: Option<&NodeCosts>,
 ) -> Result<u64> {
-    let plan_at = |g: &Graph, o: &AnalyseOptions, c: u64, t: Duration| -> Result<Planned> {
+    let plan_at = |g: &Graph, o: &AnalyseOptions, c: u64, t: PlanSearch| -> Result<Planned> {
         Ok(ckpt_planner::plan_at(g, &plan_options(o, c, t, costs))?)
     };
     let known = |pool: &[KnownPlan]| pool.iter().map(|p| p.total_bytes).min().unwrap_or(u64::MAX);
     let probe = before.ledger.fixed_bytes + 1;
     let Planned::CannotFit {
         lowest_reachable_total_bytes: mut target,
-    } = plan_at(graph, options, probe, time_limit)?
+    } = plan_at(graph, options, probe, search)?
     else {
         return Ok(known(pool));
     };
@@ -311,7 +330,7 @@ fn find_floor(
         if target >= best {
             break;
         }
-        match plan_at(graph, options, target, time_limit)? {
+        match plan_at(graph, options, target, search)? {
             Planned::Plan(p) => {
                 pool.push(*p);
                 break;
@@ -330,7 +349,7 @@ fn find_floor(
         else {
             break;
         };
-        match plan_at(graph, options, target, time_limit)? {
+        match plan_at(graph, options, target, search)? {
             Planned::Plan(p) if p.total_bytes < best => pool.push(*p),
             _ => break,
         }
@@ -362,16 +381,18 @@ pub fn sweep(
     graph: &Graph,
     options: &AnalyseOptions,
     ceilings: &Ceilings,
-    time_limit: Duration,
+    search: PlanSearch,
     costs: Option<&NodeCosts>,
 ) -> Result<Sweep> {
     let before = analyse(graph.clone(), options)?;
     let step = step_flops(&before, &options.bindings).max(1);
-    let mut pool =
-        ckpt_planner::baselines(&before, &plan_options(options, 0, Duration::ZERO, costs))?;
+    let mut pool = ckpt_planner::baselines(
+        &before,
+        &plan_options(options, 0, PlanSearch::folding(Duration::ZERO), costs),
+    )?;
     let n_baselines = pool.len();
     let base_total = before.ledger.total_bytes;
-    let floor = find_floor(graph, options, &before, &mut pool, time_limit, costs)?;
+    let floor = find_floor(graph, options, &before, &mut pool, search, costs)?;
     let mut list: Vec<u64> = match ceilings {
         Ceilings::Points(n) => {
             let n = (*n).max(2);
@@ -389,7 +410,7 @@ pub fn sweep(
         if c >= base_total {
             continue;
         }
-        let o = plan_options(options, c, time_limit, costs);
+        let o = plan_options(options, c, search, costs);
         if let Planned::Plan(p) = ckpt_planner::plan_at(graph, &o)? {
             pool.push(*p);
         }

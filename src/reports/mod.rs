@@ -9,7 +9,6 @@ pub mod frontier;
 pub mod plot;
 
 use std::path::Path;
-use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 
@@ -107,7 +106,7 @@ pub fn run_frontier(a: &FrontierArgs) -> Result<(), Failure> {
         &graph,
         &o,
         &ceilings,
-        Duration::from_secs_f64(a.report.time_limit),
+        a.report.search(),
         costs.as_ref(),
     )
     .map_err(Failure::planning)?;
@@ -195,7 +194,7 @@ pub fn run_capacity(a: &CapacityArgs) -> Result<(), Failure> {
         dim,
         ceiling_bytes: ceiling,
         max_value: a.max,
-        time_limit: Duration::from_secs_f64(a.report.time_limit),
+        search: a.report.search(),
     };
     let c = capacity::capacity(&a.model.display().to_string(), &graph, &o, &q)
         .map_err(Failure::planning)?;
@@ -299,7 +298,7 @@ pub fn run_buckets(a: &BucketsArgs) -> Result<(), Failure> {
         rows: rows.len(),
         ceiling_bytes: ceiling,
         reserve_percent: a.reserve,
-        time_limit: Duration::from_secs_f64(a.report.time_limit),
+        search: a.report.search(),
         out_dir: &a.out,
         validate: a.validate.then_some((a.report.seed, a.report.runs)),
         max_p50_regression: a.max_p50_regression,

@@ -38,7 +38,7 @@ pub struct BucketsJob<'a> {
     pub rows: usize,
     pub ceiling_bytes: u64,
     pub reserve_percent: f64,
-    pub time_limit: std::time::Duration,
+    pub search: crate::reports::frontier::PlanSearch,
     pub out_dir: &'a Path,
     /// Validation: (seed, timed runs).
     pub validate: Option<(u64, usize)>,
@@ -189,7 +189,7 @@ fn plan_bucket(
         return Ok((row, None, before));
     }
     let mut pool = baselines(&before, &m.options)?;
-    if let Planned::Plan(p) = plan_at(&m.graph, &m.options, effective, job.time_limit)? {
+    if let Planned::Plan(p) = plan_at(&m.graph, &m.options, effective, job.search)? {
         pool.push(*p);
     }
     let plan = match cheapest_fitting(&pool, effective) {
