@@ -261,10 +261,11 @@ pub struct OptimizeArgs {
     #[arg(long = "search-steps", default_value_t = ckpt_planner::PASS_STEPS, value_parser = search_steps)]
     pub search_steps: usize,
     /// Where a plan is needed, also plan the graph with its copies folded away, and keep the
-    /// cheaper plan: each transposed operand folded into its reader (a MatMul of 2-D f32/f64
-    /// operands reading a Transpose that nothing else reads becomes a Gemm with
-    /// transA/transB), and each slice's gradient scattered into zeros made one Pad: zero
-    /// FLOPs, no copy, every output bitwise equal on ONNX Runtime's CPU provider.
+    /// cheaper plan: each 2-D Transpose every reader of which can do without folded into its
+    /// readers (MatMuls and Gemms of 2-D f32/f64 operands take it as transA/transB, a
+    /// Transpose back reads the value itself), and each slice's gradient scattered into zeros
+    /// made one Pad: zero FLOPs, no copy, every output bitwise equal on ONNX Runtime's CPU
+    /// provider.
     #[arg(long = "fold", default_value = "on", value_parser = ["on", "off"])]
     pub fold: String,
     /// Validate the rewritten graph against the original on ONNX Runtime.

@@ -1,11 +1,12 @@
 //! Zero-FLOP folds of copies into the node that reads or writes them ([`fold`]), each
 //! computing the same values bit for bit on ONNX Runtime's CPU provider
 //! (`scripts/ort_probe/loss_head_probe.py`):
-//! - a 2-D `Transpose` read only by a `MatMul` of two 2-D operands becomes the
-//!   `transA`/`transB` of a `Gemm` that reads the operand itself, and the transposed copy is
-//!   never made ([`fold_transposes`]). Every weight gradient of a linear layer
-//!   (`mm(t(dY), X)`) is such a MatMul, and the language-model head's is a copy as large as
-//!   the logits;
+//! - a 2-D `Transpose` whose readers are `MatMul`s and `Gemm`s of 2-D operands and
+//!   Transposes back: the products take it as the `transA`/`transB` of a `Gemm` that reads
+//!   the operand itself, the Transposes back are dropped, and the transposed copy is never
+//!   made ([`fold_transposes`]). Every weight gradient of a linear layer (`mm(t(dY), X)`) is
+//!   such a product (the language-model head's copy is as large as the logits), and so is
+//!   every forward `mm(X, t(W))`, whose copy of the weight is otherwise held to the backward;
 //! - a slice's gradient scattered into a table of zeros becomes one `Pad`
 //!   ([`fold_scattered_slices`]): no zeros, no transposed copies.
 
@@ -13,53 +14,121 @@ use std::collections::{HashMap, HashSet};
 
 use ckpt_ir::build::attr_i;
 use ckpt_ir::ops::kernels::{KernelTable, Provider};
-use ckpt_ir::{DType, Graph, NewConstant, NodeId, Patch, Substitute, TensorId, TensorRef};
+use ckpt_ir::{DType, Graph, NewConstant, NodeId, Patch, Rewire, Substitute, TensorId, TensorRef};
 
-/// The folds of `graph` as one patch labelled `label` (empty when there is none): each
-/// MatMul whose operands are 2-D f32 or f64 values, either produced by a 2-D Transpose that
-/// nothing else reads, becomes a Gemm (ONNX opset 11 on: its bias is optional) and the
-/// Transposes it folds are removed.
+/// The transposed operands of `graph` folded, as one patch labelled `label` (empty when there
+/// is none; ONNX opset 11 on, where a Gemm's bias is optional). A 2-D `Transpose` of a 2-D f32
+/// or f64 value folds when every reader can do without the copy:
+/// - a `MatMul` of two 2-D f32/f64 operands becomes a `Gemm` with `transA`/`transB` reading
+///   the value itself (every weight gradient of a linear layer, `mm(t(dY), X)`, and every
+///   forward `mm(X, t(W))`);
+/// - a `Gemm` reading it as A or B flips its `transA`/`transB`;
+/// - a `Transpose` back (the backward's `t(t(W))`, which is `W`) is dropped, and its readers
+///   read the value itself.
+///
+/// A linear layer's transposed weight, read by its forward product and by the transpose back
+/// its backward makes, is otherwise held from the forward to the backward: as large as the
+/// weight.
 pub fn fold_transposes(graph: &Graph, label: &str) -> Patch {
     let mut patch = Patch::new(label);
     if graph.opset(ckpt_ir::ONNX_DOMAIN).is_none_or(|v| v < 11) {
         return patch;
     }
+    // Each folded Transpose's output, and each Transpose back's, maps to the value itself.
+    let mut source: HashMap<TensorId, TensorId> = HashMap::new();
+    let mut folded: HashSet<TensorId> = HashSet::new();
     for &n in graph.nodes() {
-        let node = graph.node(n);
-        if node.domain != ckpt_ir::ONNX_DOMAIN || node.op_type != "MatMul" {
-            continue;
-        }
-        let (Some(Some(a)), Some(Some(b))) = (node.inputs.first(), node.inputs.get(1)) else {
+        let Some((src, out, backs)) = foldable_transpose(graph, n) else {
             continue;
         };
-        let (a, b) = (*a, *b);
-        if a == b || !gemm_operand(graph, a) || !gemm_operand(graph, b) {
+        if source.contains_key(&out) {
+            continue; // a Transpose back, dropped with the one before it
+        }
+        source.insert(out, src);
+        folded.insert(out);
+        // The Transposes back first: a removal must leave nothing reading what it removes.
+        for (back, back_out) in backs {
+            source.insert(back_out, src);
+            patch.removals.push(back);
+        }
+        patch.removals.push(n);
+    }
+    let substituted = substitute_products(graph, &folded, &source, &mut patch);
+    // Readers of a Transpose back that no substitute rewrites read the value itself.
+    let removed: HashSet<NodeId> = patch.removals.iter().copied().collect();
+    for &n in graph.nodes() {
+        if substituted.contains(&n) || removed.contains(&n) {
             continue;
         }
-        let folded = [transposed(graph, a, n), transposed(graph, b, n)];
-        if folded.iter().all(Option::is_none) {
-            continue;
-        }
-        let mut attributes = Vec::new();
-        let mut inputs = Vec::new();
-        for (slot, (t, f)) in [a, b].into_iter().zip(folded).enumerate() {
-            match f {
-                Some((transpose, source)) => {
-                    attributes.push(attr_i(["transA", "transB"][slot], 1));
-                    inputs.push(Some(TensorRef::Existing(source)));
-                    patch.removals.push(transpose);
-                }
-                None => inputs.push(Some(TensorRef::Existing(t))),
+        for (slot, input) in graph.node(n).inputs.iter().enumerate() {
+            let Some(t) = *input else { continue };
+            if let (false, Some(&src)) = (folded.contains(&t), source.get(&t)) {
+                patch.rewires.push(Rewire {
+                    node: n,
+                    slot,
+                    from: t,
+                    to: TensorRef::Existing(src),
+                });
             }
         }
+    }
+    patch
+}
+
+/// Each `MatMul` or `Gemm` reading a `folded` Transpose's output as A or B becomes a `Gemm`
+/// that reads the value itself with its `transA`/`transB` flipped (every input through
+/// `source`). Returns the nodes substituted.
+fn substitute_products(
+    graph: &Graph,
+    folded: &HashSet<TensorId>,
+    source: &HashMap<TensorId, TensorId>,
+    patch: &mut Patch,
+) -> HashSet<NodeId> {
+    let mut substituted = HashSet::new();
+    for &n in graph.nodes() {
+        let node = graph.node(n);
+        if node.domain != ckpt_ir::ONNX_DOMAIN
+            || !matches!(node.op_type.as_str(), "MatMul" | "Gemm")
+        {
+            continue;
+        }
+        let flips: Vec<bool> = (0..2)
+            .map(|s| {
+                node.inputs
+                    .get(s)
+                    .copied()
+                    .flatten()
+                    .is_some_and(|t| folded.contains(&t))
+            })
+            .collect();
+        if !flips.contains(&true) {
+            continue;
+        }
+        let mut attributes: Vec<_> = node
+            .attributes()
+            .iter()
+            .filter(|a| !matches!(a.name.as_deref(), Some("transA" | "transB")))
+            .cloned()
+            .collect();
+        for (slot, name) in ["transA", "transB"].into_iter().enumerate() {
+            if (node.attr_i(name).unwrap_or(0) != 0) != flips[slot] {
+                attributes.push(attr_i(name, 1));
+            }
+        }
+        let inputs = node
+            .inputs
+            .iter()
+            .map(|i| i.map(|t| TensorRef::Existing(*source.get(&t).unwrap_or(&t))))
+            .collect();
         patch.substitutes.push(Substitute {
             node: n,
             op_type: "Gemm".into(),
             attributes,
             inputs,
         });
+        substituted.insert(n);
     }
-    patch
+    substituted
 }
 
 /// Whether `t` is a 2-D f32 or f64 value: what ONNX Runtime's CPU Gemm takes.
@@ -69,21 +138,66 @@ fn gemm_operand(graph: &Graph, t: TensorId) -> bool {
         && tensor.shape.as_ref().is_some_and(|s| s.rank() == 2)
 }
 
-/// The Transpose producing `t` and its input, when it swaps the two axes of a 2-D value and
-/// `reader` is all that reads `t` (no graph output).
-fn transposed(graph: &Graph, t: TensorId, reader: NodeId) -> Option<(NodeId, TensorId)> {
-    let tensor = graph.tensor(t);
-    if tensor.is_output || tensor.consumers() != [reader] {
-        return None;
-    }
-    let p = tensor.producer()?;
-    let node = graph.node(p);
+/// The input and output of `n` when it is an ONNX `Transpose` swapping the two axes of a 2-D
+/// f32/f64 value and its output is no graph output.
+fn swap(graph: &Graph, n: NodeId) -> Option<(TensorId, TensorId)> {
+    let node = graph.node(n);
     if node.domain != ckpt_ir::ONNX_DOMAIN || node.op_type != "Transpose" {
         return None;
     }
-    let source = node.inputs.first().copied().flatten()?;
+    let input = node.inputs.first().copied().flatten()?;
+    let output = node.outputs.first().copied().flatten()?;
     let swaps = node.attr_ints("perm").is_none_or(|p| p == [1, 0]);
-    (swaps && gemm_operand(graph, source)).then_some((p, source))
+    (swaps && gemm_operand(graph, input) && !graph.tensor(output).is_output)
+        .then_some((input, output))
+}
+
+/// `n`'s source and output when it is a 2-D `Transpose` every reader of which can do without
+/// it ([`fold_transposes`]), with the Transposes back among its readers and their outputs.
+fn foldable_transpose(
+    graph: &Graph,
+    n: NodeId,
+) -> Option<(TensorId, TensorId, Vec<(NodeId, TensorId)>)> {
+    let (src, out) = swap(graph, n)?;
+    let readers = graph.tensor(out).consumers();
+    let mut backs = Vec::new();
+    for &r in readers {
+        let reader = graph.node(r);
+        let slots = reader.inputs.iter().filter(|&&i| i == Some(out)).count();
+        let in_ab = reader.inputs.iter().take(2).any(|&i| i == Some(out));
+        let takes = reader.domain == ckpt_ir::ONNX_DOMAIN
+            && match reader.op_type.as_str() {
+                "MatMul" => {
+                    slots == 1
+                        && reader.inputs.len() == 2
+                        && reader
+                            .inputs
+                            .iter()
+                            .flatten()
+                            .all(|&t| gemm_operand(graph, t))
+                }
+                "Gemm" => slots == 1 && in_ab,
+                "Transpose" => match swap(graph, r) {
+                    // A Transpose read by a Transpose again is left as it is.
+                    Some((_, back))
+                        if graph
+                            .tensor(back)
+                            .consumers()
+                            .iter()
+                            .all(|&c| graph.node(c).op_type != "Transpose") =>
+                    {
+                        backs.push((r, back));
+                        true
+                    }
+                    _ => false,
+                },
+                _ => false,
+            };
+        if !takes {
+            return None;
+        }
+    }
+    (!readers.is_empty()).then_some((src, out, backs))
 }
 
 /// The folds of `graph` as one patch labelled `label`: the transposed operands
@@ -94,6 +208,7 @@ pub fn fold(graph: &Graph, label: &str) -> Patch {
         .substitutes
         .iter()
         .map(|s| s.node)
+        .chain(patch.rewires.iter().map(|r| r.node))
         .chain(patch.removals.iter().copied())
         .collect();
     let slices = fold_scattered_slices(graph, label);

@@ -1,5 +1,5 @@
-//! Transposes folded into their readers (`ckpt_passes::fold`): only a 2-D swap that one
-//! MatMul of 2-D f32/f64 operands reads alone.
+//! Transposes folded into their readers (`ckpt_passes::fold`): a 2-D swap every reader of
+//! which (MatMuls and Gemms of 2-D f32/f64 operands, Transposes back) can do without.
 
 use std::path::Path;
 
@@ -58,15 +58,100 @@ fn only_a_swap_one_matmul_reads_alone_is_folded() {
     assert_eq!(g.node_count(), 9);
 }
 
-/// On the GPT-2 fixture every weight gradient of a linear layer and the language-model
-/// head's is folded: 18 Gemms, 18 Transposes fewer.
+/// On the GPT-2 fixture every linear layer's products read their operands untransposed: the
+/// 9 weight gradients (the language-model head's among them) and the 9 forward products
+/// become Gemms, the 9 backward products that read the weight transposed back read the
+/// weight itself, and 27 Transposes go (of the gradients, of the weights, and back).
 #[test]
-fn gpt2s_weight_gradients_read_their_operands_untransposed() {
+fn gpt2s_linear_layers_read_their_operands_untransposed() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/gpt2_d0_aot.onnx");
     let g = ckpt_ir::import_file(&path).unwrap();
     let patch = fold_transposes(&g, "folded");
-    assert_eq!((patch.substitutes.len(), patch.removals.len()), (18, 18));
+    assert_eq!(
+        (
+            patch.substitutes.len(),
+            patch.rewires.len(),
+            patch.removals.len()
+        ),
+        (18, 9, 27)
+    );
+    let transB = patch
+        .substitutes
+        .iter()
+        .filter(|s| {
+            s.attributes
+                .iter()
+                .any(|a| a.name.as_deref() == Some("transB"))
+        })
+        .count();
+    assert_eq!(transB, 9, "{patch}");
     let mut folded = g.clone();
     patch.apply(&mut folded).unwrap();
-    assert_eq!(folded.node_count(), g.node_count() - 18);
+    assert_eq!(folded.node_count(), g.node_count() - 27);
+    assert!(folded
+        .nodes()
+        .iter()
+        .all(|&n| folded.node(n).op_type != "Transpose"
+            || folded
+                .node(n)
+                .attr_ints("perm")
+                .is_some_and(|p| p.len() != 2)));
+}
+
+/// A weight read transposed by a product and by a Transpose back: both readers keep the
+/// values and read the weight itself; a Gemm's own flags flip; a transpose read by a Neg, or
+/// whose transpose back a Transpose reads, stays.
+#[test]
+fn a_transpose_every_reader_does_without_is_folded() {
+    let m = ModelBuilder::new(20)
+        .input("w", DType::F32, "3,4")
+        .input("x", DType::F32, "2,4")
+        .input("dy", DType::F32, "2,3")
+        .input("v", DType::F32, "4,3")
+        .input("u", DType::F32, "3,4");
+    // The forward product and its transpose back.
+    let m = swap(m, "w", "wt").node("MatMul", &["x", "wt"], &["y"]);
+    let m = swap(m, "wt", "w_back").node("MatMul", &["dy", "w_back"], &["dx"]);
+    // A Gemm already transposing its A reads a transposed A: both flips cancel.
+    let m = swap(m, "v", "vt").node_with(
+        "Gemm",
+        &["vt", "w"],
+        &["g"],
+        vec![ckpt_ir::build::attr_i("transA", 1)],
+    );
+    // Not folded: a Neg reads it; a Transpose reads its transpose back.
+    let m = swap(m, "u", "ut")
+        .node("MatMul", &["x", "ut"], &["z"])
+        .node("Neg", &["ut"], &["nz"]);
+    let m = swap(m, "w", "w2t");
+    let m = swap(m, "w2t", "w2").node("MatMul", &["x", "w2t"], &["z2"]);
+    let m = swap(m, "w2", "w3");
+    let bytes = m
+        .output("y", DType::F32, "2,3")
+        .output("dx", DType::F32, "2,4")
+        .output("g", DType::F32, "4,4")
+        .output("z", DType::F32, "2,3")
+        .output("nz", DType::F32, "4,3")
+        .output("z2", DType::F32, "2,3")
+        .output("w3", DType::F32, "4,3")
+        .bytes();
+    let mut g = import_bytes(bytes.into(), Path::new("t.onnx"), None).unwrap();
+    ckpt_ir::ops::infer_into(&mut g).unwrap();
+    let patch = fold_transposes(&g, "folded");
+    let writer = |y: &str| g.tensor(g.tensor_id(y).unwrap()).producer().unwrap();
+    let text = patch.to_string();
+    assert_eq!(
+        patch.removals,
+        [writer("w_back"), writer("wt"), writer("vt")],
+        "{text}"
+    );
+    let substituted: Vec<_> = patch.substitutes.iter().map(|s| s.node).collect();
+    assert_eq!(substituted, [writer("y"), writer("g")], "{text}");
+    // The Gemm's transA and the folded one cancel: it reads v as it is, no flag.
+    assert!(patch.substitutes[1].attributes.is_empty(), "{text}");
+    assert_eq!(patch.rewires.len(), 1, "{text}");
+    let dx = writer("dx");
+    assert_eq!(patch.rewires[0].node, dx);
+    patch.apply(&mut g).unwrap();
+    assert_eq!(g.node(dx).inputs[1], g.tensor_id("w"));
 }
