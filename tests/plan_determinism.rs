@@ -88,7 +88,8 @@ fn a_block_cut_beside_a_variant_search_gives_the_same_plan_on_one_and_two_thread
 fn a_time_limit_that_is_hit_is_reported() {
     let path = root().join("tests/fixtures/llama_d0_makefx.onnx");
     let before = analyse(import_file(&path).unwrap(), &AnalyseOptions::default()).unwrap();
-    let ceiling = before.ledger.total_bytes * 75 / 100;
+    // At 65% a search is needed (down to 75% the folded copies and order moves fit).
+    let ceiling = before.ledger.total_bytes * 65 / 100;
     let mut job = plan_job(&path, ceiling, 0);
     job.time_limit = Duration::ZERO;
     match job.plan_on(before, 1).unwrap().outcome {
