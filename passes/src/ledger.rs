@@ -237,7 +237,8 @@ pub fn ledger(
 /// What a device total is made of at one step of one run, by ledger line ([`held`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Held {
-    /// The step of the run (the in-use peak's, [`Simulation::peak_step`]).
+    /// The step of the run: the in-use peak's ([`Simulation::peak_step`], or with the outputs
+    /// bound outside the arena [`arena_peak_step`]).
     pub step: usize,
     /// (line, bytes), in a fixed order, zero lines included: what the caller feeds and holds
     /// (parameters, optimizer state, data inputs, the outputs it got back), the constants,
@@ -280,11 +281,39 @@ fn empty_between(
     format!("{} -> {}", name(before), name(after))
 }
 
+/// The step where the buffers in the arena peak when the graph outputs are bound outside it:
+/// [`Simulation::live`] less the buffers that hold a graph output, the earliest on a tie (as
+/// [`Simulation::peak_step`], which counts those buffers too: late in a backward, where the
+/// gradients pile up, rather than where the arena fills).
+pub fn arena_peak_step(graph: &Graph, sim: &Simulation) -> usize {
+    let n = sim.live.len();
+    let mut delta = vec![0i128; n + 1];
+    for b in &sim.buffers {
+        if b.values.iter().any(|&v| graph.tensor(v).is_output) {
+            let bytes = rounded(b.bytes) as i128;
+            let end = b.free_after.map_or(n, |f| (f + 1).min(n));
+            delta[b.alloc_step.min(n)] += bytes;
+            delta[end] -= bytes;
+        }
+    }
+    let mut outside = 0i128;
+    let mut best = (0usize, i128::MIN);
+    for (s, &live) in sim.live.iter().enumerate() {
+        outside += delta[s];
+        let here = live as i128 - outside;
+        if here > best.1 {
+            best = (s, here);
+        }
+    }
+    best.0
+}
+
 /// What the run `sim` of `graph` holds at its in-use peak, by ledger line, with the ledger's
 /// fixed bytes and the profile's arena beyond that peak: where the total of a plan goes.
 ///
 /// With `outputs_in_arena` false (outputs bound to the runner's buffers), a buffer that holds a
-/// graph output is not in the arena: its bytes are the caller's line.
+/// graph output is not in the arena: its bytes are the caller's line, and the peak is the
+/// arena's ([`arena_peak_step`]).
 pub fn held(
     graph: &Graph,
     class: &Classification,
@@ -292,7 +321,11 @@ pub fn held(
     l: &Ledger,
     outputs_in_arena: bool,
 ) -> Held {
-    let step = sim.peak_step;
+    let step = if outputs_in_arena {
+        sim.peak_step
+    } else {
+        arena_peak_step(graph, sim)
+    };
     let (mut saved, mut rebuilt, mut grads, mut other, mut empty) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut outside = 0u64;
     let mut largest: Vec<(&'static str, String, u64)> = Vec::new();

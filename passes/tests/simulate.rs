@@ -187,3 +187,26 @@ output %3 "w"
     assert_eq!(s.live, vec![768]);
     assert_eq!(s.arena_peak(), 768);
 }
+
+/// With the graph outputs bound outside the arena, the arena's in-use peak is where the
+/// buffers that hold no graph output peak ([`ckpt_passes::ledger::arena_peak_step`]), not the
+/// run's peak counting the outputs (`Simulation::peak_step`), which pile up at the end. In
+/// units of 256 B: t (3) | t, u (6) | u, o1 (3 + 3 out) | o1, o3 (6 out) | o1, o3, o2 (9 out):
+/// the run peaks at step 4, the arena at step 1 (the earliest of its 6).
+#[test]
+fn the_arenas_peak_leaves_out_the_bound_outputs() {
+    let (g, s) = run(r#"
+input %0 "x": f32[192]
+%1 "t": f32[192] = Exp(%0)
+%2 "u": f32[192] = Neg(%1)
+%3 "o1": f32[192] = Exp(%2)
+%4 "o2": f32[192] = Neg(%3)
+%5 "o3": f32[192] = Abs(%3)
+output %3 "o1"
+output %4 "o2"
+output %5 "o3"
+"#);
+    assert_eq!(s.live, [768, 1536, 1536, 1536, 2304]);
+    assert_eq!(s.peak_step, 4);
+    assert_eq!(ckpt_passes::ledger::arena_peak_step(&g, &s), 1);
+}
