@@ -17,7 +17,7 @@
 use ckpt_ir::ort::{constant_place, ConstantPlace};
 use ckpt_ir::{Bindings, Graph, TensorId};
 
-use crate::memory::{rounded, Simulation};
+use crate::memory::{rounded, Buffer, Simulation};
 use crate::phases::{Classification, TensorKind};
 
 /// An optimizer that runs outside the graph, declared by the user.
@@ -281,6 +281,11 @@ fn empty_between(
     format!("{} -> {}", name(before), name(after))
 }
 
+/// Whether `buf` holds a graph output (outside the arena when the outputs are bound).
+fn holds_output(graph: &Graph, buf: &Buffer) -> bool {
+    buf.values.iter().any(|&v| graph.tensor(v).is_output)
+}
+
 /// The step where the buffers in the arena peak when the graph outputs are bound outside it:
 /// [`Simulation::live`] less the buffers that hold a graph output, the earliest on a tie (as
 /// [`Simulation::peak_step`], which counts those buffers too: late in a backward, where the
@@ -289,7 +294,7 @@ pub fn arena_peak_step(graph: &Graph, sim: &Simulation) -> usize {
     let n = sim.live.len();
     let mut delta = vec![0i128; n + 1];
     for b in &sim.buffers {
-        if b.values.iter().any(|&v| graph.tensor(v).is_output) {
+        if holds_output(graph, b) {
             let bytes = rounded(b.bytes) as i128;
             let end = b.free_after.map_or(n, |f| (f + 1).min(n));
             delta[b.alloc_step.min(n)] += bytes;
@@ -334,7 +339,7 @@ pub fn held(
             continue;
         }
         let bytes = rounded(buf.bytes);
-        if !outputs_in_arena && buf.values.iter().any(|&v| graph.tensor(v).is_output) {
+        if !outputs_in_arena && holds_output(graph, buf) {
             outside += bytes;
             continue;
         }
@@ -372,7 +377,7 @@ pub fn held(
         let output_buffers: u64 = sim
             .buffers
             .iter()
-            .filter(|b| b.values.iter().any(|&v| graph.tensor(v).is_output))
+            .filter(|b| holds_output(graph, b))
             .map(|b| rounded(b.bytes))
             .sum();
         output_requests.saturating_sub(output_buffers)

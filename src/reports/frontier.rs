@@ -388,7 +388,15 @@ pub fn sweep(
     let step = step_flops(&before, &options.bindings).max(1);
     let mut pool = ckpt_planner::baselines(
         &before,
-        &plan_options(options, 0, PlanSearch::folding(Duration::ZERO), costs),
+        &plan_options(
+            options,
+            0,
+            PlanSearch {
+                time_limit: Duration::ZERO,
+                ..search
+            },
+            costs,
+        ),
     )?;
     let n_baselines = pool.len();
     let base_total = before.ledger.total_bytes;

@@ -91,8 +91,25 @@ pub fn broken_control(
     dir: Option<&std::path::Path>,
     scale: f32,
 ) -> Result<(onnx::ModelProto, String)> {
-    let mut m = model.clone();
-    let g = m.graph.as_mut().ok_or(ValidateError::NoGraph)?;
+    let target = control_target(model, dir)?;
+    let m = target.scaled(model, scale)?;
+    Ok((m, target.tensor))
+}
+
+/// Where the broken control scales: input `slot` of node `producer` (the loss's node),
+/// reading `tensor`.
+struct ControlTarget {
+    producer: usize,
+    slot: usize,
+    tensor: String,
+}
+
+/// The loss node's first floating-point input ([`broken_control`]).
+fn control_target(
+    model: &onnx::ModelProto,
+    dir: Option<&std::path::Path>,
+) -> Result<ControlTarget> {
+    let g = model.graph.as_ref().ok_or(ValidateError::NoGraph)?;
     let mut float_names: std::collections::HashSet<String> = g
         .value_info
         .iter()
@@ -132,7 +149,7 @@ pub fn broken_control(
         .ok_or_else(|| ValidateError::ControlNoProducer {
             output: first_out.clone(),
         })?;
-    let (slot, target) = g.node[producer]
+    let (slot, tensor) = g.node[producer]
         .input
         .iter()
         .enumerate()
@@ -141,53 +158,77 @@ pub fn broken_control(
         .ok_or_else(|| ValidateError::ControlNoFloatInput {
             output: first_out.clone(),
         })?;
-    let scaled = format!("{target}.ckpt_opt_control");
-    let factor = "ckpt_opt_control_scale".to_string();
-    g.node[producer].input[slot] = scaled.clone();
-    g.initializer.push(onnx::TensorProto {
-        name: Some(factor.clone()),
-        data_type: Some(1),
-        raw_data: Some((1.0 + scale).to_le_bytes().to_vec().into()),
-        ..Default::default()
-    });
-    let mul = onnx::NodeProto {
-        input: vec![target.clone(), factor],
-        output: vec![scaled],
-        name: Some("ckpt_opt_control_mul".into()),
-        op_type: Some("Mul".into()),
-        domain: Some(String::new()),
-        ..Default::default()
-    };
-    g.node.insert(producer, mul);
-    Ok((m, target))
+    Ok(ControlTarget {
+        producer,
+        slot,
+        tensor,
+    })
+}
+
+impl ControlTarget {
+    /// `model` with the target scaled by 1 + `scale` through a `Mul` by a new initializer.
+    fn scaled(&self, model: &onnx::ModelProto, scale: f32) -> Result<onnx::ModelProto> {
+        let mut m = model.clone();
+        let g = m.graph.as_mut().ok_or(ValidateError::NoGraph)?;
+        let scaled = format!("{}.ckpt_opt_control", self.tensor);
+        let factor = "ckpt_opt_control_scale".to_string();
+        g.node[self.producer].input[self.slot] = scaled.clone();
+        g.initializer.push(onnx::TensorProto {
+            name: Some(factor.clone()),
+            data_type: Some(1),
+            raw_data: Some((1.0 + scale).to_le_bytes().to_vec().into()),
+            ..Default::default()
+        });
+        let mul = onnx::NodeProto {
+            input: vec![self.tensor.clone(), factor],
+            output: vec![scaled],
+            name: Some("ckpt_opt_control_mul".into()),
+            op_type: Some("Mul".into()),
+            domain: Some(String::new()),
+            ..Default::default()
+        };
+        g.node.insert(self.producer, mul);
+        Ok(m)
+    }
+}
+
+/// The broken control as it ran: the tensor it scales, its scale and whether the comparison
+/// told its outputs apart from the original's.
+pub(crate) struct Control {
+    pub tensor: String,
+    pub scale: f32,
+    pub rejected: bool,
 }
 
 /// Run the broken control of `rewritten` at each of [`CONTROL_SCALES`] in turn (`run` runs one
-/// control model), stopping at the first whose outputs `tol` tells apart from `reference`.
-/// Returns its outputs, the tensor it scales and its scale (the last one's when none is told
-/// apart: the verdict then fails).
+/// control model), stopping at the first whose outputs `tol` tells apart from `reference`
+/// (the last one's when none is: the verdict then fails). The target is found once.
 pub(crate) fn escalate_control(
     rewritten: &onnx::ModelProto,
     dir: Option<&std::path::Path>,
     reference: &[HostTensor],
     tol: &Tolerances,
     mut run: impl FnMut(&onnx::ModelProto) -> Result<Vec<HostTensor>>,
-) -> Result<(Vec<HostTensor>, String, f32)> {
-    let [first, rest @ ..] = CONTROL_SCALES;
-    let mut try_scale = |scale: f32| -> Result<(Vec<HostTensor>, String, f32, bool)> {
-        let (model, tensor) = broken_control(rewritten, dir, scale)?;
-        let values = run(&model)?;
+) -> Result<Control> {
+    let target = control_target(rewritten, dir)?;
+    let mut try_scale = |scale: f32| -> Result<Control> {
+        let values = run(&target.scaled(rewritten, scale)?)?;
         let rejected = !compare(reference, &values, tol).passed;
-        Ok((values, tensor, scale, rejected))
+        Ok(Control {
+            tensor: target.tensor.clone(),
+            scale,
+            rejected,
+        })
     };
+    let [first, rest @ ..] = CONTROL_SCALES;
     let mut last = try_scale(first)?;
     for scale in rest {
-        if last.3 {
+        if last.rejected {
             break;
         }
         last = try_scale(scale)?;
     }
-    Ok((last.0, last.1, last.2))
+    Ok(last)
 }
 
 /// Measured numbers of one graph.
@@ -323,19 +364,16 @@ pub(crate) fn seed_pair(a: &mut onnx::ModelProto, b: &mut onnx::ModelProto, seed
     seeded
 }
 
-/// What one runtime's runs of a pair give: the three graphs' values, both graphs' measured
+/// What one runtime's runs of a pair give: both graphs' values, the broken control's verdict,
+/// both graphs' measured
 /// numbers and the runtime and session they ran on. [`Runs::judge`] turns it into the verdict.
 pub(crate) struct Runs {
     /// The original graph's outputs.
     pub reference: Vec<HostTensor>,
     /// The rewritten graph's outputs.
     pub candidate: Vec<HostTensor>,
-    /// The broken control's outputs.
-    pub control: Vec<HostTensor>,
-    /// The tensor the control scales ([`broken_control`]).
-    pub control_tensor: String,
-    /// The control's relative perturbation ([`CONTROL_SCALES`]).
-    pub control_scale: f32,
+    /// The broken control as it ran ([`escalate_control`]).
+    pub control: Control,
     pub random_ops_seeded: usize,
     pub original: Measured,
     pub rewritten: Measured,
@@ -350,13 +388,12 @@ impl Runs {
     /// control's outputs not.
     pub(crate) fn judge(self, input_generation: Vec<String>, tol: &Tolerances) -> Validation {
         let cmp = compare(&self.reference, &self.candidate, tol);
-        let control_rejected = !compare(&self.reference, &self.control, tol).passed;
         Validation {
-            passed: cmp.passed && control_rejected,
+            passed: cmp.passed && self.control.rejected,
             outputs: cmp.outputs,
-            control_rejected,
-            control_tensor: self.control_tensor,
-            control_scale: self.control_scale,
+            control_rejected: self.control.rejected,
+            control_tensor: self.control.tensor,
+            control_scale: self.control.scale,
             rng_policy: RNG_POLICY,
             random_ops_seeded: self.random_ops_seeded,
             deterministic_compute: true,
@@ -409,19 +446,18 @@ pub(crate) fn run_pair(
         graph: "rewritten graph",
         source,
     })?;
-    let (control, control_tensor, control_scale) =
-        escalate_control(&b, b_dir, &reference, &o.tol, |control| {
-            report(Stage::Values("broken control"));
-            run(
-                Model::new("control", &control.encode_to_vec()).in_dir(b_dir),
-                inputs,
-                &values_cfg,
-            )
-            .map_err(|source| ValidateError::Run {
-                graph: "control",
-                source,
-            })
-        })?;
+    let control = escalate_control(&b, b_dir, &reference, &o.tol, |control| {
+        report(Stage::Values("broken control"));
+        run(
+            Model::new("control", &control.encode_to_vec()).in_dir(b_dir),
+            inputs,
+            &values_cfg,
+        )
+        .map_err(|source| ValidateError::Run {
+            graph: "control",
+            source,
+        })
+    })?;
     let original_cfg = o.original_cfg.as_ref().unwrap_or(&o.cfg);
     let original_m = measure("original", &a_bytes, a_dir, inputs, o, original_cfg)?;
     let rewritten_m = measure("rewritten", &b_bytes, b_dir, inputs, o, &o.cfg)?;
@@ -430,8 +466,6 @@ pub(crate) fn run_pair(
         reference,
         candidate,
         control,
-        control_tensor,
-        control_scale,
         random_ops_seeded: seeded,
         original: original_m,
         rewritten: rewritten_m,
@@ -530,23 +564,24 @@ mod tests {
             f32::from_le_bytes([b[0], b[1], b[2], b[3]])
         };
         let mut tried = Vec::new();
-        let (values, tensor, scale) = escalate_control(&m, None, &reference, &tol, |c| {
+        let control = escalate_control(&m, None, &reference, &tol, |c| {
             let f = factor(c);
             tried.push(f);
             // Only a change of 10% or more moves the loss.
             Ok(value(if f >= 1.09 { f } else { 1.0 }))
         })
         .unwrap();
-        assert_eq!((tensor.as_str(), scale), ("x", 1e-1));
+        assert_eq!((control.tensor.as_str(), control.scale), ("x", 1e-1));
         assert_eq!(tried, [1.001, 1.01, 1.1]);
-        assert_eq!(values, value(1.1));
+        assert!(control.rejected);
         tried.clear();
-        let (_, _, scale) = escalate_control(&m, None, &reference, &tol, |c| {
+        let control = escalate_control(&m, None, &reference, &tol, |c| {
             tried.push(factor(c));
             Ok(value(1.0))
         })
         .unwrap();
-        assert_eq!(scale, 1.0);
+        assert_eq!(control.scale, 1.0);
+        assert!(!control.rejected);
         assert_eq!(tried, [1.001, 1.01, 1.1, 2.0]);
         assert_eq!(control_factor(1e-3), "1+1e-3");
         assert_eq!(control_factor(1.0), "2");

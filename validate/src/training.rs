@@ -130,20 +130,17 @@ pub(crate) fn run_pair(
     };
     let reference = run(&mut runner, &sa, "original graph")?;
     let candidate = run(&mut runner, &sb, "rewritten graph")?;
-    let (control, control_tensor, control_scale) =
-        escalate_control(&b, None, &reference, &o.tol, |control| {
-            let c_bytes = control.encode_to_vec();
-            let sc = runner.stage(Model::new("control", &c_bytes), inputs, &updated)?;
-            run(&mut runner, &sc, "control")
-        })?;
+    let control = escalate_control(&b, None, &reference, &o.tol, |control| {
+        let c_bytes = control.encode_to_vec();
+        let sc = runner.stage(Model::new("control", &c_bytes), inputs, &updated)?;
+        run(&mut runner, &sc, "control")
+    })?;
     let original_m = measure(&mut runner, &sa, o)?;
     let rewritten_m = measure(&mut runner, &sb, o)?;
     Ok(Runs {
         reference,
         candidate,
         control,
-        control_tensor,
-        control_scale,
         random_ops_seeded: seeded,
         original: original_m,
         rewritten: rewritten_m,
