@@ -38,7 +38,7 @@ pub fn fold_transposes(graph: &Graph, label: &str) -> Patch {
     let mut source: HashMap<TensorId, TensorId> = HashMap::new();
     let mut folded: HashSet<TensorId> = HashSet::new();
     for &n in graph.nodes() {
-        let Some((src, out, backs)) = foldable_transpose(graph, n) else {
+        let Some(FoldableTranspose { src, out, backs }) = foldable_transpose(graph, n) else {
             continue;
         };
         if source.contains_key(&out) {
@@ -152,12 +152,18 @@ fn swap(graph: &Graph, n: NodeId) -> Option<(TensorId, TensorId)> {
         .then_some((input, output))
 }
 
-/// `n`'s source and output when it is a 2-D `Transpose` every reader of which can do without
-/// it ([`fold_transposes`]), with the Transposes back among its readers and their outputs.
-fn foldable_transpose(
-    graph: &Graph,
-    n: NodeId,
-) -> Option<(TensorId, TensorId, Vec<(NodeId, TensorId)>)> {
+/// A 2-D `Transpose` every reader of which can do without it ([`fold_transposes`]).
+struct FoldableTranspose {
+    /// The value it transposes.
+    src: TensorId,
+    /// Its output.
+    out: TensorId,
+    /// The Transposes back among its readers, with their outputs.
+    backs: Vec<(NodeId, TensorId)>,
+}
+
+/// `n` as a [`FoldableTranspose`], when it is one.
+fn foldable_transpose(graph: &Graph, n: NodeId) -> Option<FoldableTranspose> {
     let (src, out) = swap(graph, n)?;
     let readers = graph.tensor(out).consumers();
     let mut backs = Vec::new();
@@ -197,7 +203,7 @@ fn foldable_transpose(
             return None;
         }
     }
-    (!readers.is_empty()).then_some((src, out, backs))
+    (!readers.is_empty()).then_some(FoldableTranspose { src, out, backs })
 }
 
 /// The folds of `graph` as one patch labelled `label`: the transposed operands
