@@ -257,7 +257,7 @@ fn only_constant_shapes_are_guarded() {
     assert!(reuse_guards(&g2, "again").guards.is_empty());
 }
 
-/// gpt2_d0_aot at 74% of its footprint (its copies folded and order moves reach 75.1%): the
+/// gpt2_d0_aot at 72% of its footprint (its copies folded and order moves alone fit 73%): the
 /// plan guards the graph's reshape targets, and the rewrite validates on ORT under the
 /// default profile: the same losses and gradients bit for bit, measured within the ceiling
 /// and in an arena capped at it, predicted within 1%.
@@ -266,8 +266,8 @@ fn a_guarded_plan_validates_under_its_ceiling() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.onnx");
     let model = common::root().join("tests/fixtures/gpt2_d0_aot.onnx");
-    let r = common::validated_run(&model, "74%", &out, &[]);
-    common::assert_validated_rewrite(&r, "gpt2_d0_aot at 74%");
+    let r = common::validated_run(&model, "72%", &out, &[]);
+    common::assert_validated_rewrite(&r, "gpt2_d0_aot at 72%");
     let patch = r["patch"].as_str().unwrap();
     assert!(patch.contains("through Identity"), "{patch}");
     let g = ckpt_ir::import_file(&out).unwrap();

@@ -1,5 +1,6 @@
 //! Zero-FLOP folds of copies into the node that reads or writes them ([`fold`]), each
-//! computing the same values bit for bit on ONNX Runtime's CPU provider
+//! computing the same values bit for bit on ONNX Runtime's CPU provider (the one-hot
+//! gradients but for the sign of a zero)
 //! (`scripts/ort_probe/loss_head_probe.py`):
 //! - a 2-D `Transpose` whose readers are `MatMul`s and `Gemm`s of 2-D operands and
 //!   Transposes back: the products take it as the `transA`/`transB` of a `Gemm` that reads
@@ -8,7 +9,16 @@
 //!   such a product (the language-model head's copy is as large as the logits), and so is
 //!   every forward `mm(X, t(W))`, whose copy of the weight is otherwise held to the backward;
 //! - a slice's gradient scattered into a table of zeros becomes one `Pad`
-//!   ([`fold_scattered_slices`]): no zeros, no transposed copies.
+//!   ([`fold_scattered_slices`]): no zeros, no transposed copies;
+//! - the negative log-likelihood's gradient, a one-hot table of the targets times the loss's
+//!   gradient less the softmax times its row sums, becomes the softmax times the loss's
+//!   gradient with the targets' terms scattered in ([`fold_onehot_gradients`]): no one-hot
+//!   table and no copy of it, and the same values but for the sign of a zero in rows the loss
+//!   ignores.
+
+mod onehot;
+
+pub use onehot::fold_onehot_gradients;
 
 use std::collections::{HashMap, HashSet};
 
@@ -207,29 +217,32 @@ fn foldable_transpose(graph: &Graph, n: NodeId) -> Option<FoldableTranspose> {
 }
 
 /// The folds of `graph` as one patch labelled `label`: the transposed operands
-/// ([`fold_transposes`]) and the scattered slices ([`fold_scattered_slices`]).
+/// ([`fold_transposes`]), the scattered slices ([`fold_scattered_slices`]) and the one-hot
+/// gradients ([`fold_onehot_gradients`]), each where it touches no node an earlier one does.
 pub fn fold(graph: &Graph, label: &str) -> Patch {
     let mut patch = fold_transposes(graph, label);
-    let taken: HashSet<NodeId> = patch
+    for more in [
+        fold_scattered_slices(graph, label),
+        fold_onehot_gradients(graph, label),
+    ] {
+        let taken: HashSet<NodeId> = touched(&patch).collect();
+        if !touched(&more).any(|n| taken.contains(&n)) {
+            patch.constants.extend(more.constants);
+            patch.substitutes.extend(more.substitutes);
+            patch.removals.extend(more.removals);
+        }
+    }
+    patch
+}
+
+/// The nodes `patch` substitutes, rewires or removes.
+fn touched(patch: &Patch) -> impl Iterator<Item = NodeId> + '_ {
+    patch
         .substitutes
         .iter()
         .map(|s| s.node)
         .chain(patch.rewires.iter().map(|r| r.node))
         .chain(patch.removals.iter().copied())
-        .collect();
-    let slices = fold_scattered_slices(graph, label);
-    let clash = slices
-        .substitutes
-        .iter()
-        .map(|s| s.node)
-        .chain(slices.removals.iter().copied())
-        .any(|n| taken.contains(&n));
-    if !clash {
-        patch.constants.extend(slices.constants);
-        patch.substitutes.extend(slices.substitutes);
-        patch.removals.extend(slices.removals);
-    }
-    patch
 }
 
 /// A slice's gradient as exporters write it (`slice_scatter`): the gradient `x` written into a

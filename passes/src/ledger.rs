@@ -117,20 +117,23 @@ fn bytes_of(graph: &Graph, t: TensorId, b: &Bindings) -> u64 {
 
 /// The model's constants by where ONNX Runtime `ort_version` keeps them: (outside the arena,
 /// taken from the arena's allocator at load). Constants are the initializers a node reads
-/// (ORT drops the others at load) and the values of nodes ORT folds at load (`Constant`).
+/// (ORT drops the others at load) and the values of nodes ORT folds at load (`Constant`) that
+/// a node or the graph's outputs read.
 pub fn constants(graph: &Graph, b: &Bindings, ort_version: &str) -> (u64, u64) {
     // A runtime that takes initializers as arena chunks is modelled on what it was measured
     // on: its initializers ([`crate::device::load_chunks`]).
     let chunks = ckpt_ir::ort::initializers_in_arena(ort_version);
+    // ONNX Runtime drops a constant nothing reads at load (a `Constant` node is an
+    // initializer by then): a fold that removes a constant's last reader leaves it unread.
+    let is_read = |t: &TensorId| !graph.tensor(*t).consumers().is_empty();
     let folded = graph
         .nodes()
         .iter()
         .filter(|&&n| !chunks && ckpt_ir::ops::folded_at_load(graph, n))
         .flat_map(|&n| graph.node(n).outputs.clone())
-        .flatten();
-    let read = graph
-        .initializers()
-        .filter(|&t| !graph.tensor(t).consumers().is_empty());
+        .flatten()
+        .filter(|t| is_read(t) || graph.tensor(*t).is_output);
+    let read = graph.initializers().filter(is_read);
     let (mut outside, mut load) = (0u64, 0u64);
     for t in read.chain(folded) {
         let bytes = bytes_of(graph, t, b);

@@ -75,7 +75,7 @@ fn gpt2s_linear_layers_read_their_operands_untransposed() {
         ),
         (18, 9, 27)
     );
-    let transB = patch
+    let trans_b = patch
         .substitutes
         .iter()
         .filter(|s| {
@@ -84,7 +84,7 @@ fn gpt2s_linear_layers_read_their_operands_untransposed() {
                 .any(|a| a.name.as_deref() == Some("transB"))
         })
         .count();
-    assert_eq!(transB, 9, "{patch}");
+    assert_eq!(trans_b, 9, "{patch}");
     let mut folded = g.clone();
     patch.apply(&mut folded).unwrap();
     assert_eq!(folded.node_count(), g.node_count() - 27);

@@ -45,7 +45,7 @@ pub use ctx::{FlopCtx, FlopError, InferCtx};
 pub use infer::{infer, infer_into, infer_node, sanitized, source_type, InferError};
 pub use scratch::{kernel_scratch, Scratch, ScratchCtx, ScratchFn};
 pub use types::{TensorType, Types};
-pub use value::{constant_f64, constant_i64, is_one_positive_zero};
+pub use value::{constant_f64, constant_i64, is_one_positive_zero, one_float};
 pub(crate) use value::{decode, ConstData};
 
 /// The Microsoft contrib/training domain.

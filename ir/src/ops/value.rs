@@ -152,6 +152,14 @@ pub fn is_one_positive_zero(t: &onnx::TensorProto) -> bool {
     }
 }
 
+/// The value of a one-element float tensor (`None` for an integer one or any other count).
+pub fn one_float(t: &onnx::TensorProto) -> Option<f64> {
+    match decode(t)? {
+        ConstData::Floats(v) if v.len() == 1 => Some(v[0]),
+        _ => None,
+    }
+}
+
 /// The TensorProto an initializer named `name` was imported from.
 pub(crate) fn initializer_proto<'a>(graph: &'a Graph, name: &str) -> Option<&'a onnx::TensorProto> {
     graph

@@ -113,6 +113,27 @@ pub(super) fn climbs<O: Oracle>(
     })
 }
 
+/// A climb from no recompute with a variant's simulations ([`variant_trials`]): a challenger
+/// to a plan the rounds found, whose linear model may have needed recomputes the simulated
+/// run does not. Its plan where one fits.
+pub(super) fn challenge<O: Oracle>(
+    run: &Run<O>,
+    trials: &mut usize,
+) -> Result<Option<Plan>, PlanError> {
+    let prob = run.input.problem;
+    let climber = Climber {
+        run,
+        max_trials: run.so.max_trials.min(variant_trials(prob.base_live.len())),
+        budget_hit: AtomicBool::new(false),
+    };
+    Ok(
+        match climber.climb(vec![false; prob.candidates.len()], trials)? {
+            Climb::Fits(plan) => Some(*plan),
+            Climb::Stuck(..) => None,
+        },
+    )
+}
+
 /// The ILP's proven optimum at `f` times the budget, as a climb's start.
 fn tighter_start<O: Oracle>(run: &Run<O>, f: f64) -> Option<Vec<bool>> {
     let prob = run.input.problem;
