@@ -356,3 +356,22 @@ fn below_the_candidate_searchs_floor_block_checkpointing_is_cut_to_fit() {
         assert_eq!(o["bitwise_equal"], true, "{}", o["name"]);
     }
 }
+
+/// An output planned again: the 2-layer Llama at 60%, then its output at 90% of its own
+/// footprint. The second plan clones nodes the first one cloned (`node_x.recompute` names a
+/// node and no tensor) and its clones get names no node of the input holds: the file loads
+/// and validates on ORT, predicted to the byte, bitwise equal.
+#[test]
+fn an_output_planned_again_names_its_clones_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::root().join("tests/fixtures/llama_d0_makefx.onnx");
+    let range = ["--int-range", "attention_mask=0:2"];
+    let first = dir.path().join("first.onnx");
+    common::validated_run(&model, "60%", &first, &range);
+    let second = dir.path().join("second.onnx");
+    let r = common::validated_run(&first, "90%", &second, &range);
+    let (_, measured, predicted) = common::assert_validated_rewrite(&r, "planned again");
+    assert_eq!(measured, predicted, "planned again: predicted to the byte");
+    let patch = r["patch"].as_str().unwrap();
+    assert!(patch.contains(".recompute2"), "{patch}");
+}

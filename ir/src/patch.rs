@@ -150,6 +150,8 @@ pub struct Applied {
 pub enum PatchError {
     #[error("patch `{label}`: tensor name `{name}` already exists")]
     NameTaken { label: String, name: String },
+    #[error("patch `{label}`: node name `{name}` already exists (ONNX Runtime refuses two nodes of one name)")]
+    NodeNameTaken { label: String, name: String },
     #[error("patch `{label}`: new tensor #{index} does not exist")]
     NoSuchNewTensor { label: String, index: usize },
     #[error("patch `{label}`: new constant #{index} does not exist")]
@@ -236,6 +238,7 @@ impl Patch {
     /// simulating thousands of candidate rewrites). The rewrite that is kept goes through
     /// [`Patch::apply`].
     pub fn apply_unverified(&self, graph: &mut Graph) -> Result<Applied, PatchError> {
+        self.check_node_names(graph)?;
         let mut applied = Applied::default();
         let mut declared = Declared::default();
         applied.tensors = self.add_tensors(graph, &mut declared)?;
@@ -258,6 +261,36 @@ impl Patch {
 }
 
 impl Patch {
+    /// Every node the patch adds (copies, constants, guards) under a name no node of the graph
+    /// has and no other new node takes: ONNX Runtime does not load a model with two nodes of
+    /// one non-empty name.
+    fn check_node_names(&self, graph: &Graph) -> Result<(), PatchError> {
+        if self.nodes.is_empty() && self.constants.is_empty() && self.guards.is_empty() {
+            return Ok(());
+        }
+        let new = self
+            .nodes
+            .iter()
+            .map(|n| &n.name)
+            .chain(self.constants.iter().map(|c| &c.name))
+            .chain(self.guards.iter().map(|g| &g.name))
+            .filter(|n| !n.is_empty());
+        let mut taken: HashSet<&str> = graph
+            .nodes()
+            .iter()
+            .map(|&n| graph.node(n).name.as_str())
+            .collect();
+        for name in new {
+            if !taken.insert(name.as_str()) {
+                return Err(PatchError::NodeNameTaken {
+                    label: self.label.clone(),
+                    name: name.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The new tensors, each under a name the graph does not hold yet, typed like its model.
     fn add_tensors(
         &self,

@@ -189,6 +189,34 @@ fn duplicate_name_is_rejected() {
     ));
 }
 
+/// A new node under a name a node of the graph holds (though no tensor does) is refused, and
+/// so are two new nodes of one name: ONNX Runtime does not load either file.
+#[test]
+fn a_taken_node_name_is_rejected() {
+    let mut g = graph();
+    let mut once = recompute_a(&g, vec![]);
+    once.nodes[0].name = g.node(g.nodes()[1]).name.clone();
+    assert!(!once.nodes[0].name.is_empty());
+    let e = once.apply(&mut g.clone());
+    assert!(
+        matches!(e, Err(PatchError::NodeNameTaken { ref name, .. }) if *name == once.nodes[0].name),
+        "{e:?}"
+    );
+    let mut twice = recompute_a(&g, vec![]);
+    twice.tensors.push(NewTensor {
+        name: "a.recompute2".into(),
+        like: g.tensor_id("a").unwrap(),
+    });
+    let mut second = twice.nodes[0].clone();
+    second.outputs = vec![Some(TensorRef::New(1))];
+    twice.nodes.push(second);
+    let e = twice.apply(&mut g);
+    assert!(
+        matches!(e, Err(PatchError::NodeNameTaken { ref name, .. }) if name == "Relu_a.recompute"),
+        "{e:?}"
+    );
+}
+
 /// x -> Relu a -> Neg b; Exp e (reads only x, placed early in the file) -> Mul c(b, e).
 fn graph_with_early_node() -> ckpt_ir::Graph {
     let bytes = ModelBuilder::new(20)

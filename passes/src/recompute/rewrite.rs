@@ -21,15 +21,25 @@ struct Names {
     /// The first suffix not yet tried for a base (1 is `.recompute`, `k > 1` is
     /// `.recompute{k}`): every earlier one is taken, and stays taken.
     next: FxHashMap<String, usize>,
+    /// The graph's node names, read on the first call (a graph planned again holds the
+    /// clones of its first plan: `node_x.recompute` may name a node and no tensor).
+    nodes: Option<FxHashSet<String>>,
 }
 
 impl Names {
     /// A free tensor/node name: `base.recompute`, then `base.recompute2`, …, the first that is
-    /// neither one of `graph`'s tensors nor given already. A base cloned once per candidate
+    /// neither one of `graph`'s tensors or nodes nor given already. A base cloned once per candidate
     /// (recomputing every candidate of a deep graph clones one node hundreds of times) resumes
     /// where its last search stopped, not at `.recompute` again.
     fn fresh(&mut self, graph: &Graph, base: &str) -> String {
         let mut k = self.next.get(base).copied().unwrap_or(1);
+        let nodes = self.nodes.get_or_insert_with(|| {
+            graph
+                .nodes()
+                .iter()
+                .map(|&n| graph.node(n).name.clone())
+                .collect()
+        });
         loop {
             let name = if k == 1 {
                 format!("{base}.recompute")
@@ -37,7 +47,10 @@ impl Names {
                 format!("{base}.recompute{k}")
             };
             k += 1;
-            if graph.tensor_id(&name).is_none() && !self.taken.contains(&name) {
+            if graph.tensor_id(&name).is_none()
+                && !nodes.contains(&name)
+                && !self.taken.contains(&name)
+            {
                 self.next.insert(base.to_string(), k);
                 self.taken.insert(name.clone());
                 return name;
@@ -428,7 +441,8 @@ mod names_tests {
 input %0 "x": f32[4]
 %1 "a": f32[4] = Exp(%0)  # "n_a"
 %2 "a.recompute2": f32[4] = Exp(%1)  # "n_b"
-output %2 "a.recompute2"
+%3 "b": f32[4] = Exp(%2)  # "n_a.recompute"
+output %3 "b"
 "#,
         )
         .unwrap();
@@ -446,7 +460,8 @@ output %2 "a.recompute2"
         // Another base whose names collide with the first's: "a.recompute" + "3" is
         // "a.recompute3", already given.
         assert_eq!(names.fresh(&g, "a.recompute"), "a.recompute.recompute");
-        assert_eq!(names.fresh(&g, "n_a"), "n_a.recompute");
+        // A node's name is taken too: the node "n_a.recompute" writes the tensor "b".
+        assert_eq!(names.fresh(&g, "n_a"), "n_a.recompute2");
         assert_eq!(names.fresh(&g, "a"), "a.recompute6");
     }
 }
