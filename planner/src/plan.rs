@@ -573,7 +573,8 @@ output %15 "w2_grad"
 
     /// A plan on a small text graph (no ladder) sends its trace to the sink, not to stderr, in
     /// the order the planner works: the leaves' order climbed, block checkpointing's starts, the first
-    /// search's ILP round with what its run holds at the peak, the other variants outclassed
+    /// search's ILP round with what its run holds at the peak, its fitting plan cut and
+    /// challenged by a climb from no recompute (whose plan is cut too), the other variants outclassed
     /// by the plan in hand, and the steps the pass spent, last. Each event prints as one line
     /// (a peak as several).
     #[test]
@@ -595,6 +596,9 @@ output %15 "w2_grad"
                 "block starts",
                 "round simulated",
                 "peak held",
+                "round cut",
+                "challenged",
+                "round cut",
                 "variant planned",
                 "variant searched",
                 "outclassed",
@@ -610,7 +614,7 @@ output %15 "w2_grad"
             .any(|l| l.starts_with("ilp round 0: cost ") && l.contains(" simulated ")));
         assert_eq!(
             lines.last().map(String::as_str),
-            Some("plan: the searches simulated 0 of 8000000 schedule steps")
+            Some("plan: the searches simulated 396 of 8000000 schedule steps")
         );
         for (e, line) in events.iter().zip(&lines) {
             assert!(
@@ -664,6 +668,8 @@ output %15 "w2_grad"
             Event::BlockStartsSimulated { .. } => "block starts",
             Event::RoundSimulated { .. } => "round simulated",
             Event::PeakHeld(_) => "peak held",
+            Event::DropsDone { .. } | Event::SwapsDone { .. } => "round cut",
+            Event::Flip { .. } | Event::FlipFits { .. } | Event::SearchFits { .. } => "challenged",
             Event::VariantPlanned { .. } => "variant planned",
             Event::VariantSearched { .. } => "variant searched",
             Event::Outclassed { .. } => "outclassed",
