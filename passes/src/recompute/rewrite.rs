@@ -28,9 +28,9 @@ struct Names {
 
 impl Names {
     /// A free tensor/node name: `base.recompute`, then `base.recompute2`, …, the first that is
-    /// neither one of `graph`'s tensors or nodes nor given already. A base cloned once per candidate
-    /// (recomputing every candidate of a deep graph clones one node hundreds of times) resumes
-    /// where its last search stopped, not at `.recompute` again.
+    /// neither one of `graph`'s tensors or nodes nor given already. A base cloned once per
+    /// candidate (recomputing every candidate of a deep graph clones one node hundreds of
+    /// times) resumes where its last search stopped, not at `.recompute` again.
     fn fresh(&mut self, graph: &Graph, base: &str) -> String {
         let mut k = self.next.get(base).copied().unwrap_or(1);
         let nodes = self.nodes.get_or_insert_with(|| {
