@@ -375,6 +375,11 @@ impl Graph {
         self.order.len()
     }
 
+    /// The names of the nodes, in file order (an unnamed node's is empty).
+    pub fn node_names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.order.iter().map(|&n| self.node(n).name.as_str())
+    }
+
     /// Upper bound of node indices, for side tables indexed by `NodeId::index`.
     pub fn node_bound(&self) -> usize {
         self.g.node_bound()

@@ -275,11 +275,7 @@ impl Patch {
             .chain(self.constants.iter().map(|c| &c.name))
             .chain(self.guards.iter().map(|g| &g.name))
             .filter(|n| !n.is_empty());
-        let mut taken: HashSet<&str> = graph
-            .nodes()
-            .iter()
-            .map(|&n| graph.node(n).name.as_str())
-            .collect();
+        let mut taken: HashSet<&str> = graph.node_names().collect();
         for name in new {
             if !taken.insert(name.as_str()) {
                 return Err(PatchError::NodeNameTaken {

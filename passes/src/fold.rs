@@ -363,11 +363,8 @@ fn scattered_slice(graph: &Graph, n: NodeId, opset: i64) -> Option<ScatteredSlic
         "ScatterND" => (n, None),
         _ => return None,
     };
-    let s = graph.node(scatter);
-    if s.domain != ckpt_ir::ONNX_DOMAIN
-        || s.op_type != "ScatterND"
-        || s.attr_s("reduction").is_some_and(|r| r != "none")
-    {
+    let s = onnx_node(graph, scatter, "ScatterND")?;
+    if s.attr_s("reduction").is_some_and(|r| r != "none") {
         return None;
     }
     let [Some(data), Some(indices), Some(updates)] = s.inputs[..] else {
@@ -378,7 +375,7 @@ fn scattered_slice(graph: &Graph, n: NodeId, opset: i64) -> Option<ScatteredSlic
     let zeros = graph.tensor(zeros_t).producer()?;
     let table = zero_table(graph, zeros)?;
     let dtype = graph.tensor(x).dtype?;
-    if graph.tensor(zeros_t).dtype != Some(dtype) || !pad_takes(opset, dtype) {
+    if graph.tensor(zeros_t).dtype != Some(dtype) || !cpu_takes("Pad", opset, dtype) {
         return None;
     }
     // The ScatterND writes the first axis of the transposed table: the table's `perm[0]`.
@@ -443,11 +440,7 @@ fn untransposed(
         return Some((t, None));
     };
     let p = graph.tensor(t).producer()?;
-    let node = graph.node(p);
-    if node.domain != ckpt_ir::ONNX_DOMAIN || node.op_type != "Transpose" {
-        return None;
-    }
-    let perm = node.attr_ints("perm")?;
+    let perm = onnx_node(graph, p, "Transpose")?.attr_ints("perm")?;
     let inverts = perm.len() == back.len()
         && perm.iter().enumerate().all(|(i, &p)| {
             usize::try_from(p)
@@ -458,21 +451,25 @@ fn untransposed(
     inverts.then_some((single_input(graph, p)?, Some(p)))
 }
 
-/// The dims of the table of zeros `n` writes: a `ConstantOfShape` of a constant shape whose
-/// value is +0.0 or an integer 0 (absent: f32 +0.0).
+/// The dims of the table of zeros `n` writes: a [`zero_fill`] of a constant shape.
 fn zero_table(graph: &Graph, n: NodeId) -> Option<Vec<u64>> {
-    let node = graph.node(n);
-    if node.domain != ckpt_ir::ONNX_DOMAIN || node.op_type != "ConstantOfShape" {
-        return None;
-    }
-    if !node
-        .attr_t("value")
-        .is_none_or(ckpt_ir::ops::is_one_positive_zero)
-    {
-        return None;
-    }
+    zero_fill(graph, n)?;
     let shape = ckpt_ir::ops::constant_i64(graph, single_input(graph, n)?)?;
     shape.iter().map(|&d| u64::try_from(d).ok()).collect()
+}
+
+/// `n` when it is a `ConstantOfShape` whose value is +0.0 or an integer 0 (absent: f32 +0.0).
+fn zero_fill(graph: &Graph, n: NodeId) -> Option<&ckpt_ir::Node> {
+    onnx_node(graph, n, "ConstantOfShape").filter(|node| {
+        node.attr_t("value")
+            .is_none_or(ckpt_ir::ops::is_one_positive_zero)
+    })
+}
+
+/// The ONNX-domain node `n` when its op is `op`.
+fn onnx_node<'a>(graph: &'a Graph, n: NodeId, op: &str) -> Option<&'a ckpt_ir::Node> {
+    let node = graph.node(n);
+    (node.domain == ckpt_ir::ONNX_DOMAIN && node.op_type == op).then_some(node)
 }
 
 /// `(a, L)` when `indices` is a constant `[L, 1]` of `a, a+1, ..., a+L-1`, `a >= 0`, `L >= 1`.
@@ -496,15 +493,16 @@ fn run_of_positions(graph: &Graph, indices: TensorId) -> Option<(u64, u64)> {
     run.then_some((start as u64, dims[0]))
 }
 
-/// Whether ONNX Runtime's CPU `Pad` at `opset` takes `dtype` (the op registry's kernel table).
-fn pad_takes(opset: i64, dtype: DType) -> bool {
+/// Whether ONNX Runtime's CPU kernel of the ONNX op `op` at `opset` takes `dtype` as its `T`
+/// (the op registry's kernel table).
+fn cpu_takes(op: &str, opset: i64, dtype: DType) -> bool {
     let Some(table) = KernelTable::of(Provider::Cpu, ckpt_ir::ort::ORT_VERSION) else {
         return false;
     };
-    let Some(schema) = table.schema(ckpt_ir::ONNX_DOMAIN, "Pad", opset) else {
+    let Some(schema) = table.schema(ckpt_ir::ONNX_DOMAIN, op, opset) else {
         return false;
     };
-    table.has_kernel_for(ckpt_ir::ONNX_DOMAIN, "Pad", schema.since, &[("T", dtype)])
+    table.has_kernel_for(ckpt_ir::ONNX_DOMAIN, op, schema.since, &[("T", dtype)])
 }
 
 /// A 1-D i64 tensor of `values`.

@@ -87,11 +87,7 @@ pub fn reshape_guards(graph: &Graph, label: &str) -> Patch {
 fn guards_of(graph: &Graph, label: &str, slot_of: impl Fn(&str, &str) -> Option<usize>) -> Patch {
     let mut patch = Patch::new(label);
     // A guard's Identity node and its output share the name: free among tensors and nodes.
-    let mut taken: BTreeSet<String> = graph
-        .nodes()
-        .iter()
-        .map(|&n| graph.node(n).name.clone())
-        .collect();
+    let mut taken: BTreeSet<String> = graph.node_names().map(str::to_string).collect();
     for &n in graph.nodes() {
         let node = graph.node(n);
         let Some(slot) = slot_of(&node.domain, &node.op_type) else {

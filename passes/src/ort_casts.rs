@@ -396,11 +396,7 @@ fn start<'a>(graph: &'a Graph, table: &'a KernelTable) -> Work<'a> {
             .iter()
             .map(|&t| graph.tensor(t).name.clone())
             .collect(),
-        names: graph
-            .nodes()
-            .iter()
-            .map(|&n| graph.node(n).name.clone())
-            .collect(),
+        names: graph.node_names().map(str::to_string).collect(),
     };
     for &n in graph.nodes() {
         if is_constant_node(graph, n) {

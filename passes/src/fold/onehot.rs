@@ -30,8 +30,9 @@
 //! alike, and `0 - e*(-w)` is `e*w`). A comparison within tolerances does not tell them apart.
 
 use ckpt_ir::build::{attr_i, attr_s};
-use ckpt_ir::ops::kernels::{KernelTable, Provider};
 use ckpt_ir::{DType, Dim, Graph, NodeId, Patch, Substitute, TensorId, TensorRef};
+
+use super::{cpu_takes, onnx_node, zero_fill};
 
 /// The one-hot gradients of `graph` folded, as one patch labelled `label` (empty where there
 /// is none; ONNX opset 16 on, where ScatterElements takes `reduction`, and where ONNX
@@ -47,7 +48,7 @@ pub fn fold_onehot_gradients(graph: &Graph, label: &str) -> Patch {
         let Some(f) = onehot_gradient(graph, n) else {
             continue;
         };
-        if !scatter_add_takes(opset, f.dtype) {
+        if !cpu_takes("ScatterElements", opset, f.dtype) {
             continue;
         }
         let existing = |t| Some(TensorRef::Existing(t));
@@ -160,7 +161,7 @@ fn onehot_gradient(graph: &Graph, n: NodeId) -> Option<OneHotGradient> {
             minus_ones,
             weights,
             r,
-            graph.node(n).outputs[0]?,
+            graph.node(n).outputs.first().copied().flatten()?,
         ],
     )?;
     let dtype = graph.tensor(s).dtype?;
@@ -247,12 +248,6 @@ impl Shapes {
     }
 }
 
-/// The ONNX-domain node `n` when its op is `op`.
-fn onnx_node<'a>(graph: &'a Graph, n: NodeId, op: &str) -> Option<&'a ckpt_ir::Node> {
-    let node = graph.node(n);
-    (node.domain == ckpt_ir::ONNX_DOMAIN && node.op_type == op).then_some(node)
-}
-
 /// Whether `t` is written by an ONNX-domain `op`.
 fn is_written_by(graph: &Graph, t: TensorId, op: &str) -> bool {
     graph
@@ -289,53 +284,27 @@ fn reduces_axis_1(graph: &Graph, n: NodeId) -> bool {
     matches!(axes.as_deref(), Some([1]) | Some([-1]))
 }
 
-/// Whether `t` is a table of +0.0: a `ConstantOfShape` of +0.0 (or of no value), or an
-/// `Expand` of a constant +0.0.
+/// Whether `t` is a table of +0.0: a [`zero_fill`], or an `Expand` of a constant +0.0.
 fn zeros_of(graph: &Graph, t: TensorId) -> bool {
     let Some(p) = graph.tensor(t).producer() else {
         return false;
     };
-    let node = graph.node(p);
-    if node.domain != ckpt_ir::ONNX_DOMAIN {
-        return false;
+    if zero_fill(graph, p).is_some() {
+        return true;
     }
-    match node.op_type.as_str() {
-        "ConstantOfShape" => node
-            .attr_t("value")
-            .is_none_or(ckpt_ir::ops::is_one_positive_zero),
-        "Expand" => node.inputs.first().copied().flatten().is_some_and(|c| {
-            ckpt_ir::ops::constant_f64(graph, c).is_some_and(|v| {
-                !v.is_empty() && v.iter().all(|&x| x == 0.0 && x.is_sign_positive())
-            })
-        }),
-        _ => false,
-    }
+    onnx_node(graph, p, "Expand")
+        .and_then(|node| node.inputs.first().copied().flatten())
+        .and_then(|c| ckpt_ir::ops::constant_f64(graph, c))
+        .is_some_and(|v| !v.is_empty() && v.iter().all(|&x| x == 0.0 && x.is_sign_positive()))
 }
 
 /// Whether `t` is a `ConstantOfShape` of -1.
 fn minus_ones_of(graph: &Graph, t: TensorId) -> bool {
-    let Some(p) = graph.tensor(t).producer() else {
-        return false;
-    };
-    let node = graph.node(p);
-    node.domain == ckpt_ir::ONNX_DOMAIN
-        && node.op_type == "ConstantOfShape"
-        && node.attr_t("value").and_then(ckpt_ir::ops::one_float) == Some(-1.0)
-}
-
-/// Whether ONNX Runtime's CPU `ScatterElements` at `opset` takes `dtype` (the op registry's
-/// kernel table).
-fn scatter_add_takes(opset: i64, dtype: DType) -> bool {
-    let Some(table) = KernelTable::of(Provider::Cpu, ckpt_ir::ort::ORT_VERSION) else {
-        return false;
-    };
-    let Some(schema) = table.schema(ckpt_ir::ONNX_DOMAIN, "ScatterElements", opset) else {
-        return false;
-    };
-    table.has_kernel_for(
-        ckpt_ir::ONNX_DOMAIN,
-        "ScatterElements",
-        schema.since,
-        &[("T", dtype)],
-    )
+    graph
+        .tensor(t)
+        .producer()
+        .and_then(|p| onnx_node(graph, p, "ConstantOfShape"))
+        .and_then(|node| node.attr_t("value"))
+        .and_then(ckpt_ir::ops::one_float)
+        == Some(-1.0)
 }

@@ -33,13 +33,9 @@ impl Names {
     /// times) resumes where its last search stopped, not at `.recompute` again.
     fn fresh(&mut self, graph: &Graph, base: &str) -> String {
         let mut k = self.next.get(base).copied().unwrap_or(1);
-        let nodes = self.nodes.get_or_insert_with(|| {
-            graph
-                .nodes()
-                .iter()
-                .map(|&n| graph.node(n).name.clone())
-                .collect()
-        });
+        let nodes = self
+            .nodes
+            .get_or_insert_with(|| graph.node_names().map(str::to_string).collect());
         loop {
             let name = if k == 1 {
                 format!("{base}.recompute")

@@ -57,16 +57,8 @@ pub(super) fn climbs<O: Oracle>(
     rounds: &Rounds,
     tight: bool,
 ) -> Result<Climbed, PlanError> {
-    let (prob, input, so) = (run.input.problem, &run.input, run.so);
-    let climber = Climber {
-        run,
-        max_trials: if tight {
-            so.max_trials.min(variant_trials(prob.base_live.len()))
-        } else {
-            so.max_trials
-        },
-        budget_hit: AtomicBool::new(false),
-    };
+    let (prob, input) = (run.input.problem, &run.input);
+    let climber = Climber::new(run, tight);
     let mut trials = 0usize;
     let mut starts: Vec<Vec<bool>> = rounds
         .starts
@@ -120,18 +112,12 @@ pub(super) fn challenge<O: Oracle>(
     run: &Run<O>,
     trials: &mut usize,
 ) -> Result<Option<Plan>, PlanError> {
-    let prob = run.input.problem;
-    let climber = Climber {
-        run,
-        max_trials: run.so.max_trials.min(variant_trials(prob.base_live.len())),
-        budget_hit: AtomicBool::new(false),
-    };
-    Ok(
-        match climber.climb(vec![false; prob.candidates.len()], trials)? {
-            Climb::Fits(plan) => Some(*plan),
-            Climb::Stuck(..) => None,
-        },
-    )
+    let climber = Climber::new(run, true);
+    let none = vec![false; run.input.problem.candidates.len()];
+    Ok(match climber.climb(none, trials)? {
+        Climb::Fits(plan) => Some(*plan),
+        Climb::Stuck(..) => None,
+    })
 }
 
 /// The ILP's proven optimum at `f` times the budget, as a climb's start.
@@ -180,7 +166,24 @@ enum Climb {
 /// The best flip of a move that does not fit: (score, total, flip, cost, peak step).
 type Step = (f64, u64, usize, u64, usize);
 
-impl<O: Oracle> Climber<'_, O> {
+impl<'a, O: Oracle> Climber<'a, O> {
+    /// A climber with the search's trial budget, or, where a plan is already in hand
+    /// (`tight`), with what a variant searched with a plan in hand gets ([`variant_trials`]).
+    fn new(run: &'a Run<'a, O>, tight: bool) -> Climber<'a, O> {
+        let max_trials = if tight {
+            run.so
+                .max_trials
+                .min(variant_trials(run.input.problem.base_live.len()))
+        } else {
+            run.so.max_trials
+        };
+        Climber {
+            run,
+            max_trials,
+            budget_hit: AtomicBool::new(false),
+        }
+    }
+
     /// Hill-climb from `set`, bounded by a move and a simulation count (never by time, so
     /// that the same input gives the same plan).
     fn climb(&self, mut set: Vec<bool>, trials: &mut usize) -> Result<Climb, PlanError> {
