@@ -315,6 +315,7 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
         reserve_pct: 0.0,
         time_limit: Duration::from_secs_f64(time_limit),
         refusal_probes: 0,
+        plan_again: false,
         search_steps: ckpt_planner::PASS_STEPS,
         fold: true,
     };

@@ -43,6 +43,7 @@ fn main() -> Result<()> {
             reserve_pct: 0.0,
             time_limit: Duration::from_secs(120),
             refusal_probes: 0,
+            plan_again: false,
             search_steps: ckpt_planner::PASS_STEPS,
             fold: true,
         };

@@ -268,6 +268,12 @@ pub struct OptimizeArgs {
     /// provider.
     #[arg(long = "fold", default_value = "on", value_parser = ["on", "off"])]
     pub fold: String,
+    /// Where no plan fits, make the plan at the lowest total found real and plan its output
+    /// again at the ceiling: the second pass recomputes values the first plan's clones read
+    /// and guards and reorders the clones, and reaches totals one pass does not. The output
+    /// then holds both plans' recomputes, and the receipt lists both.
+    #[arg(long = "plan-again", default_value = "on", value_parser = ["on", "off"])]
+    pub plan_again: String,
     /// Validate the rewritten graph against the original on ONNX Runtime.
     #[arg(long)]
     pub validate: bool,
@@ -369,14 +375,21 @@ pub struct ReportArgs {
     /// copies folded away and keeps the cheaper plan, `off` plans the graph as given.
     #[arg(long = "fold", default_value = "on", value_parser = ["on", "off"])]
     pub fold: String,
+    /// Plan as the main job with the same `--plan-again` does: `on` plans a refusal again on
+    /// the output of the plan at its lowest total, `off` (the reports' default, where the main
+    /// job's is `on`: a capacity or floor search meets many refusals, each planned again at
+    /// the cost of two passes more) keeps one pass's refusal.
+    #[arg(long = "plan-again", default_value = "off", value_parser = ["on", "off"])]
+    pub plan_again: String,
 }
 
 impl ReportArgs {
-    /// How each plan is searched: the time limit and `--fold`.
+    /// How each plan is searched: the time limit, `--fold` and `--plan-again`.
     pub fn search(&self) -> crate::reports::frontier::PlanSearch {
         crate::reports::frontier::PlanSearch {
             time_limit: std::time::Duration::from_secs_f64(self.time_limit),
             fold: self.fold == "on",
+            plan_again: self.plan_again == "on",
         }
     }
 

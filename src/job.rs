@@ -112,6 +112,10 @@ pub struct Job {
     /// On a refusal, ceilings between the ceiling and the lowest total found planned to lower
     /// that total ([`ckpt_planner::PlanOptions::refusal_probes`]; the main job's 3, else 0).
     pub refusal_probes: usize,
+    /// On a refusal, plan the output of the plan at the lowest total found again at the
+    /// ceiling ([`ckpt_planner::PlanOptions::plan_again`]; `--plan-again`, on by default in
+    /// the main job, off elsewhere).
+    pub plan_again: bool,
     /// Schedule steps the plan's searches may simulate in all
     /// ([`ckpt_planner::PlanOptions::pass_steps`]; `--search-steps`).
     pub search_steps: usize,
@@ -140,6 +144,7 @@ impl Job {
             reserve_pct: args.reserve,
             time_limit: Duration::from_secs_f64(args.time_limit),
             refusal_probes: MAIN_JOB_REFUSAL_PROBES,
+            plan_again: args.plan_again == "on",
             search_steps: args.search_steps,
             fold: args.fold == "on",
         })
@@ -186,6 +191,7 @@ impl Job {
                 .then(|| ckpt_planner::Trace::new(|e| eprintln!("{e}"))),
             progress: Some(progress),
             refusal_probes: self.refusal_probes,
+            plan_again: self.plan_again,
             ladder_rungs: ckpt_planner::LADDER_RUNGS,
             fold: self.fold,
             max_trials: ckpt_planner::MAX_TRIALS,

@@ -365,7 +365,7 @@ fn print_summary(
     profile: &ckpt_ir::Profile,
     measured: Option<&MeasuredCost>,
 ) {
-    let chosen = r.plan.recompute.iter().filter(|&&x| x).count();
+    let chosen = r.recomputed();
     let info = &r.plan.info;
     let method = r.method_label();
     println!(
@@ -378,7 +378,7 @@ fn print_summary(
     println!(
         "recomputing {} of {} candidate activations: {} nodes cloned, {} moved later (moves add no FLOPs), +{} FLOPs ({:.2}% of a step); found by {method} in {:.2} s",
         chosen,
-        r.cands.list.len(),
+        r.candidate_count(),
         r.counts.cloned,
         r.counts.moved,
         r.counts.added_flops,

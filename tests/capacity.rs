@@ -224,7 +224,16 @@ fn main_job_at(m: &std::path::Path, ceiling: &str, binding: &str) -> (Option<i32
 fn main_job_at_dims(m: &std::path::Path, ceiling: &str, dims: &[&str]) -> (Option<i32>, Value) {
     let dir = tempfile::tempdir().unwrap();
     let (out, receipt) = (dir.path().join("out.onnx"), dir.path().join("r.json"));
-    let mut args = vec![path_str(m), "--ceiling", ceiling, "--time-limit", "120"];
+    // Capacity plans one pass by default (`--plan-again off`): so is the main job run here.
+    let mut args = vec![
+        path_str(m),
+        "--ceiling",
+        ceiling,
+        "--time-limit",
+        "120",
+        "--plan-again",
+        "off",
+    ];
     for d in dims {
         args.extend(["--dim", d]);
     }

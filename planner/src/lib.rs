@@ -93,6 +93,7 @@
 //!   the [`PlanOptions::progress`] callback; errors are typed ([`PlanError`]); nothing panics
 //!   on user input. The CLI parses, orchestrates, writes and prints.
 
+mod again;
 mod analysis;
 mod baselines;
 mod blocks;

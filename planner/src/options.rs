@@ -95,6 +95,10 @@ pub struct PlanOptions {
     /// planned (bisection), so that the lowest reachable total reported is no higher than a
     /// plan found at a ceiling in between: the search is not monotone in the ceiling.
     pub refusal_probes: usize,
+    /// On a refusal, make the plan at the lowest total found real and plan its output again at
+    /// the ceiling, as a graph of its own ([`crate::plan`]; off in [`PlanOptions::new`], on in
+    /// the main job by default: `--plan-again on|off`).
+    pub plan_again: bool,
     /// Rungs of the ladder: at most how many tighter ceilings (whole percents of the given
     /// graph's device total, below the ceiling) are planned in turn below a plan that adds
     /// anything, or below a refusal, the cheapest plan kept ([`LADDER_RUNGS`] by default;
@@ -133,6 +137,7 @@ impl PlanOptions {
             trace: None,
             progress: None,
             refusal_probes: 0,
+            plan_again: false,
             ladder_rungs: LADDER_RUNGS,
             fold: false,
             max_trials: MAX_TRIALS,

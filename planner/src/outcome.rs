@@ -272,6 +272,11 @@ pub struct Rewritten {
     /// guarded: it may have nodes the given graph lacks); `None`: the given graph.
     #[serde(skip)]
     pub planned_graph: Option<ckpt_ir::Graph>,
+    /// Where this plan is of another plan's output ([`PlanOptions::plan_again`]): that first
+    /// plan, against the given graph. This plan's patch and counts then include the first
+    /// plan's; its `cands`, `plan` and move flags are its own pass's, of `planned_graph`.
+    #[serde(skip)]
+    pub earlier: Option<Box<Rewritten>>,
 }
 
 impl Rewritten {
@@ -300,7 +305,37 @@ impl Rewritten {
             found_at_ceiling_bytes: found_at,
             rungs_planned: 0,
             planned_graph: None,
+            earlier: None,
         }
+    }
+
+    /// The passes that made this plan, the first first: this plan alone, or the plan whose
+    /// output it planned again ([`Rewritten::earlier`]) and then this one.
+    pub fn passes(&self) -> Vec<&Rewritten> {
+        let mut passes = match &self.earlier {
+            Some(e) => e.passes(),
+            None => Vec::new(),
+        };
+        passes.push(self);
+        passes
+    }
+
+    /// The candidate activations the plan recomputes, over its passes.
+    pub fn recomputed(&self) -> usize {
+        self.passes()
+            .iter()
+            .map(|p| p.plan.recompute.iter().filter(|&&r| r).count())
+            .sum()
+    }
+
+    /// The candidate activations its passes considered, over its passes.
+    pub fn candidate_count(&self) -> usize {
+        self.passes().iter().map(|p| p.cands.list.len()).sum()
+    }
+
+    /// The linear model's added cost (`plan.cost`), over its passes.
+    pub fn model_cost(&self) -> u64 {
+        self.passes().iter().map(|p| p.plan.cost).sum()
     }
 
     /// What the plan adds, in the unit plans are compared in: with [`PlanOptions::costs`],
@@ -318,9 +353,15 @@ impl Rewritten {
         }
     }
 
-    /// How the plan was found, as a reader says it ([`method_label`]).
+    /// How the plan was found, as a reader says it ([`method_label`]); a plan of another
+    /// plan's output says both: `block checkpointing cut ..., its output planned again by
+    /// reuse guards only`.
     pub fn method_label(&self) -> String {
-        method_label(&self.plan, self.folded, self.lowered, self.guarded)
+        let own = method_label(&self.plan, self.folded, self.lowered, self.guarded);
+        match &self.earlier {
+            Some(e) => format!("{}, its output planned again by {own}", e.method_label()),
+            None => own,
+        }
     }
 
     /// The graph the candidates and the plan index: the variant planned, else `given` (the

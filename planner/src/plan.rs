@@ -78,10 +78,15 @@ const LADDER_PATIENCE: usize = 3;
 /// graph, then on the given one, and the cheaper plan is kept (the folded one on a tie, and
 /// without planning the given graph where it adds nothing).
 ///
+/// With [`PlanOptions::plan_again`], a refusal is planned again: the plan at the lowest total
+/// found is made real, and its output planned at the ceiling ([`crate::again`]); a plan found
+/// so is reported against the given graph, both plans' recomputes in it.
+///
 /// Where the profile holds its steps in one region ([`ckpt_ir::Profile::arena_bound`]), the
 /// ceiling planned to is at most what the caller feeds plus that region, so the profile the
 /// plan records is offered whatever the plan turns out to be.
 pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
+    let started = Instant::now();
     let bound = before
         .ledger
         .fixed_bytes
@@ -115,6 +120,11 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
         Some(Outcome::Rewritten(r)) if r.added_cost(&before.graph, o) == 0 => Outcome::Rewritten(r),
         Some(f) => cheaper(f, passes(before, total, o)?, &before.graph, o),
         None => passes(before, total, o)?,
+    };
+    // A refusal is planned again on the output of the plan at its lowest total.
+    let outcome = match outcome {
+        Outcome::CannotFit(d) => crate::again::again(before, d, o, started.elapsed())?,
+        planned => planned,
     };
     Ok(match outcome {
         Outcome::CannotFit(d) => Outcome::CannotFit(d.worded(&before.ledger, o)),

@@ -172,13 +172,13 @@ impl Receipt {
             after: Trace::of(&r.after),
         });
         self.added_flops = r.counts.added_flops;
-        self.model_added_flops = Some(r.plan.cost);
+        self.model_added_flops = Some(r.model_cost());
         self.nodes_cloned = r.counts.cloned;
         self.nodes_moved = r.counts.moved;
         self.step_flops = Some(step);
         self.added_flops_percent = Some(100.0 * r.counts.added_flops as f64 / step as f64);
         self.segments = Segment::of_plan(before, r);
-        self.candidates = Some(r.cands.list.len());
+        self.candidates = Some(r.candidate_count());
         self.excluded = Excluded::of_plan(before, r);
         self.solver = Some(Solver::of(r));
         self.patch = Some(r.patch_text.clone());
@@ -349,8 +349,22 @@ impl Trace {
 }
 
 impl Segment {
-    /// The plan's recomputes, in candidate order.
+    /// The plan's recomputes, pass by pass ([`Rewritten::passes`]), each pass's in candidate
+    /// order.
     pub fn of_plan(before: &Analysis, r: &Rewritten) -> Vec<Segment> {
+        let mut planned = before;
+        let mut segments = Vec::new();
+        for (pass, p) in r.passes().into_iter().enumerate() {
+            segments.extend(Segment::of_pass(planned, p, pass));
+            planned = &p.after;
+        }
+        segments
+    }
+
+    /// One pass's recomputes, in candidate order: `p` planned `before` (a variant of it where
+    /// `p` says so).
+    fn of_pass(before: &Analysis, p: &Rewritten, pass: usize) -> Vec<Segment> {
+        let r = p;
         let g = r.planned(&before.graph);
         r.cands
             .list
@@ -360,6 +374,7 @@ impl Segment {
             .map(|(i, c)| {
                 let name = |n: &ckpt_ir::NodeId| g.node(*n).name.clone();
                 Segment {
+                    pass,
                     activations_dropped: c.saved.iter().map(|&t| g.tensor(t).name.clone()).collect(),
                     bytes_saved: c.model.bytes,
                     nodes_recomputed: c
@@ -429,7 +444,7 @@ fn boundary(
 impl Excluded {
     /// The activations the op policy keeps, with the reason.
     pub fn of_plan(before: &Analysis, r: &Rewritten) -> Vec<Excluded> {
-        let g = &before.graph;
+        let g = r.planned(&before.graph);
         r.cands
             .excluded
             .iter()
@@ -461,6 +476,7 @@ impl Solver {
             arena_ceiling_bytes: r.arena_ceiling,
             found_at_ceiling_bytes: r.found_at_ceiling_bytes,
             rungs_planned: r.rungs_planned,
+            planned_again_from_bytes: r.earlier.as_ref().map(|e| e.after.ledger.total_bytes),
             ilp: Ilp::of(&r.ilp),
         }
     }

@@ -100,8 +100,14 @@ pub fn render(r: &Receipt) -> String {
     if let Some(solver) = &r.solver {
         let _ = writeln!(
             s,
-            "- Solver: {}{}",
+            "- Solver: {}{}{}",
             solver.label,
+            solver
+                .planned_again_from_bytes
+                .map_or(String::new(), |b| format!(
+                    " (the first plan's device total: {})",
+                    human(b)
+                )),
             if solver.time_limit_hit {
                 "; the time limit stopped part of the search"
             } else {

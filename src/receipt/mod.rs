@@ -328,6 +328,9 @@ pub struct LiveTensor {
 /// One recompute of the plan: what it drops, what it recomputes, and why.
 #[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
 pub struct Segment {
+    /// The plan the recompute belongs to: 0, the plan of the given graph; 1, the plan of that
+    /// plan's output, planned again where one pass found no plan (`--plan-again`).
+    pub pass: usize,
     pub activations_dropped: Vec<String>,
     pub bytes_saved: u64,
     /// Nodes cloned to recompute the activations (not those only moved).
@@ -391,6 +394,10 @@ pub struct Solver {
     pub found_at_ceiling_bytes: u64,
     /// Rungs of the ladder below the ceiling that were planned.
     pub rungs_planned: usize,
+    /// Where one pass found no plan and the plan at its lowest total was planned again
+    /// (`--plan-again`): that first plan's device total. The method, status and ILP rounds
+    /// here are the second pass's.
+    pub planned_again_from_bytes: Option<u64>,
     pub ilp: Ilp,
 }
 

@@ -37,26 +37,32 @@ use ckpt_planner::{default_threads, step_flops, AnalyseOptions, Analysis};
 use ckpt_validate::measured_cost::NodeCosts;
 
 /// How each of a report's plans is searched, as the main job's flags say: `--time-limit` (one
-/// plan's, counted from its start) and `--fold` (the graph with its copies folded away planned
-/// too, and the cheaper plan kept).
+/// plan's, counted from its start), `--fold` (the graph with its copies folded away planned
+/// too, and the cheaper plan kept) and `--plan-again` (a refusal planned again on the output
+/// of the plan at its lowest total).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PlanSearch {
     pub time_limit: Duration,
     pub fold: bool,
+    pub plan_again: bool,
 }
 
 impl PlanSearch {
-    /// The main job's default search with a time limit of `time_limit`: copies folded.
+    /// The reports' default search with a time limit of `time_limit`: copies folded, a
+    /// refusal not planned again (`--plan-again off`: a capacity search or a floor search
+    /// meets many refusals, and each planned again costs two passes more).
     pub fn folding(time_limit: Duration) -> PlanSearch {
         PlanSearch {
             time_limit,
             fold: true,
+            plan_again: false,
         }
     }
 }
 
 /// The planner's options for the frontier's plans at `ceiling` (no reserve, no refusal
-/// probes, the main job's search steps, copies folded where `search` folds them), costing
+/// probes, the main job's search steps, copies folded and refusals planned again where
+/// `search` says so), costing
 /// recompute by measured node times where `costs` are given (the main job's `--cost
 /// profile`); the time limit counts from now.
 fn plan_options(
@@ -73,6 +79,7 @@ fn plan_options(
         reserve_pct: 0.0,
         time_limit: search.time_limit,
         refusal_probes: 0,
+        plan_again: search.plan_again,
         search_steps: ckpt_planner::PASS_STEPS,
         fold: search.fold,
     };

@@ -218,6 +218,7 @@ pub fn plan_job(path: &Path, ceiling: u64, time_limit_secs: u64) -> ckpt_opt::jo
         reserve_pct: 0.0,
         time_limit: std::time::Duration::from_secs(time_limit_secs),
         refusal_probes: 0,
+        plan_again: false,
         search_steps: ckpt_planner::PASS_STEPS,
         fold: true,
     }

@@ -1,0 +1,137 @@
+//! `--plan-again`: below one pass's floor, a refusal is planned again on the output of the
+//! plan at its lowest total, through the binary.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+/// The main job at `ceiling` bytes without validation, `--plan-again` as `again` says: its
+/// exit code and receipt.
+fn job(model: &Path, ceiling: u64, out: &Path, again: &str) -> (Option<i32>, serde_json::Value) {
+    let receipt = out.with_extension("receipt.json");
+    let ceiling = ceiling.to_string();
+    let o = run(&[
+        path_str(model),
+        "--ceiling",
+        &ceiling,
+        "-o",
+        path_str(out),
+        "--receipt",
+        path_str(&receipt),
+        "--plan-again",
+        again,
+        "--time-limit",
+        "300",
+    ]);
+    let r = std::fs::read_to_string(&receipt).expect("receipt");
+    (o.status.code(), serde_json::from_str(&r).expect("json"))
+}
+
+/// The 2-layer Llama at 1,326,448 B, under one pass's floor: with `--plan-again off` it is
+/// refused and nothing is written. On, the plan at the lowest total found is made real and
+/// its output planned at the ceiling. The output validates on ORT: predicted to the byte, run
+/// capped, every output bitwise equal. It is the plan two runs make by hand (the plan at that
+/// lowest total, then its output at the ceiling, each with `--plan-again off`): the same
+/// device total, the added FLOPs both plans', the patch the first's followed by the second's,
+/// the same graph written.
+/// The receipt (and its Markdown) names the first plan's total, and lists both passes'
+/// recomputes, the first's first. At that first plan's own total, where one pass refuses too, it is the plan, and
+/// the output records the ceiling asked for.
+#[test]
+fn below_one_passs_floor_a_refusal_is_planned_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = root().join("tests/fixtures/llama_d0_makefx.onnx");
+    let ceiling = 1_326_448u64;
+    let off = dir.path().join("off.onnx");
+    let (code, refused) = job(&model, ceiling, &off, "off");
+    assert_eq!(code, Some(2), "{refused}");
+    assert!(!off.exists());
+    let lowest = refused["lowest_reachable_total_bytes"].as_u64().unwrap();
+    assert!(lowest > ceiling, "{lowest}");
+
+    let out = dir.path().join("again.onnx");
+    let md = dir.path().join("again.md");
+    let extra = [
+        "--int-range",
+        "attention_mask=0:2",
+        "--receipt-md",
+        path_str(&md),
+    ];
+    let r = validated_run(&model, &ceiling.to_string(), &out, &extra);
+    let (_, measured, predicted) = assert_validated_rewrite(&r, "planned again");
+    assert_eq!(measured, predicted, "planned again: predicted to the byte");
+    let first_total = r["solver"]["planned_again_from_bytes"].as_u64().unwrap();
+    assert!(
+        first_total > ceiling && first_total <= lowest,
+        "{first_total}"
+    );
+    let label = r["solver"]["label"].as_str().unwrap();
+    assert!(label.contains(", its output planned again by "), "{label}");
+    let md = std::fs::read_to_string(&md).unwrap();
+    let first_human = ckpt_opt::size::human(first_total);
+    assert!(
+        md.contains(&format!(
+            "{label} (the first plan's device total: {first_human})"
+        )),
+        "{md}"
+    );
+    let passes: Vec<u64> = r["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["pass"].as_u64().unwrap())
+        .collect();
+    assert!(
+        passes.first() == Some(&0) && passes.last() == Some(&1),
+        "{passes:?}"
+    );
+    assert!(passes.windows(2).all(|w| w[0] <= w[1]), "{passes:?}");
+
+    // By hand: the plan at the lowest total one pass found, then its output at the ceiling.
+    let first = dir.path().join("first.onnx");
+    let (code, a) = job(&model, lowest, &first, "off");
+    assert_eq!(code, Some(0), "{a}");
+    assert_eq!(
+        a["ledger"]["after"]["total_bytes"].as_u64(),
+        Some(first_total)
+    );
+    let second = dir.path().join("second.onnx");
+    let (code, b) = job(&first, ceiling, &second, "off");
+    assert_eq!(code, Some(0), "{b}");
+    assert_eq!(
+        b["ledger"]["after"]["total_bytes"].as_u64(),
+        Some(predicted)
+    );
+    let flops = |x: &serde_json::Value| x["added_flops"].as_u64().unwrap();
+    assert_eq!(flops(&r), flops(&a) + flops(&b));
+    // The second patch numbers the first plan's output as planned, not as written and read
+    // back: the texts differ there, the graphs written do not.
+    let patch = |x: &serde_json::Value| x["patch"].as_str().unwrap().to_string();
+    assert!(patch(&r).starts_with(&format!("{}\n", patch(&a))));
+    let text = |p: &Path| ckpt_ir::print_graph(&ckpt_ir::import_file(p).unwrap());
+    assert_eq!(text(&out), text(&second));
+
+    // At the first plan's own total one pass refuses (the search is not monotone in the
+    // ceiling); planned again, the first plan fits as it is, and the output records this
+    // ceiling, not the one it was planned at.
+    let (code, _) = job(&model, first_total, &dir.path().join("x.onnx"), "off");
+    assert_eq!(code, Some(2));
+    let at_first = dir.path().join("at_first.onnx");
+    let (code, c) = job(&model, first_total, &at_first, "on");
+    assert_eq!(code, Some(0), "{c}");
+    assert_eq!(
+        c["ledger"]["after"]["total_bytes"].as_u64(),
+        Some(first_total)
+    );
+    assert_eq!(flops(&c), flops(&a));
+    let g = ckpt_ir::import_file(&at_first).unwrap();
+    let recorded = g
+        .model()
+        .metadata_props
+        .iter()
+        .find(|p| p.key.as_deref() == Some("ckpt-opt.ceiling_bytes"))
+        .and_then(|p| p.value.clone());
+    assert_eq!(recorded, Some(first_total.to_string()));
+}
