@@ -268,10 +268,11 @@ pub struct OptimizeArgs {
     /// provider.
     #[arg(long = "fold", default_value = "on", value_parser = ["on", "off"])]
     pub fold: String,
-    /// Where no plan fits, make the plan at the lowest total found real and plan its output
-    /// again at the ceiling: the second pass recomputes values the first plan's clones read
-    /// and guards and reorders the clones, and reaches totals one pass does not. The output
-    /// then holds both plans' recomputes, and the receipt lists both.
+    /// Where no plan fits, make the plans at the lowest total found and at the next two whole
+    /// percents above it real, and plan each output again at the ceiling, keeping the
+    /// cheapest: the second pass recomputes values the first plan's clones read and guards
+    /// and reorders the clones, and reaches totals one pass does not. The output then holds
+    /// both plans' recomputes, and the receipt lists both.
     #[arg(long = "plan-again", default_value = "on", value_parser = ["on", "off"])]
     pub plan_again: String,
     /// Validate the rewritten graph against the original on ONNX Runtime.
@@ -378,7 +379,7 @@ pub struct ReportArgs {
     /// Plan as the main job with the same `--plan-again` does: `on` plans a refusal again on
     /// the output of the plan at its lowest total, `off` (the reports' default, where the main
     /// job's is `on`: a capacity or floor search meets many refusals, each planned again at
-    /// the cost of two passes more) keeps one pass's refusal.
+    /// the cost of up to six passes more) keeps one pass's refusal.
     #[arg(long = "plan-again", default_value = "off", value_parser = ["on", "off"])]
     pub plan_again: String,
 }

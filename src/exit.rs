@@ -109,7 +109,12 @@ fn is_internal(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         matches!(
             c.downcast_ref::<PlanError>(),
-            Some(PlanError::Patch(_) | PlanError::Solve(_) | PlanError::SetLength { .. })
+            Some(
+                PlanError::Patch(_)
+                    | PlanError::Solve(_)
+                    | PlanError::SetLength { .. }
+                    | PlanError::ReadBack(_)
+            )
         ) || c.downcast_ref::<ckpt_ir::PatchError>().is_some()
             || c.downcast_ref::<ckpt_ir::VerifyError>().is_some()
     })

@@ -112,8 +112,8 @@ pub struct Job {
     /// On a refusal, ceilings between the ceiling and the lowest total found planned to lower
     /// that total ([`ckpt_planner::PlanOptions::refusal_probes`]; the main job's 3, else 0).
     pub refusal_probes: usize,
-    /// On a refusal, plan the output of the plan at the lowest total found again at the
-    /// ceiling ([`ckpt_planner::PlanOptions::plan_again`]; `--plan-again`, on by default in
+    /// On a refusal, plan the outputs of plans at and just above the lowest total found again
+    /// at the ceiling ([`ckpt_planner::PlanOptions::plan_again`]; `--plan-again`, on by default in
     /// the main job, off elsewhere).
     pub plan_again: bool,
     /// Schedule steps the plan's searches may simulate in all

@@ -43,6 +43,9 @@ pub enum PlanError {
     #[error(transparent)]
     Solve(#[from] SolveError),
     /// An oracle over plain numbers was asked about a set of the wrong length.
+    /// A plan's output, exported, did not import again (a bug: every rewrite verifies).
+    #[error("a plan's output did not read back to be planned again")]
+    ReadBack(#[source] ckpt_ir::ImportError),
     #[error("the oracle has {expected} candidates, the set {got}")]
     SetLength { expected: usize, got: usize },
 }

@@ -95,8 +95,8 @@ pub struct PlanOptions {
     /// planned (bisection), so that the lowest reachable total reported is no higher than a
     /// plan found at a ceiling in between: the search is not monotone in the ceiling.
     pub refusal_probes: usize,
-    /// On a refusal, make the plan at the lowest total found real and plan its output again at
-    /// the ceiling, as a graph of its own ([`crate::plan`]; off in [`PlanOptions::new`], on in
+    /// On a refusal, make plans at and just above the lowest total found real and plan their
+    /// outputs again at the ceiling, as graphs of their own ([`crate::plan`]; off in [`PlanOptions::new`], on in
     /// the main job by default: `--plan-again on|off`).
     pub plan_again: bool,
     /// Rungs of the ladder: at most how many tighter ceilings (whole percents of the given

@@ -277,6 +277,9 @@ pub struct Rewritten {
     /// plan's; its `cands`, `plan` and move flags are its own pass's, of `planned_graph`.
     #[serde(skip)]
     pub earlier: Option<Box<Rewritten>>,
+    /// Where this plan is of another plan's output: the ceiling that first plan was planned
+    /// at (the lowest total one pass found, or a whole percent above it).
+    pub earlier_ceiling_bytes: Option<u64>,
 }
 
 impl Rewritten {
@@ -306,6 +309,7 @@ impl Rewritten {
             rungs_planned: 0,
             planned_graph: None,
             earlier: None,
+            earlier_ceiling_bytes: None,
         }
     }
 

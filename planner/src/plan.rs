@@ -78,9 +78,10 @@ const LADDER_PATIENCE: usize = 3;
 /// graph, then on the given one, and the cheaper plan is kept (the folded one on a tie, and
 /// without planning the given graph where it adds nothing).
 ///
-/// With [`PlanOptions::plan_again`], a refusal is planned again: the plan at the lowest total
-/// found is made real, and its output planned at the ceiling ([`crate::again`]); a plan found
-/// so is reported against the given graph, both plans' recomputes in it.
+/// With [`PlanOptions::plan_again`], a refusal is planned again: plans at and just above the
+/// lowest total found are made real, and their outputs planned at the ceiling
+/// ([`crate::again`]); a plan found so is reported against the given graph, both plans'
+/// recomputes in it.
 ///
 /// Where the profile holds its steps in one region ([`ckpt_ir::Profile::arena_bound`]), the
 /// ceiling planned to is at most what the caller feeds plus that region, so the profile the
@@ -121,7 +122,7 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
         Some(f) => cheaper(f, passes(before, total, o)?, &before.graph, o),
         None => passes(before, total, o)?,
     };
-    // A refusal is planned again on the output of the plan at its lowest total.
+    // A refusal is planned again on the outputs of plans at and above its lowest total.
     let outcome = match outcome {
         Outcome::CannotFit(d) => crate::again::again(before, d, o, started.elapsed())?,
         planned => planned,

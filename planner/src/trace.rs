@@ -62,9 +62,8 @@ pub enum Event {
     VariantPlanned { result: VariantResult, at: Duration },
     /// The leaves' order climbs have simulated `trials` trials so far.
     LeafTrials { trials: usize },
-    /// A refusal is planned again ([`crate::again`]): the plan at the lowest total found was
-    /// made real at `first_bytes`, adding `first_added` FLOPs, and its output is planned at
-    /// the ceiling.
+    /// A refusal is planned again ([`crate::again`]): a first plan was made real at
+    /// `first_bytes`, adding `first_added` FLOPs, and its output is planned at the ceiling.
     PlannedAgain { first_bytes: u64, first_added: u64 },
     /// `folds` copies were folded away (transposed operands into their readers, scattered
     /// slices into Pads), and that graph is planned first, then the given one: the device
@@ -390,7 +389,7 @@ impl fmt::Display for Event {
                 first_added,
             } => write!(
                 f,
-                "planned again: the plan at the lowest total found ({first_bytes} B, +{first_added} FLOPs) is planned at the ceiling"
+                "planned again: a first plan ({first_bytes} B, +{first_added} FLOPs) is planned at the ceiling"
             ),
             Event::Folded {
                 folds,

@@ -477,6 +477,7 @@ impl Solver {
             found_at_ceiling_bytes: r.found_at_ceiling_bytes,
             rungs_planned: r.rungs_planned,
             planned_again_from_bytes: r.earlier.as_ref().map(|e| e.after.ledger.total_bytes),
+            planned_again_at_ceiling_bytes: r.earlier_ceiling_bytes,
             ilp: Ilp::of(&r.ilp),
         }
     }

@@ -398,6 +398,9 @@ pub struct Solver {
     /// (`--plan-again`): that first plan's device total. The method, status and ILP rounds
     /// here are the second pass's.
     pub planned_again_from_bytes: Option<u64>,
+    /// The ceiling that first plan was planned at: the lowest total one pass found, or one of
+    /// the whole percents of the given graph's total above it.
+    pub planned_again_at_ceiling_bytes: Option<u64>,
     pub ilp: Ilp,
 }
 

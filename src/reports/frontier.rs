@@ -50,7 +50,7 @@ pub struct PlanSearch {
 impl PlanSearch {
     /// The reports' default search with a time limit of `time_limit`: copies folded, a
     /// refusal not planned again (`--plan-again off`: a capacity search or a floor search
-    /// meets many refusals, and each planned again costs two passes more).
+    /// meets many refusals, and each planned again costs up to six passes more).
     pub fn folding(time_limit: Duration) -> PlanSearch {
         PlanSearch {
             time_limit,
