@@ -71,16 +71,7 @@ pub(crate) fn again(
                     found = Some(r);
                 }
             }
-            Some(Err(second)) => {
-                d.timed_out |= second.timed_out;
-                d.steps_spent |= second.steps_spent;
-                if second.lowest_reachable_total_bytes < d.lowest_reachable_total_bytes {
-                    d = d.lowest_at(
-                        second.lowest_reachable_total_bytes,
-                        &second.dominant_ledger_line,
-                    );
-                }
-            }
+            Some(Err(second)) => crate::plan::lower_to(&mut d, second),
             None => {}
         }
     }
@@ -132,21 +123,16 @@ fn planned_from(
         first_bytes: first.after.ledger.total_bytes,
         first_added: first.counts.added_flops,
     });
-    // Planned as written: the output read back has the value_info the export writes for
-    // every value, which the rewrite's own graph lacks for its clones, and a plan of the file
-    // is a plan two runs make by hand (on the 8-layer Llama's 50% plan, 560 candidates read
-    // back and a fit at 370 MiB, against no fit as rewritten).
+    // Planned as written and read back: a plan of the file is the plan two runs make by hand,
+    // and the graph as rewritten plans differently (on the 8-layer Llama's 50% plan, read
+    // back: 560 candidates and a fit at 370 MiB; as rewritten: no fit).
     let written = read_back(&first.after.graph)?;
     let Ok(output) = crate::analysis::analyse(written, &inner.analysis) else {
         return Ok(None);
     };
     first.after = output;
     Ok(match crate::plan(&first.after, inner)? {
-        Outcome::Rewritten(r) => {
-            let mut r = chain(first, r);
-            r.earlier_ceiling_bytes = Some(start);
-            Some(Ok(r))
-        }
+        Outcome::Rewritten(r) => Some(Ok(chain(first, start, r))),
         Outcome::AlreadyFits if fits_as_recorded(&first.after, o) => Some(Ok(recorded(first, o)?)),
         Outcome::AlreadyFits => None,
         Outcome::CannotFit(second) => Some(Err(second)),
@@ -159,11 +145,15 @@ fn read_back(g: &ckpt_ir::Graph) -> Result<ckpt_ir::Graph, PlanError> {
     ckpt_ir::import_model(ckpt_ir::export(g), path, g.dir()).map_err(PlanError::ReadBack)
 }
 
-/// `second`, a plan of `first`'s output, against the graph `first` planned: its patch is
-/// `first`'s followed by its own, its added FLOPs, clones and moves both plans', and `first`
-/// is kept as its [`Rewritten::earlier`]. Its candidates index `first`'s output where
-/// `second` planned no variant of it.
-pub(crate) fn chain(first: Box<Rewritten>, mut second: Box<Rewritten>) -> Box<Rewritten> {
+/// `second`, a plan of `first`'s output (`first` planned at the ceiling `start`), against the
+/// graph `first` planned: its patch is `first`'s followed by its own, its added FLOPs, clones
+/// and moves both plans', and `first` is kept as its [`Rewritten::earlier`]. Its candidates
+/// index `first`'s output where `second` planned no variant of it.
+pub(crate) fn chain(
+    first: Box<Rewritten>,
+    start: u64,
+    mut second: Box<Rewritten>,
+) -> Box<Rewritten> {
     second.patch_text = format!("{}\n{}", first.patch_text, second.patch_text);
     let (a, b) = (&mut second.counts, &first.counts);
     a.added_flops = a.added_flops.saturating_add(b.added_flops);
@@ -174,6 +164,7 @@ pub(crate) fn chain(first: Box<Rewritten>, mut second: Box<Rewritten>) -> Box<Re
         second.planned_graph = Some(first.after.graph.clone());
     }
     second.earlier = Some(first);
+    second.earlier_ceiling_bytes = Some(start);
     second
 }
 

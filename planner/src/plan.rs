@@ -293,7 +293,7 @@ fn laddered(
 
 /// `d` lowered to `rung`'s lowest total (and its dominant line) where that is lower, marked
 /// with what stopped `rung`'s searches.
-fn lower_to(d: &mut Diagnosis, rung: Diagnosis) {
+pub(crate) fn lower_to(d: &mut Diagnosis, rung: Diagnosis) {
     d.timed_out |= rung.timed_out;
     d.steps_spent |= rung.steps_spent;
     if rung.lowest_reachable_total_bytes < d.lowest_reachable_total_bytes {
