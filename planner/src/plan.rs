@@ -76,7 +76,9 @@ const LADDER_PATIENCE: usize = 3;
 /// With [`PlanOptions::fold`], where a plan is needed and folding the graph's copies away
 /// lowers its total ([`crate::variants::folded`]), all of this is done first on the folded
 /// graph, then on the given one, and the cheaper plan is kept (the folded one on a tie, and
-/// without planning the given graph where it adds nothing).
+/// without planning the given graph where it adds nothing). The given graph's passes are
+/// asked to beat the folded plan, as a rung is asked to beat the plan in hand, and a refusal
+/// of theirs is not probed.
 ///
 /// With [`PlanOptions::plan_again`], a refusal is planned again: plans at and just above the
 /// lowest total found are made real, and their outputs planned at the ceiling
@@ -113,14 +115,21 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
     let folded = crate::variants::folded(before, o)?;
     let total = before.ledger.total_bytes;
     let on_folded = match &folded {
-        Some(v) => Some(v.based(passes(v.analysis(), total, o)?, o)?),
+        Some(v) => Some(v.based(passes(v.analysis(), total, o, None)?, o)?),
         None => None,
     };
     let outcome = match on_folded {
         // A folded plan that adds nothing is kept: no plan of the given graph adds less.
         Some(Outcome::Rewritten(r)) if r.added_cost(&before.graph, o) == 0 => Outcome::Rewritten(r),
-        Some(f) => cheaper(f, passes(before, total, o)?, &before.graph, o),
-        None => passes(before, total, o)?,
+        // The given graph's plan is kept only where it adds less than the folded plan, so its
+        // passes are asked to beat that plan, as a rung is asked to beat the plan in hand.
+        Some(Outcome::Rewritten(r)) => {
+            let in_hand = Some(r.added_cost(&before.graph, o));
+            let given = passes(before, total, o, in_hand)?;
+            cheaper(Outcome::Rewritten(r), given, &before.graph, o)
+        }
+        Some(f) => cheaper(f, passes(before, total, o, None)?, &before.graph, o),
+        None => passes(before, total, o, None)?,
     };
     // A refusal is planned again on the outputs of plans at and above its lowest total.
     let outcome = match outcome {
@@ -134,13 +143,19 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
 }
 
 /// [`planned`] on `base` with a pass of its own (`o.pass_steps` schedule steps), and the
-/// steps it spent, traced.
-fn passes(base: &Analysis, given_total: u64, o: &PlanOptions) -> Result<Outcome, PlanError> {
+/// steps it spent, traced. `in_hand`: the added cost of a plan of another graph that a plan
+/// of `base` must beat to be kept.
+fn passes(
+    base: &Analysis,
+    given_total: u64,
+    o: &PlanOptions,
+    in_hand: Option<u64>,
+) -> Result<Outcome, PlanError> {
     let pass = Pass {
         pool: Pool::new(o.pass_steps),
         climbs: RefCell::new(None),
     };
-    let outcome = planned(base, given_total, o, &pass);
+    let outcome = planned(base, given_total, o, &pass, in_hand);
     o.emit(|| Event::StepsSpent {
         spent: o.pass_steps - pass.pool.left(),
         of: o.pass_steps,
@@ -182,23 +197,27 @@ struct Pass {
 }
 
 /// [`plan`] with the steps its searches may simulate: the first pass, then the ladder below
-/// it, then, where there is still no plan, the probes above the refusal.
+/// it, then, where there is still no plan, the probes above the refusal. With `in_hand` (a
+/// plan of another graph, which this one's must beat) every search is asked to beat it, and a
+/// refusal is not probed: the plan in hand is kept over it.
 fn planned(
     before: &Analysis,
     given_total: u64,
     o: &PlanOptions,
     pass: &Pass,
+    in_hand: Option<u64>,
 ) -> Result<Outcome, PlanError> {
     let started = Instant::now();
-    let first = match plan_once(before, o, pass, None)? {
+    let first = match plan_once(before, o, pass, in_hand)? {
         Outcome::Rewritten(r) => Ok(r),
         Outcome::CannotFit(d) if d.kind == DiagnosisKind::NoPlanFound => Err(d),
         outcome => return Ok(outcome),
     };
     let first_took = started.elapsed();
-    let (found, longest_rung) = laddered(before, given_total, o, pass, first)?;
+    let (found, longest_rung) = laddered(before, given_total, o, pass, first, in_hand)?;
     match found {
         Ok(r) => Ok(Outcome::Rewritten(r)),
+        Err(d) if in_hand.is_some() => Ok(Outcome::CannotFit(d)),
         Err(d) => probed(before, o, pass, d, first_took.max(longest_rung)),
     }
 }
@@ -206,15 +225,20 @@ fn planned(
 /// The ladder below `first`, the first pass's plan or refusal (see the module doc): the
 /// cheapest plan found at the ceiling or a rung that runs in the arena the ceiling records,
 /// or the refusal (lowered to the first rung's, where that is lower), with the rungs planned
-/// and whether the clock stopped one recorded; and the longest rung's time.
+/// and whether the clock stopped one recorded; and the longest rung's time. Where the first
+/// pass refused, `in_hand` (a plan of another graph) is the plan the rungs must beat.
 fn laddered(
     before: &Analysis,
     given_total: u64,
     o: &PlanOptions,
     pass: &Pass,
     mut found: Result<Box<Rewritten>, Diagnosis>,
+    in_hand: Option<u64>,
 ) -> Result<(Result<Box<Rewritten>, Diagnosis>, Duration), PlanError> {
-    let mut best_cost = found.as_ref().ok().map(|r| r.added_cost(&before.graph, o));
+    let mut best_cost = match found.as_ref() {
+        Ok(r) => Some(r.added_cost(&before.graph, o)),
+        Err(_) => in_hand,
+    };
     let (mut planned, mut clock_hit, mut longest) = (0, false, Duration::ZERO);
     let mut dearer = 0;
     let deadline = o.deadline();
