@@ -271,8 +271,10 @@ pub struct OptimizeArgs {
     /// Where no plan fits, make the plans at the lowest total found and at the next two whole
     /// percents above it real, and plan each output again at the ceiling, keeping the
     /// cheapest: the second pass recomputes values the first plan's clones read and guards
-    /// and reorders the clones, and reaches totals one pass does not. The output then holds
-    /// both plans' recomputes, and the receipt lists both.
+    /// and reorders the clones, and reaches totals one pass does not. Where the plan found
+    /// adds more than 5% of a step, do the same from the plans at the 2nd, 4th and 6th whole
+    /// percents above the ceiling, and keep the plan that adds the least. The output then
+    /// holds both plans' recomputes, and the receipt lists both.
     #[arg(long = "plan-again", default_value = "on", value_parser = ["on", "off"])]
     pub plan_again: String,
     /// Validate the rewritten graph against the original on ONNX Runtime.

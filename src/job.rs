@@ -113,8 +113,9 @@ pub struct Job {
     /// that total ([`ckpt_planner::PlanOptions::refusal_probes`]; the main job's 3, else 0).
     pub refusal_probes: usize,
     /// On a refusal, plan the outputs of plans at and just above the lowest total found again
-    /// at the ceiling ([`ckpt_planner::PlanOptions::plan_again`]; `--plan-again`, on by default in
-    /// the main job, off elsewhere).
+    /// at the ceiling, and a plan adding over 5% of a step from plans at looser ceilings
+    /// ([`ckpt_planner::PlanOptions::plan_again`]; `--plan-again`, on by default in the main
+    /// job, off elsewhere).
     pub plan_again: bool,
     /// Schedule steps the plan's searches may simulate in all
     /// ([`ckpt_planner::PlanOptions::pass_steps`]; `--search-steps`).

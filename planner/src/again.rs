@@ -1,12 +1,14 @@
-//! A refusal planned again ([`again`]): plans one pass makes at and just above the lowest
-//! total it reached are made real, and their outputs planned at the ceiling as graphs of their
-//! own.
+//! A plan made again from its own output ([`again`], [`dearer_again`]): plans one pass
+//! makes at ceilings at or above the ceiling are made real, and their outputs planned at the
+//! ceiling as graphs of their own.
 //!
 //! One pass plans the given graph's values only. Its output has more: the values its clones
 //! read are candidates in turn (nested recompute), and the zero-FLOP variants of the output
 //! guard the clones' reshape targets and reorder their leaves, which moves what the arena
 //! places where. So a second pass reaches totals the first does not (the 8-layer Llama:
-//! 376.73 MiB one pass, 351.67 MiB on a plan's output, BENCHMARKS.md).
+//! 376.73 MiB one pass, 351.67 MiB on a plan's output, BENCHMARKS.md), and from a looser
+//! first plan it can reach the ceiling for less than one pass adds (the Llama's 55% plan
+//! planned again at 50%: +16.44% of a step, one pass +21.91%).
 //!
 //! Invariants: the plan returned is against the given graph ([`chain`]): its patch is the
 //! first plan's followed by the second's, its added FLOPs and clones both plans', and its
@@ -19,7 +21,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::analysis::Analysis;
+use crate::analysis::{step_flops, Analysis};
 use crate::options::PlanOptions;
 use crate::outcome::{Diagnosis, DiagnosisKind, Outcome, Rewritten};
 use crate::trace::Event;
@@ -31,6 +33,14 @@ use crate::PlanError;
 /// recompute (the 8-layer Llama's 50% plan, 382.42 MiB, planned again by hand reached
 /// 351.67 MiB, under one pass's 376.73 MiB floor; BENCHMARKS.md).
 pub(crate) const STARTS: usize = 3;
+
+/// A plan one pass finds is planned again where it adds more than 1/`DEAR_SHARE` of a
+/// step's FLOPs: below that a second pass has little to win, and each start costs two passes.
+pub(crate) const DEAR_SHARE: u64 = 20;
+
+/// The whole percents of the given graph's total above the ceiling that a plan found is
+/// planned again from: the 2nd, 4th and 6th above it ([`fit_starts`]).
+const FIT_STARTS: [usize; STARTS] = [2, 4, 6];
 
 /// `d`, a refusal of `before` at `o.ceiling` that took `took`, planned again where
 /// [`PlanOptions::plan_again`] is on: for each of the first plans ([`starts`]), that plan's
@@ -47,34 +57,10 @@ pub(crate) fn again(
     if !o.plan_again || o.costs.is_some() || d.kind != DiagnosisKind::NoPlanFound {
         return Ok(Outcome::CannotFit(d));
     }
-    let inner = PlanOptions {
-        plan_again: false,
-        refusal_probes: 0,
-        ..o.clone()
-    };
-    let deadline = o.deadline();
-    let mut longest = took;
-    let mut found: Option<Box<Rewritten>> = None;
-    let mut clock_hit = false;
-    for start in starts(before.ledger.total_bytes, d.lowest_reachable_total_bytes) {
-        if deadline.passed() || deadline.left() < longest {
-            clock_hit = true;
-            break;
-        }
-        let began = Instant::now();
-        let planned = planned_from(before, start, o, &inner)?;
-        longest = longest.max(began.elapsed());
-        match planned {
-            Some(Ok(r)) => {
-                let key = |r: &Rewritten| (r.counts.added_flops, r.after.ledger.total_bytes);
-                if found.as_ref().is_none_or(|f| key(&r) < key(f)) {
-                    found = Some(r);
-                }
-            }
-            Some(Err(second)) => crate::plan::lower_to(&mut d, second),
-            None => {}
-        }
-    }
+    let starts = starts(before.ledger.total_bytes, d.lowest_reachable_total_bytes);
+    let (found, clock_hit) = cheapest(before, &starts, o, took, |second| {
+        crate::plan::lower_to(&mut d, second)
+    })?;
     Ok(match found {
         Some(mut r) => {
             r.time_limit_hit |= clock_hit;
@@ -87,6 +73,73 @@ pub(crate) fn again(
     })
 }
 
+/// `r`, the plan one pass found for `before` at `o.ceiling` in `took`, planned again where
+/// [`PlanOptions::plan_again`] is on and it adds more than 1/[`DEAR_SHARE`] of a step: for
+/// each of the first plans at looser ceilings ([`fit_starts`]), that plan's output at the
+/// ceiling. The plan adding the fewest FLOPs is returned, `r` where none adds less.
+pub(crate) fn dearer_again(
+    before: &Analysis,
+    mut r: Box<Rewritten>,
+    o: &PlanOptions,
+    took: Duration,
+) -> Result<Box<Rewritten>, PlanError> {
+    let dear = step_flops(before, &o.analysis.bindings) / DEAR_SHARE;
+    if !o.plan_again || o.costs.is_some() || r.counts.added_flops <= dear {
+        return Ok(r);
+    }
+    let starts = fit_starts(before.ledger.total_bytes, o.effective_ceiling());
+    let (found, clock_hit) = cheapest(before, &starts, o, took, |_| {})?;
+    r.time_limit_hit |= clock_hit;
+    Ok(match found {
+        Some(mut again) if again.counts.added_flops < r.counts.added_flops => {
+            again.time_limit_hit |= clock_hit;
+            again
+        }
+        _ => r,
+    })
+}
+
+/// The cheapest plan (the fewest added FLOPs, then the lower total, then the earlier start)
+/// of `before`'s plans at `starts` planned again at the ceiling ([`planned_from`]), each
+/// second pass's refusal given to `refused`; and whether the clock kept a start from
+/// beginning. A start begins only while the time left is at least the longest of `took` and
+/// the starts so far.
+fn cheapest(
+    before: &Analysis,
+    starts: &[u64],
+    o: &PlanOptions,
+    took: Duration,
+    mut refused: impl FnMut(Diagnosis),
+) -> Result<(Option<Box<Rewritten>>, bool), PlanError> {
+    let inner = PlanOptions {
+        plan_again: false,
+        refusal_probes: 0,
+        ..o.clone()
+    };
+    let deadline = o.deadline();
+    let mut longest = took;
+    let mut found: Option<Box<Rewritten>> = None;
+    for &start in starts {
+        if deadline.passed() || deadline.left() < longest {
+            return Ok((found, true));
+        }
+        let began = Instant::now();
+        let planned = planned_from(before, start, o, &inner)?;
+        longest = longest.max(began.elapsed());
+        match planned {
+            Some(Ok(r)) => {
+                let key = |r: &Rewritten| (r.counts.added_flops, r.after.ledger.total_bytes);
+                if found.as_ref().is_none_or(|f| key(&r) < key(f)) {
+                    found = Some(r);
+                }
+            }
+            Some(Err(second)) => refused(second),
+            None => {}
+        }
+    }
+    Ok((found, false))
+}
+
 /// The ceilings first plans are made at: `lowest`, the lowest total one pass found, then the
 /// whole percents of `total` (the given graph's) above it, ascending, [`STARTS`] in all.
 fn starts(total: u64, lowest: u64) -> Vec<u64> {
@@ -97,6 +150,20 @@ fn starts(total: u64, lowest: u64) -> Vec<u64> {
     starts.dedup();
     starts.truncate(STARTS);
     starts
+}
+
+/// The ceilings a plan found at `ceiling` is planned again from: the [`FIT_STARTS`]th whole
+/// percents of `total` (the given graph's) above it, ascending, those under `total`.
+fn fit_starts(total: u64, ceiling: u64) -> Vec<u64> {
+    let mut above: Vec<u64> = (1..100u128)
+        .map(|pct| (total as u128 * pct / 100) as u64)
+        .filter(|&c| c > ceiling)
+        .collect();
+    above.dedup();
+    FIT_STARTS
+        .iter()
+        .filter_map(|&k| above.get(k - 1).copied())
+        .collect()
 }
 
 /// The plan of `before` at `start` (planned and recorded there: its output is not written),
@@ -191,5 +258,14 @@ mod tests {
         assert_eq!(starts(1000, 493), vec![493, 500, 510]);
         assert_eq!(starts(1000, 500), vec![500, 510, 520]);
         assert_eq!(starts(1000, 985), vec![985, 990]);
+    }
+
+    /// A plan found is planned again from the 2nd, 4th and 6th whole percents above the
+    /// ceiling, those under the total.
+    #[test]
+    fn a_plan_found_is_planned_again_from_every_other_whole_percent_above_it() {
+        assert_eq!(fit_starts(1000, 500), vec![520, 540, 560]);
+        assert_eq!(fit_starts(1000, 493), vec![510, 530, 550]);
+        assert_eq!(fit_starts(1000, 950), vec![970, 990]);
     }
 }

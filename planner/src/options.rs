@@ -96,8 +96,10 @@ pub struct PlanOptions {
     /// plan found at a ceiling in between: the search is not monotone in the ceiling.
     pub refusal_probes: usize,
     /// On a refusal, make plans at and just above the lowest total found real and plan their
-    /// outputs again at the ceiling, as graphs of their own ([`crate::plan`]; off in [`PlanOptions::new`], on in
-    /// the main job by default: `--plan-again on|off`).
+    /// outputs again at the ceiling, as graphs of their own; where a plan found adds more than
+    /// a twentieth of a step, do so from plans at looser ceilings, keeping the cheaper plan
+    /// ([`crate::plan`]; off in [`PlanOptions::new`], on in the main job by default:
+    /// `--plan-again on|off`).
     pub plan_again: bool,
     /// Rungs of the ladder: at most how many tighter ceilings (whole percents of the given
     /// graph's device total, below the ceiling) are planned in turn below a plan that adds

@@ -77,13 +77,15 @@ const LADDER_PATIENCE: usize = 3;
 /// lowers its total ([`crate::variants::folded`]), all of this is done first on the folded
 /// graph, then on the given one, and the cheaper plan is kept (the folded one on a tie, and
 /// without planning the given graph where it adds nothing). The given graph's passes are
-/// asked to beat the folded plan, as a rung is asked to beat the plan in hand, and a refusal
-/// of theirs is not probed.
+/// asked to beat the folded plan, as a rung is asked to beat the plan in hand (a search whose
+/// linear model has no plan within [`crate::OUTCLASSED_FACTOR`] times it is outclassed), and
+/// a refusal of theirs is not probed.
 ///
 /// With [`PlanOptions::plan_again`], a refusal is planned again: plans at and just above the
 /// lowest total found are made real, and their outputs planned at the ceiling
-/// ([`crate::again`]); a plan found so is reported against the given graph, both plans'
-/// recomputes in it.
+/// ([`crate::again`]); so is a plan adding more than 1/[`crate::again::DEAR_SHARE`] of a
+/// step, from plans at looser ceilings, the cheaper plan kept. A plan found so is reported
+/// against the given graph, both plans' recomputes in it.
 ///
 /// Where the profile holds its steps in one region ([`ckpt_ir::Profile::arena_bound`]), the
 /// ceiling planned to is at most what the caller feeds plus that region, so the profile the
@@ -131,9 +133,13 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
         Some(f) => cheaper(f, passes(before, total, o, None)?, &before.graph, o),
         None => passes(before, total, o, None)?,
     };
-    // A refusal is planned again on the outputs of plans at and above its lowest total.
+    // A refusal is planned again on the outputs of plans at and above its lowest total, a
+    // dear plan on the outputs of plans at looser ceilings.
     let outcome = match outcome {
         Outcome::CannotFit(d) => crate::again::again(before, d, o, started.elapsed())?,
+        Outcome::Rewritten(r) => {
+            Outcome::Rewritten(crate::again::dearer_again(before, r, o, started.elapsed())?)
+        }
         planned => planned,
     };
     Ok(match outcome {
