@@ -378,8 +378,8 @@ pub struct ReportArgs {
     /// copies folded away and keeps the cheaper plan, `off` plans the graph as given.
     #[arg(long = "fold", default_value = "on", value_parser = ["on", "off"])]
     pub fold: String,
-    /// Plan as the main job with the same `--plan-again` does: `on` plans a refusal again on
-    /// the output of the plan at its lowest total, `off` (the reports' default, where the main
+    /// Plan as the main job with the same `--plan-again` does: `on` plans a refusal, and a plan
+    /// adding over 5% of a step, again on the outputs of first plans, `off` (the reports' default, where the main
     /// job's is `on`: a capacity or floor search meets many refusals, each planned again at
     /// the cost of up to six passes more) keeps one pass's refusal.
     #[arg(long = "plan-again", default_value = "off", value_parser = ["on", "off"])]

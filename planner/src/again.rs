@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use crate::analysis::{step_flops, Analysis};
 use crate::options::PlanOptions;
 use crate::outcome::{Diagnosis, DiagnosisKind, Outcome, Rewritten};
+use crate::plan::whole_percents;
 use crate::trace::Event;
 use crate::variants::fits_as_recorded;
 use crate::PlanError;
@@ -79,24 +80,24 @@ pub(crate) fn again(
 /// ceiling. The plan adding the fewest FLOPs is returned, `r` where none adds less.
 pub(crate) fn dearer_again(
     before: &Analysis,
-    mut r: Box<Rewritten>,
+    r: Box<Rewritten>,
     o: &PlanOptions,
     took: Duration,
 ) -> Result<Box<Rewritten>, PlanError> {
-    let dear = step_flops(before, &o.analysis.bindings) / DEAR_SHARE;
-    if !o.plan_again || o.costs.is_some() || r.counts.added_flops <= dear {
+    if !o.plan_again
+        || o.costs.is_some()
+        || r.counts.added_flops <= step_flops(before, &o.analysis.bindings) / DEAR_SHARE
+    {
         return Ok(r);
     }
     let starts = fit_starts(before.ledger.total_bytes, o.effective_ceiling());
     let (found, clock_hit) = cheapest(before, &starts, o, took, |_| {})?;
-    r.time_limit_hit |= clock_hit;
-    Ok(match found {
-        Some(mut again) if again.counts.added_flops < r.counts.added_flops => {
-            again.time_limit_hit |= clock_hit;
-            again
-        }
+    let mut kept = match found {
+        Some(again) if again.counts.added_flops < r.counts.added_flops => again,
         _ => r,
-    })
+    };
+    kept.time_limit_hit |= clock_hit;
+    Ok(kept)
 }
 
 /// The cheapest plan (the fewest added FLOPs, then the lower total, then the earlier start)
@@ -143,9 +144,7 @@ fn cheapest(
 /// The ceilings first plans are made at: `lowest`, the lowest total one pass found, then the
 /// whole percents of `total` (the given graph's) above it, ascending, [`STARTS`] in all.
 fn starts(total: u64, lowest: u64) -> Vec<u64> {
-    let above = (1..100u128)
-        .map(|pct| (total as u128 * pct / 100) as u64)
-        .filter(|&c| c > lowest);
+    let above = whole_percents(total).filter(|&c| c > lowest);
     let mut starts: Vec<u64> = std::iter::once(lowest).chain(above).collect();
     starts.dedup();
     starts.truncate(STARTS);
@@ -155,10 +154,7 @@ fn starts(total: u64, lowest: u64) -> Vec<u64> {
 /// The ceilings a plan found at `ceiling` is planned again from: the [`FIT_STARTS`]th whole
 /// percents of `total` (the given graph's) above it, ascending, those under `total`.
 fn fit_starts(total: u64, ceiling: u64) -> Vec<u64> {
-    let mut above: Vec<u64> = (1..100u128)
-        .map(|pct| (total as u128 * pct / 100) as u64)
-        .filter(|&c| c > ceiling)
-        .collect();
+    let mut above: Vec<u64> = whole_percents(total).filter(|&c| c > ceiling).collect();
     above.dedup();
     FIT_STARTS
         .iter()

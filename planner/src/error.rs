@@ -42,10 +42,10 @@ pub enum PlanError {
     /// The ILP answered with an error other than "no plan".
     #[error(transparent)]
     Solve(#[from] SolveError),
-    /// An oracle over plain numbers was asked about a set of the wrong length.
     /// A plan's output, exported, did not import again (a bug: every rewrite verifies).
     #[error("a plan's output did not read back to be planned again")]
     ReadBack(#[source] ckpt_ir::ImportError),
+    /// An oracle over plain numbers was asked about a set of the wrong length.
     #[error("the oracle has {expected} candidates, the set {got}")]
     SetLength { expected: usize, got: usize },
 }

@@ -278,7 +278,8 @@ pub struct Rewritten {
     #[serde(skip)]
     pub earlier: Option<Box<Rewritten>>,
     /// Where this plan is of another plan's output: the ceiling that first plan was planned
-    /// at (the lowest total one pass found, or a whole percent above it).
+    /// at (below a refusal, the lowest total one pass found or a whole percent above it; below
+    /// a dear plan, a whole percent above the ceiling).
     pub earlier_ceiling_bytes: Option<u64>,
 }
 

@@ -121,15 +121,16 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
         None => None,
     };
     let outcome = match on_folded {
-        // A folded plan that adds nothing is kept: no plan of the given graph adds less.
-        Some(Outcome::Rewritten(r)) if r.added_cost(&before.graph, o) == 0 => Outcome::Rewritten(r),
-        // The given graph's plan is kept only where it adds less than the folded plan, so its
-        // passes are asked to beat that plan, as a rung is asked to beat the plan in hand.
-        Some(Outcome::Rewritten(r)) => {
-            let in_hand = Some(r.added_cost(&before.graph, o));
-            let given = passes(before, total, o, in_hand)?;
-            cheaper(Outcome::Rewritten(r), given, &before.graph, o)
-        }
+        Some(Outcome::Rewritten(r)) => match r.added_cost(&before.graph, o) {
+            // A folded plan that adds nothing is kept: no plan of the given graph adds less.
+            0 => Outcome::Rewritten(r),
+            // The given graph's plan is kept only where it adds less than the folded plan, so
+            // its passes are asked to beat that plan, as a rung is asked to beat the plan in hand.
+            cost => {
+                let given = passes(before, total, o, Some(cost))?;
+                cheaper(Outcome::Rewritten(r), given, &before.graph, o)
+            }
+        },
         Some(f) => cheaper(f, passes(before, total, o, None)?, &before.graph, o),
         None => passes(before, total, o, None)?,
     };
@@ -336,14 +337,19 @@ pub(crate) fn lower_to(d: &mut Diagnosis, rung: Diagnosis) {
 /// (the given graph's device total) under it and over `fixed` (the bytes no recompute
 /// changes), the highest first, at most `n`.
 fn rungs(total: u64, effective: u64, fixed: u64, n: usize) -> Vec<u64> {
-    let mut rungs: Vec<u64> = (1..100u128)
+    let mut rungs: Vec<u64> = whole_percents(total)
         .rev()
-        .map(|pct| (total as u128 * pct / 100) as u64)
         .filter(|&r| r < effective && r > fixed)
         .collect();
     rungs.dedup();
     rungs.truncate(n);
     rungs
+}
+
+/// The whole percents of `total`, 1% to 99%, ascending (each rounded down to a byte): the
+/// ceilings the ladder's rungs and the first plans planned again are made at.
+pub(crate) fn whole_percents(total: u64) -> impl DoubleEndedIterator<Item = u64> {
+    (1..100u128).map(move |pct| (total as u128 * pct / 100) as u64)
 }
 
 /// The refusal probes above `d`, the first pass's refusal, which took `longest`.

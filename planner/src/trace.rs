@@ -62,7 +62,7 @@ pub enum Event {
     VariantPlanned { result: VariantResult, at: Duration },
     /// The leaves' order climbs have simulated `trials` trials so far.
     LeafTrials { trials: usize },
-    /// A refusal is planned again ([`crate::again`]): a first plan was made real at
+    /// A refusal or a dear plan is planned again ([`crate::again`]): a first plan was made real at
     /// `first_bytes`, adding `first_added` FLOPs, and its output is planned at the ceiling.
     PlannedAgain { first_bytes: u64, first_added: u64 },
     /// `folds` copies were folded away (transposed operands into their readers, scattered

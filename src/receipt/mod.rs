@@ -398,8 +398,9 @@ pub struct Solver {
     /// (`--plan-again`): that first plan's device total. The method, status and ILP rounds
     /// here are the second pass's.
     pub planned_again_from_bytes: Option<u64>,
-    /// The ceiling that first plan was planned at: the lowest total one pass found, or one of
-    /// the whole percents of the given graph's total above it.
+    /// The ceiling that first plan was planned at, a whole percent of the given graph's total:
+    /// for a refusal, above the lowest total one pass found (or that total itself); for a plan
+    /// one pass found adding over 5% of a step, above the ceiling.
     pub planned_again_at_ceiling_bytes: Option<u64>,
     pub ilp: Ilp,
 }
