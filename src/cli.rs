@@ -268,6 +268,14 @@ pub struct OptimizeArgs {
     /// provider.
     #[arg(long = "fold", default_value = "on", value_parser = ["on", "off"])]
     pub fold: String,
+    /// Where the plan found recomputes anything or none fits, also plan the graph with its
+    /// loss head (the vocabulary projection, the log-softmax and the cross-entropy, forward
+    /// and backward) in chunks of rows, so that no logits-sized value exists whole, and keep
+    /// that plan where it adds fewer FLOPs or fits where none did. The chunks sum the loss
+    /// and the head's weight gradient in another order: validation then compares those
+    /// within tolerances, not bit for bit, and the receipt says so.
+    #[arg(long = "chunk-loss-head", default_value = "off", value_parser = ["on", "off"])]
+    pub chunk_loss_head: String,
     /// Where no plan fits, make the plans at the lowest total found and at the next two whole
     /// percents above it real, and plan each output again at the ceiling, keeping the
     /// cheapest: the second pass recomputes values the first plan's clones read and guards

@@ -123,6 +123,10 @@ pub struct Job {
     /// Also plan the graph with its copies folded away where a plan is needed
     /// ([`ckpt_planner::PlanOptions::fold`]; `--fold`, on by default).
     pub fold: bool,
+    /// Also plan the graph with its loss head in chunks of rows where a plan adds anything
+    /// or none fits ([`ckpt_planner::PlanOptions::chunk_loss_head`]; `--chunk-loss-head`,
+    /// off by default).
+    pub chunk_loss_head: bool,
 }
 
 /// Refusal probes of the main job ([`Job::refusal_probes`]).
@@ -148,6 +152,7 @@ impl Job {
             plan_again: args.plan_again == "on",
             search_steps: args.search_steps,
             fold: args.fold == "on",
+            chunk_loss_head: args.chunk_loss_head == "on",
         })
     }
 
@@ -195,6 +200,7 @@ impl Job {
             plan_again: self.plan_again,
             ladder_rungs: ckpt_planner::LADDER_RUNGS,
             fold: self.fold,
+            chunk_loss_head: self.chunk_loss_head,
             max_trials: ckpt_planner::MAX_TRIALS,
             pass_steps: self.search_steps,
         }

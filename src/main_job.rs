@@ -385,6 +385,12 @@ fn print_summary(
         100.0 * r.counts.added_flops as f64 / step as f64,
         info.wall.as_secs_f64()
     );
+    if let Some(h) = &r.loss_head {
+        println!(
+            "loss head (`{}` and the {} nodes reading it row by row) in {} chunks of {} rows: the loss and the head's weight gradient are summed in another order, so they match within tolerances, not bit for bit",
+            h.logits, h.region_nodes, h.chunks, h.rows_per_chunk
+        );
+    }
     if let Some(m) = measured {
         println!(
             "cost measured on ONNX Runtime (--cost profile, median of {} runs per node): +{:.3} ms of a {:.3} ms step predicted{}",

@@ -96,6 +96,8 @@ pub enum NodeOrigin {
     Guard,
     /// A `Constant` a patch added ([`crate::patch::NewConstant`]).
     Constant,
+    /// A node of an op of its own a patch added ([`crate::patch::FreshNode`]).
+    Fresh,
 }
 
 /// An operator application.

@@ -54,8 +54,8 @@ pub use import::{
 };
 pub use parse::{parse_graph, ParseError};
 pub use patch::{
-    Applied, Guard, Move, NewConstant, NewNode, NewTensor, Patch, PatchError, Rewire, Substitute,
-    TensorRef,
+    Applied, FreshNode, Guard, Move, NewConstant, NewNode, NewTensor, Patch, PatchError, Rewire,
+    Substitute, TensorRef,
 };
 pub use profile::Profile;
 pub use shape::{Bindings, Dim, Poly, Shape, ShapeError};

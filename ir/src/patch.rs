@@ -21,12 +21,14 @@ pub enum TensorRef {
     Constant(usize),
 }
 
-/// A tensor to create, typed like an existing one.
+/// A tensor to create, typed like an existing one or left untyped.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewTensor {
     pub name: String,
-    /// dtype, shape and value_info are copied from this tensor.
-    pub like: TensorId,
+    /// dtype, shape and value_info are copied from this tensor; with `None` the tensor has
+    /// none, and the analysis infers its type from the node that writes it (a
+    /// [`FreshNode`]'s output, whose shape no existing tensor has).
+    pub like: Option<TensorId>,
 }
 
 /// A node to create: a copy of `copy_of` (op, attributes) with new wiring.
@@ -37,6 +39,21 @@ pub struct NewNode {
     pub inputs: Vec<Option<TensorRef>>,
     pub outputs: Vec<Option<TensorRef>>,
     /// Inserted in file order right before this node (after earlier new nodes with the same anchor).
+    pub before: NodeId,
+}
+
+/// A node to create of the ONNX op `op_type` (looked up at the model's ONNX opset) with
+/// `attributes`: an op or a shape no node of the graph has to copy (the chunks of a
+/// loss head, their `Slice`s and `Concat`). It writes only new tensors, and is placed in
+/// file order like a [`NewNode`], after the patch's copies with the same anchor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FreshNode {
+    pub name: String,
+    pub op_type: String,
+    pub attributes: Vec<onnx::AttributeProto>,
+    pub inputs: Vec<Option<TensorRef>>,
+    pub outputs: Vec<Option<TensorRef>>,
+    /// Inserted in file order right before this node.
     pub before: NodeId,
 }
 
@@ -120,6 +137,9 @@ pub struct Patch {
     pub label: String,
     pub tensors: Vec<NewTensor>,
     pub nodes: Vec<NewNode>,
+    /// Nodes of an op of their own to create, placed after `nodes` (a [`Move`]'s `after_new`
+    /// counts both, `nodes` first).
+    pub fresh: Vec<FreshNode>,
     /// Constants to create, added with the new tensors.
     pub constants: Vec<NewConstant>,
     pub rewires: Vec<Rewire>,
@@ -213,6 +233,7 @@ impl Patch {
     pub fn is_empty(&self) -> bool {
         self.tensors.is_empty()
             && self.nodes.is_empty()
+            && self.fresh.is_empty()
             && self.constants.is_empty()
             && self.rewires.is_empty()
             && self.moves.is_empty()
@@ -244,11 +265,14 @@ impl Patch {
         applied.tensors = self.add_tensors(graph, &mut declared)?;
         let constants = self.add_constants(graph)?;
         applied.tensors.extend(constants.iter().map(|&(t, _)| t));
-        let (nodes, new_inserts) = self.add_nodes(graph, &applied.tensors)?;
+        let (nodes, mut new_inserts) = self.add_nodes(graph, &applied.tensors)?;
         applied.nodes = nodes;
+        let (fresh, fresh_inserts) = self.add_fresh(graph, &applied.tensors)?;
+        applied.nodes.extend(fresh);
+        new_inserts.extend(fresh_inserts);
         let (moved, move_inserts) = self.move_nodes(graph, &applied.tensors)?;
-        place_in_order(graph, new_inserts, move_inserts, &moved);
-        self.place_constants(graph, &constants)?;
+        let first_at = place_in_order(graph, new_inserts, move_inserts, &moved);
+        self.place_constants(graph, &constants, &first_at)?;
         applied.nodes.extend(constants.iter().map(|&(_, n)| n));
         self.rewire(graph, &applied.tensors)?;
         self.substitute(graph, &applied.tensors)?;
@@ -265,13 +289,18 @@ impl Patch {
     /// has and no other new node takes: ONNX Runtime does not load a model with two nodes of
     /// one non-empty name.
     fn check_node_names(&self, graph: &Graph) -> Result<(), PatchError> {
-        if self.nodes.is_empty() && self.constants.is_empty() && self.guards.is_empty() {
+        if self.nodes.is_empty()
+            && self.fresh.is_empty()
+            && self.constants.is_empty()
+            && self.guards.is_empty()
+        {
             return Ok(());
         }
         let new = self
             .nodes
             .iter()
             .map(|n| &n.name)
+            .chain(self.fresh.iter().map(|n| &n.name))
             .chain(self.constants.iter().map(|c| &c.name))
             .chain(self.guards.iter().map(|g| &g.name))
             .filter(|n| !n.is_empty());
@@ -301,7 +330,17 @@ impl Patch {
                     name: nt.name.clone(),
                 });
             }
-            tensors.push(add_tensor_like(graph, declared, nt.like, &nt.name));
+            tensors.push(match nt.like {
+                Some(like) => add_tensor_like(graph, declared, like, &nt.name),
+                None => graph.add_tensor(Tensor {
+                    name: nt.name.clone(),
+                    dtype: None,
+                    shape: None,
+                    source: TensorSource::GraphInput, // set by add_node
+                    is_output: false,
+                    consumers: Vec::new(),
+                }),
+            });
         }
         Ok(tensors)
     }
@@ -380,6 +419,55 @@ impl Patch {
                 def,
             });
             inserts.push((id, nn.before));
+            ids.push(id);
+        }
+        Ok((ids, inserts))
+    }
+
+    /// The fresh nodes, each writing only new tensors no other new node writes; their ids,
+    /// and each with the anchor it goes before.
+    fn add_fresh(
+        &self,
+        graph: &mut Graph,
+        new_tensors: &[TensorId],
+    ) -> Result<(Vec<NodeId>, Vec<Placement>), PatchError> {
+        let fresh: HashSet<TensorId> = new_tensors[..self.tensors.len()].iter().copied().collect();
+        let mut produced: HashSet<TensorId> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.outputs.iter().flatten())
+            .filter_map(|&r| self.resolve(new_tensors, r).ok())
+            .collect();
+        let mut ids = Vec::with_capacity(self.fresh.len());
+        let mut inserts: Vec<Placement> = Vec::with_capacity(self.fresh.len());
+        for fnode in &self.fresh {
+            let inputs = self.resolve_all(new_tensors, &fnode.inputs)?;
+            let outputs = self.resolve_all(new_tensors, &fnode.outputs)?;
+            for &o in outputs.iter().flatten() {
+                if !fresh.contains(&o) || !produced.insert(o) {
+                    return Err(PatchError::Reassigned {
+                        label: self.label.clone(),
+                        name: graph.tensor(o).name.clone(),
+                    });
+                }
+            }
+            let proto = onnx::NodeProto {
+                name: Some(fnode.name.clone()),
+                op_type: Some(fnode.op_type.clone()),
+                attribute: fnode.attributes.clone(),
+                ..Default::default()
+            };
+            let id = graph.add_node(Node {
+                name: fnode.name.clone(),
+                domain: crate::graph::ONNX_DOMAIN.to_string(),
+                op_type: fnode.op_type.clone(),
+                inputs,
+                outputs,
+                origin: NodeOrigin::Fresh,
+                proto: std::sync::Arc::new(proto),
+                def: Default::default(),
+            });
+            inserts.push((id, fnode.before));
             ids.push(id);
         }
         Ok((ids, inserts))
@@ -466,13 +554,14 @@ type Placement = (NodeId, NodeId);
 type MovePlacement = (usize, NodeId, NodeId);
 
 /// Places the new and moved nodes in file order: before their anchors, in patch order, each
-/// move after the first `after_new` new nodes; a moved node leaves its old place.
+/// move after the first `after_new` new nodes; a moved node leaves its old place. Returns the
+/// first node placed before each anchor.
 fn place_in_order(
     graph: &mut Graph,
     new_inserts: Vec<Placement>,
     mut move_inserts: Vec<MovePlacement>,
     moved: &HashSet<NodeId>,
-) {
+) -> HashMap<NodeId, NodeId> {
     // One sequence: each move after the first `after_new` new nodes.
     move_inserts.sort_by_key(|m| m.0);
     let mut inserts: Vec<Placement> = Vec::with_capacity(new_inserts.len() + move_inserts.len());
@@ -502,6 +591,10 @@ fn place_in_order(
         }
     }
     graph.order = order;
+    at_anchor
+        .into_iter()
+        .map(|(anchor, ids)| (anchor, ids[0]))
+        .collect()
 }
 
 impl Patch {

@@ -96,18 +96,21 @@ impl Patch {
     }
 
     /// Each constant's node placed in file order right before its anchor, ahead of whatever
-    /// else the patch put there.
+    /// else the patch put there (`first_at`: the first node the patch placed before each
+    /// anchor).
     pub(crate) fn place_constants(
         &self,
         graph: &mut Graph,
         made: &[(TensorId, NodeId)],
+        first_at: &HashMap<NodeId, NodeId>,
     ) -> Result<(), PatchError> {
         if made.is_empty() {
             return Ok(());
         }
         let mut before: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
         for (c, &(_, n)) in self.constants.iter().zip(made) {
-            before.entry(c.before).or_default().push(n);
+            let at = first_at.get(&c.before).copied().unwrap_or(c.before);
+            before.entry(at).or_default().push(n);
         }
         graph.insert_before(before).map_err(|anchor| {
             let c = self.constants.iter().find(|c| c.before == anchor);

@@ -271,13 +271,16 @@ pub(crate) fn write_patch(
     writeln!(f, "patch {:?}", patch.label)?;
     let r = |t: &Option<TensorRef>| t.map_or("_".to_string(), name);
     for (i, t) in patch.tensors.iter().enumerate() {
-        writeln!(
-            f,
-            "  tensor {} {:?} like {}",
-            name(TensorRef::New(i)),
-            t.name,
-            name(TensorRef::Existing(t.like))
-        )?;
+        match t.like {
+            Some(like) => writeln!(
+                f,
+                "  tensor {} {:?} like {}",
+                name(TensorRef::New(i)),
+                t.name,
+                name(TensorRef::Existing(like))
+            )?,
+            None => writeln!(f, "  tensor {} {:?}", name(TensorRef::New(i)), t.name)?,
+        }
     }
     for (i, c) in patch.constants.iter().enumerate() {
         let dtype = c
@@ -309,6 +312,21 @@ pub(crate) fn write_patch(
             n.name,
             n.copy_of,
             ins.join(", "),
+            outs.join(", "),
+            n.before
+        )?;
+    }
+    for n in &patch.fresh {
+        let ins: Vec<String> = n.inputs.iter().map(r).collect();
+        let outs: Vec<String> = n.outputs.iter().map(r).collect();
+        let attrs: Vec<String> = n.attributes.iter().map(attr_str).collect();
+        writeln!(
+            f,
+            "  node {:?} = {}({}) {{{}}} -> {} before {}",
+            n.name,
+            n.op_type,
+            ins.join(", "),
+            attrs.join(", "),
             outs.join(", "),
             n.before
         )?;

@@ -31,7 +31,7 @@ fn recompute_a(g: &ckpt_ir::Graph, metadata: Vec<(String, String)>) -> Patch {
         label: "recompute a".into(),
         tensors: vec![NewTensor {
             name: "a.recompute".into(),
-            like: a,
+            like: Some(a),
         }],
         nodes: vec![NewNode {
             name: "Relu_a.recompute".into(),
@@ -48,6 +48,7 @@ fn recompute_a(g: &ckpt_ir::Graph, metadata: Vec<(String, String)>) -> Patch {
         }],
         moves: vec![],
         constants: vec![],
+        fresh: vec![],
         metadata,
         guards: vec![],
         forget_value_info: vec![],
@@ -133,7 +134,7 @@ fn placing_a_clone_before_its_input_is_rejected() {
         label: "bad".into(),
         tensors: vec![NewTensor {
             name: "b2".into(),
-            like: a,
+            like: Some(a),
         }],
         nodes: vec![NewNode {
             name: "neg2".into(),
@@ -179,7 +180,7 @@ fn duplicate_name_is_rejected() {
         label: "dup".into(),
         tensors: vec![NewTensor {
             name: "b".into(),
-            like: a,
+            like: Some(a),
         }],
         ..Default::default()
     };
@@ -205,7 +206,7 @@ fn a_taken_node_name_is_rejected() {
     let mut twice = recompute_a(&g, vec![]);
     twice.tensors.push(NewTensor {
         name: "a.recompute2".into(),
-        like: g.tensor_id("a").unwrap(),
+        like: g.tensor_id("a"),
     });
     let mut second = twice.nodes[0].clone();
     second.outputs = vec![Some(TensorRef::New(1))];
@@ -275,7 +276,7 @@ fn move_orders_after_the_new_nodes_it_follows() {
         label: "order".into(),
         tensors: vec![NewTensor {
             name: "b2".into(),
-            like: e,
+            like: Some(e),
         }],
         nodes: vec![NewNode {
             name: "neg2".into(),
@@ -687,4 +688,72 @@ fn a_removal_drops_the_constants_only_it_read() {
     assert_eq!(names, ["k"]);
     let again = import_bytes(export_bytes(&g).into(), Path::new("t.onnx"), None).unwrap();
     assert_eq!(again.node_count(), 1);
+}
+
+/// A fresh node is a node of an op no node of the graph has (`Slice` here), writing an
+/// untyped new tensor that inference types; it is printed with its op and attributes, goes
+/// before its anchor, and a constant it reads at the same anchor goes ahead of it.
+#[test]
+fn a_fresh_node_reads_a_constant_placed_ahead_of_it() {
+    let mut g = neg_graph();
+    let neg = g.nodes()[0];
+    let x = g.tensor_id("x").unwrap();
+    let one = || ints(&[1]);
+    let patch = Patch {
+        tensors: vec![ckpt_ir::NewTensor {
+            name: "x.first".into(),
+            like: None,
+        }],
+        fresh: vec![ckpt_ir::FreshNode {
+            name: "first_row".into(),
+            op_type: "Slice".into(),
+            attributes: vec![],
+            inputs: vec![
+                Some(TensorRef::Existing(x)),
+                Some(TensorRef::Constant(0)),
+                Some(TensorRef::Constant(1)),
+            ],
+            outputs: vec![Some(TensorRef::New(0))],
+            before: neg,
+        }],
+        constants: vec![
+            ckpt_ir::NewConstant {
+                name: "zero".into(),
+                value: ints(&[0]),
+                before: neg,
+            },
+            ckpt_ir::NewConstant {
+                name: "one".into(),
+                value: one(),
+                before: neg,
+            },
+        ],
+        rewires: vec![Rewire {
+            node: neg,
+            slot: 0,
+            from: x,
+            to: TensorRef::New(0),
+        }],
+        ..Patch::new("slice")
+    };
+    let text = patch.to_string();
+    assert!(
+        text.contains("  tensor new0 \"x.first\"\n")
+            && text.contains(&format!(
+                "node \"first_row\" = Slice({x}, const0, const1) {{}} -> new0 before {neg}"
+            )),
+        "{text}"
+    );
+    patch.apply(&mut g).unwrap();
+    let ops: Vec<&str> = g
+        .nodes()
+        .iter()
+        .map(|&n| g.node(n).op_type.as_str())
+        .collect();
+    assert_eq!(ops, ["Constant", "Constant", "Slice", "Neg"]);
+    assert_eq!(g.node(g.nodes()[2]).origin, ckpt_ir::NodeOrigin::Fresh);
+    let first = g.tensor_id("x.first").unwrap();
+    assert_eq!(ckpt_ir::type_str(&g, first), "?[?]");
+    let types = ckpt_ir::ops::infer(&g).unwrap();
+    assert_eq!(types.get(first).unwrap().shape.to_string(), "[1,3]");
 }

@@ -11,6 +11,7 @@ pub mod fold;
 pub mod guards;
 pub mod inputs;
 pub mod ledger;
+pub mod loss_head;
 pub mod memory;
 pub mod order;
 pub mod ort_casts;

@@ -46,7 +46,7 @@ fn recompute_r(g: &ckpt_ir::Graph, rewire_neg: bool) -> Patch {
         label: "recompute r".into(),
         tensors: vec![NewTensor {
             name: "r.recompute".into(),
-            like: r,
+            like: Some(r),
         }],
         nodes: vec![NewNode {
             name: "Reshape_r.recompute".into(),
@@ -63,6 +63,7 @@ fn recompute_r(g: &ckpt_ir::Graph, rewire_neg: bool) -> Patch {
         substitutes: vec![],
         removals: vec![],
         constants: vec![],
+        fresh: vec![],
     }
 }
 

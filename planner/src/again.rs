@@ -112,9 +112,12 @@ fn cheapest(
     took: Duration,
     mut refused: impl FnMut(Diagnosis),
 ) -> Result<(Option<Box<Rewritten>>, bool), PlanError> {
+    // The loss head is chunked, where at all, on the plan `crate::plan` keeps last: never
+    // inside a chain of plans.
     let inner = PlanOptions {
         plan_again: false,
         refusal_probes: 0,
+        chunk_loss_head: false,
         ..o.clone()
     };
     let deadline = o.deadline();

@@ -98,6 +98,7 @@ mod analysis;
 mod baselines;
 mod blocks;
 mod error;
+mod head;
 mod leaves;
 mod options;
 mod oracle;
@@ -121,8 +122,8 @@ pub use options::{
 };
 pub use oracle::{patch_flops, plan_from_set, Oracle, RunTrace, Simulator, TableOracle};
 pub use outcome::{
-    human, method_label, Diagnosis, DiagnosisKind, IlpReport, IlpRound, Outcome, RewriteCounts,
-    Rewritten,
+    human, method_label, Diagnosis, DiagnosisKind, IlpReport, IlpRound, LossHeadChunks, Moves,
+    Outcome, RewriteCounts, Rewritten,
 };
 pub use plan::plan;
 pub use search::{search, Found, SearchInput, Searched};

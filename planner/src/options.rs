@@ -112,6 +112,13 @@ pub struct PlanOptions {
     /// ([`ckpt_passes::fold`]; off in [`PlanOptions::new`], on in the main job by default:
     /// `--fold on|off`).
     pub fold: bool,
+    /// Where the plan found adds anything or none fits, also plan the graph with its loss
+    /// head in chunks of rows ([`ckpt_passes::loss_head`]: no logits-sized value exists whole)
+    /// and keep that plan where it adds fewer FLOPs or fits where none did
+    /// ([`crate::variants::chunked`]). The chunks sum in another order, so the outputs match
+    /// within rounding, not bit for bit (off in [`PlanOptions::new`] and in the main job by
+    /// default: `--chunk-loss-head on|off`).
+    pub chunk_loss_head: bool,
     /// Simulations one search may run ([`MAX_TRIALS`] by default; a variant planned after a
     /// plan is in hand gets [`variant_trials`]).
     pub max_trials: usize,
@@ -142,6 +149,7 @@ impl PlanOptions {
             plan_again: false,
             ladder_rungs: LADDER_RUNGS,
             fold: false,
+            chunk_loss_head: false,
             max_trials: MAX_TRIALS,
             pass_steps: PASS_STEPS,
         }

@@ -262,6 +262,10 @@ pub struct Rewritten {
     /// The plan is of the graph with its transposed operands folded into their readers
     /// ([`ckpt_passes::fold`]; the folds come first in the patch).
     pub folded: bool,
+    /// The plan is of the graph with its loss head in chunks of rows
+    /// ([`PlanOptions::chunk_loss_head`]; the chunks come after the folds in the patch): the
+    /// loss and the head's weight gradient are summed in another order.
+    pub loss_head: Option<LossHeadChunks>,
     /// The effective ceiling of the planning pass that found the plan: the ceiling's own, or a
     /// lower rung's of the ladder ([`crate::plan`]; a plan that fits a lower ceiling fits this
     /// one too).
@@ -281,6 +285,17 @@ pub struct Rewritten {
     /// at (below a refusal, the lowest total one pass found or a whole percent above it; below
     /// a dear plan, a whole percent above the ceiling).
     pub earlier_ceiling_bytes: Option<u64>,
+}
+
+/// The loss head written in chunks of rows ([`ckpt_passes::loss_head`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct LossHeadChunks {
+    /// The head's logits (the vocabulary projection's output), by name.
+    pub logits: String,
+    pub chunks: u64,
+    pub rows_per_chunk: u64,
+    /// The nodes written once per chunk.
+    pub region_nodes: usize,
 }
 
 impl Rewritten {
@@ -306,6 +321,7 @@ impl Rewritten {
             lowered: false,
             guarded: false,
             folded: false,
+            loss_head: None,
             found_at_ceiling_bytes: found_at,
             rungs_planned: 0,
             planned_graph: None,
@@ -362,7 +378,13 @@ impl Rewritten {
     /// plan's output says both: `block checkpointing cut ..., its output planned again by
     /// reuse guards only`.
     pub fn method_label(&self) -> String {
-        let own = method_label(&self.plan, self.folded, self.lowered, self.guarded);
+        let moves = Moves {
+            folded: self.folded,
+            chunked: self.loss_head.is_some(),
+            lowered: self.lowered,
+            guarded: self.guarded,
+        };
+        let own = method_label(&self.plan, moves);
         match &self.earlier {
             Some(e) => format!("{}, its output planned again by {own}", e.method_label()),
             None => own,
@@ -376,19 +398,32 @@ impl Rewritten {
     }
 }
 
-/// How `plan` (of a graph with copies folded first where `folded`, with order moves
-/// first where `lowered`, with reuse guards first where `guarded`) was found, as a reader
+/// The zero-FLOP moves a plan's graph was made with ([`method_label`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Moves {
+    /// Copies folded ([`ckpt_passes::fold`]).
+    pub folded: bool,
+    /// The loss head in chunks ([`ckpt_passes::loss_head`]).
+    pub chunked: bool,
+    /// Order moves ([`ckpt_passes::order`], terms lowered).
+    pub lowered: bool,
+    /// Reuse guards ([`ckpt_passes::guards`]).
+    pub guarded: bool,
+}
+
+/// How `plan` (of a graph made with the zero-FLOP `moves` first) was found, as a reader
 /// says it: `ILP, proven optimal`, `search with the simulator in the loop (no optimality
 /// bound)`, or, for a plan that recomputes nothing, its zero-FLOP moves: `order moves only`,
-/// `folded copies and reuse guards only`.
-pub fn method_label(plan: &Plan, folded: bool, lowered: bool, guarded: bool) -> String {
+/// `folded copies and reuse guards only`, `loss head in chunks only`.
+pub fn method_label(plan: &Plan, moves: Moves) -> String {
     if plan.recompute.iter().any(|&r| r) {
         return plan.info.label();
     }
     let moves: Vec<&str> = [
-        (folded, "folded copies"),
-        (lowered, "order moves"),
-        (guarded, "reuse guards"),
+        (moves.folded, "folded copies"),
+        (moves.chunked, "loss head in chunks"),
+        (moves.lowered, "order moves"),
+        (moves.guarded, "reuse guards"),
     ]
     .into_iter()
     .filter_map(|(on, name)| on.then_some(name))

@@ -143,6 +143,11 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
         }
         planned => planned,
     };
+    // With `chunk_loss_head`, where the plan adds anything or none fits, the graph with its
+    // loss head in chunks of rows is planned too, and its plan kept where it adds fewer FLOPs
+    // or fits where none did: its outputs match within rounding, not bit for bit. It comes
+    // last, so that it can only lower what the plan adds.
+    let outcome = crate::head::with_head_chunked(before, folded.as_ref(), outcome, o)?;
     Ok(match outcome {
         Outcome::CannotFit(d) => Outcome::CannotFit(d.worded(&before.ledger, o)),
         planned => planned,
@@ -152,7 +157,7 @@ pub fn plan(before: &Analysis, o: &PlanOptions) -> Result<Outcome, PlanError> {
 /// [`planned`] on `base` with a pass of its own (`o.pass_steps` schedule steps), and the
 /// steps it spent, traced. `in_hand`: the added cost of a plan of another graph that a plan
 /// of `base` must beat to be kept.
-fn passes(
+pub(crate) fn passes(
     base: &Analysis,
     given_total: u64,
     o: &PlanOptions,

@@ -73,6 +73,13 @@ pub enum Event {
         total_bytes: u64,
         folded_bytes: u64,
     },
+    /// The loss head was written in chunks of rows ([`crate::variants::chunked`]): how many,
+    /// and the device total before and after.
+    LossHeadChunked {
+        chunks: u64,
+        total_bytes: u64,
+        chunked_bytes: u64,
+    },
     /// A leaf order searched for the arena was kept: the base's arena, the arena the climb
     /// found, and the arena of the graph written in that order, analysed afresh.
     LeafOrderSearched {
@@ -398,6 +405,14 @@ impl fmt::Display for Event {
             } => write!(
                 f,
                 "{folds} copies folded away: total {total_bytes} -> {folded_bytes}"
+            ),
+            Event::LossHeadChunked {
+                chunks,
+                total_bytes,
+                chunked_bytes,
+            } => write!(
+                f,
+                "loss head in {chunks} chunks of rows: total {total_bytes} -> {chunked_bytes}"
             ),
             Event::LeafOrderSearched {
                 arena_bytes,

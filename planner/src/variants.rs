@@ -513,7 +513,7 @@ fn lowered_terms(
 
 /// `before`'s graph with `patch` applied (verified) and analysed; `None` when the patch is
 /// empty or does not apply.
-fn applied(
+pub(crate) fn applied(
     before: &Analysis,
     patch: &ckpt_ir::Patch,
     o: &PlanOptions,
@@ -608,6 +608,22 @@ pub(crate) fn folded(before: &Analysis, o: &PlanOptions) -> Result<Option<Varian
 }
 
 impl Variant {
+    /// A variant that is `analysis`, made by the patches `patch_text` prints, with no order
+    /// moves and no guards.
+    pub(crate) fn of_patches(analysis: Analysis, patch_text: String) -> Variant {
+        Variant {
+            analysis,
+            patch_text,
+            lowered: false,
+            guarded: false,
+        }
+    }
+
+    /// The patches that made this variant, as text.
+    pub(crate) fn patch_text(&self) -> &str {
+        &self.patch_text
+    }
+
     /// The graph every pass plans when this variant is the base ([`folded`]).
     pub(crate) fn analysis(&self) -> &Analysis {
         &self.analysis

@@ -12,7 +12,8 @@ use ckpt_planner::{IlpReport, IlpRound as PlannerRound};
 
 use super::{
     node_name, ArenaBinding, BeforeAfter, Excluded, FileHash, Ilp, IlpRound, Ledger, LiveTensor,
-    NamedBytes, Peak, PhasePeak, RandomOpSeeds, Receipt, Segment, Solver, Status, Tool, Trace,
+    LossHead, NamedBytes, Peak, PhasePeak, RandomOpSeeds, Receipt, Segment, Solver, Status, Tool,
+    Trace,
 };
 use crate::job::{Ceiling, Job};
 use crate::pipeline::PlannedJob;
@@ -103,6 +104,7 @@ pub fn receipt(r: &JobRecord, planned: &PlannedJob) -> Receipt {
         candidates: None,
         excluded: Vec::new(),
         solver: None,
+        loss_head: None,
         patch: None,
         validation: None,
         memory: None,
@@ -181,6 +183,13 @@ impl Receipt {
         self.candidates = Some(r.candidate_count());
         self.excluded = Excluded::of_plan(before, r);
         self.solver = Some(Solver::of(r));
+        self.loss_head = r.loss_head.as_ref().map(|h| LossHead {
+            logits: h.logits.clone(),
+            chunks: h.chunks,
+            rows_per_chunk: h.rows_per_chunk,
+            region_nodes: h.region_nodes,
+            bitwise: false,
+        });
         self.patch = Some(r.patch_text.clone());
     }
 

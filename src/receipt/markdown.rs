@@ -116,6 +116,14 @@ pub fn render(r: &Receipt) -> String {
         );
     }
 
+    if let Some(h) = &r.loss_head {
+        let _ = writeln!(
+            s,
+            "- Loss head: `{}` and the {} nodes reading it row by row in {} chunks of {} rows; the loss and the head's weight gradient are summed in another order, so they are compared within tolerances, not bit for bit",
+            h.logits, h.region_nodes, h.chunks, h.rows_per_chunk
+        );
+    }
+
     let _ = writeln!(s, "\n## Measured on ONNX Runtime\n");
     measured(&mut s, r);
 

@@ -82,6 +82,7 @@ fn plan_options(
         plan_again: search.plan_again,
         search_steps: ckpt_planner::PASS_STEPS,
         fold: search.fold,
+        chunk_loss_head: false,
     };
     job.plan_options(Instant::now(), default_threads(), costs)
 }

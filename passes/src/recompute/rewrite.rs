@@ -401,7 +401,10 @@ impl Builder<'_> {
             let kept = o.filter(|t| slot == 0 || !optional_tail || self.needed.contains(t));
             outputs.push(kept.map(|t| {
                 let name = self.names.fresh(graph, &graph.tensor(t).name);
-                self.patch.tensors.push(NewTensor { name, like: t });
+                self.patch.tensors.push(NewTensor {
+                    name,
+                    like: Some(t),
+                });
                 let r = TensorRef::New(self.patch.tensors.len() - 1);
                 self.local.insert(t, (r, after));
                 r

@@ -1,0 +1,491 @@
+//! The patch of a region in chunks ([`Writer`]): every chunk's nodes, the gates between
+//! chunks, the exits' last links, and the file order made topological again.
+
+use std::collections::{HashMap, HashSet};
+
+use ckpt_ir::build::{attr_f, attr_i};
+use ckpt_ir::{
+    DType, FreshNode, Graph, Move, NewConstant, NewTensor, NodeId, Patch, Substitute, TensorId,
+    TensorRef,
+};
+
+use super::order::{longest_increasing, topological};
+use super::{outside, rank, Kind, Outside, Region};
+
+/// A node of the chunked head before it is placed: op, attributes, inputs, outputs.
+struct Spec {
+    name: String,
+    op: String,
+    attributes: Vec<ckpt_ir::onnx::AttributeProto>,
+    inputs: Vec<Option<TensorRef>>,
+    outputs: Vec<Option<TensorRef>>,
+}
+
+/// Writes the patch of one region in chunks.
+pub(super) struct Writer<'a> {
+    graph: &'a Graph,
+    region: &'a Region,
+    chunks: u64,
+    patch: Patch,
+    specs: Vec<Spec>,
+    /// Names taken: the graph's tensors and the patch's so far, and so for nodes.
+    tensors_taken: HashSet<String>,
+    nodes_taken: HashSet<String>,
+    /// (value, chunk) -> its chunk: a region value's, or an outside value's rows.
+    chunk_of: HashMap<(TensorId, u64), TensorRef>,
+    /// Constant i64 vectors made so far, by value.
+    ints: HashMap<Vec<i64>, usize>,
+}
+
+impl<'a> Writer<'a> {
+    pub(super) fn new(
+        graph: &'a Graph,
+        region: &'a Region,
+        chunks: u64,
+        label: &str,
+    ) -> Writer<'a> {
+        Writer {
+            graph,
+            region,
+            chunks,
+            patch: Patch::new(label),
+            specs: Vec::new(),
+            tensors_taken: graph
+                .tensor_ids()
+                .map(|t| graph.tensor(t).name.clone())
+                .collect(),
+            nodes_taken: graph.node_names().map(str::to_string).collect(),
+            chunk_of: HashMap::new(),
+            ints: HashMap::new(),
+        }
+    }
+
+    /// `base`, or `base_`, `base__`… : the first name no tensor holds, now taken.
+    fn name(&mut self, base: String) -> String {
+        untaken(&mut self.tensors_taken, base)
+    }
+
+    /// [`Writer::name`] among the nodes' names.
+    fn node_name(&mut self, base: String) -> String {
+        untaken(&mut self.nodes_taken, base)
+    }
+
+    /// A new untyped tensor named after `base`.
+    fn tensor(&mut self, base: String) -> TensorRef {
+        let name = self.name(base);
+        self.patch.tensors.push(NewTensor { name, like: None });
+        TensorRef::New(self.patch.tensors.len() - 1)
+    }
+
+    /// A constant 1-D i64 tensor of `values` (one per distinct value).
+    fn ints(&mut self, values: &[i64]) -> TensorRef {
+        if let Some(&c) = self.ints.get(values) {
+            return TensorRef::Constant(c);
+        }
+        let joined: Vec<String> = values.iter().map(i64::to_string).collect();
+        let name = self.name(format!("loss_head.chunked.i64_{}", joined.join("_")));
+        self.patch.constants.push(NewConstant {
+            name,
+            value: ckpt_ir::onnx::TensorProto {
+                dims: vec![values.len() as i64],
+                data_type: Some(DType::I64.code()),
+                int64_data: values.to_vec(),
+                ..Default::default()
+            },
+            before: self.region.nodes[0], // placed by `place`
+        });
+        let c = self.patch.constants.len() - 1;
+        self.ints.insert(values.to_vec(), c);
+        TensorRef::Constant(c)
+    }
+
+    /// A node of `op` writing a new tensor named `out`, which it returns.
+    fn node(
+        &mut self,
+        op: &str,
+        attributes: Vec<ckpt_ir::onnx::AttributeProto>,
+        inputs: Vec<Option<TensorRef>>,
+        out: String,
+    ) -> TensorRef {
+        let t = self.tensor(out.clone());
+        let name = self.node_name(out);
+        self.specs.push(Spec {
+            name,
+            op: op.to_string(),
+            attributes,
+            inputs,
+            outputs: vec![Some(t)],
+        });
+        t
+    }
+
+    /// Rows `[i*n, (i+1)*n)` of the outside value `t`.
+    fn rows(&mut self, t: TensorId, i: u64) -> TensorRef {
+        if let Some(&r) = self.chunk_of.get(&(t, i)) {
+            return r;
+        }
+        let n = (self.region.rows / self.chunks) as i64;
+        let (s, e, a) = (
+            self.ints(&[i as i64 * n]),
+            self.ints(&[(i as i64 + 1) * n]),
+            self.ints(&[0]),
+        );
+        let name = format!("{}.rows{i}", self.graph.tensor(t).name);
+        let r = self.node(
+            "Slice",
+            Vec::new(),
+            vec![Some(TensorRef::Existing(t)), Some(s), Some(e), Some(a)],
+            name,
+        );
+        self.chunk_of.insert((t, i), r);
+        r
+    }
+
+    /// How region node `n` reads its input `t` in chunk `i`.
+    fn input(&mut self, n: NodeId, t: TensorId, i: u64) -> TensorRef {
+        match self.region.kind.get(&t) {
+            Some(Kind::Row) => self.chunk_of[&(t, i)],
+            Some(Kind::Col) => {
+                let src = self
+                    .graph
+                    .tensor(t)
+                    .producer()
+                    .and_then(|p| self.graph.node(p).inputs[0]);
+                self.chunk_of[&(src.expect("a Col value is a Transpose's output"), i)]
+            }
+            _ => {
+                let out_rank = self.graph.node(n).outputs[0]
+                    .and_then(|o| rank(self.graph, o))
+                    .unwrap_or(0);
+                match outside(self.graph, self.region, t, out_rank) {
+                    Some(Outside::Rows) => self.rows(t, i),
+                    _ => TensorRef::Existing(t),
+                }
+            }
+        }
+    }
+
+    /// The patch: every chunk's nodes, the gates between chunks, the exits' last links, the
+    /// region's nodes removed, and the file order made topological again.
+    pub(super) fn write(mut self) -> Option<Patch> {
+        let graph = self.graph;
+        let mut acc: HashMap<TensorId, TensorRef> = HashMap::new();
+        let mut gate: Option<TensorRef> = None;
+        let mut substitutes: Vec<Substitute> = Vec::new();
+        let exits = self.exits();
+        for i in 0..self.chunks {
+            let last = i + 1 == self.chunks;
+            // The projection's rows of chunk i, gated on chunk i-1's exits.
+            let rows = self.rows(self.region.rows_in, i);
+            if let Some(g) = gate.take() {
+                let rank = rank(graph, self.region.rows_in)?;
+                let pads = self.ints(&vec![0; 2 * rank]);
+                let name = format!("{}.gated{i}", graph.tensor(self.region.rows_in).name);
+                let gated = self.node(
+                    "Pad",
+                    Vec::new(),
+                    vec![Some(rows), Some(pads), Some(g)],
+                    name,
+                );
+                self.chunk_of.insert((self.region.rows_in, i), gated);
+            }
+            let mut ends: Vec<TensorRef> = Vec::new();
+            for &n in &self.region.nodes {
+                let node = graph.node(n);
+                let out = node.outputs[0]?;
+                let kind = self.region.kind[&out];
+                if kind == Kind::Col {
+                    continue;
+                }
+                let inputs: Vec<Option<TensorRef>> = node
+                    .inputs
+                    .clone()
+                    .into_iter()
+                    .map(|t| t.map(|t| self.input(n, t, i)))
+                    .collect();
+                let out_name = graph.tensor(out).name.clone();
+                let base = if node.name.is_empty() {
+                    out_name.clone()
+                } else {
+                    node.name.clone()
+                };
+                match kind {
+                    Kind::Row => {
+                        let r = self.node(
+                            &node.op_type,
+                            node.attributes().to_vec(),
+                            inputs,
+                            format!("{out_name}.chunk{i}"),
+                        );
+                        self.specs.last_mut()?.name = self.node_name(format!("{base}.chunk{i}"));
+                        self.chunk_of.insert((out, i), r);
+                        if exits.contains(&out) {
+                            ends.push(r);
+                        }
+                    }
+                    Kind::Contraction => {
+                        let (a, b) = (inputs[0]?, inputs[1]?);
+                        let mut ins = vec![Some(a), Some(b)];
+                        ins.extend(acc.get(&out).map(|&c| Some(c)));
+                        let mut attributes = vec![attr_i("transA", 1)];
+                        if ins.len() == 3 {
+                            attributes.push(attr_f("beta", 1.0));
+                        }
+                        if last {
+                            substitutes.push(Substitute {
+                                node: n,
+                                op_type: "Gemm".into(),
+                                attributes,
+                                inputs: ins,
+                            });
+                        } else {
+                            let s =
+                                self.node("Gemm", attributes, ins, format!("{out_name}.sum{i}"));
+                            acc.insert(out, s);
+                            ends.push(s);
+                        }
+                    }
+                    Kind::Sum => {
+                        let part = self.node(
+                            &node.op_type,
+                            node.attributes().to_vec(),
+                            inputs,
+                            format!("{out_name}.part{i}"),
+                        );
+                        let total = match acc.get(&out) {
+                            Some(&before) if !last => Some(self.node(
+                                "Add",
+                                Vec::new(),
+                                vec![Some(before), Some(part)],
+                                format!("{out_name}.sum{i}"),
+                            )),
+                            Some(&before) => {
+                                substitutes.push(Substitute {
+                                    node: n,
+                                    op_type: "Add".into(),
+                                    attributes: Vec::new(),
+                                    inputs: vec![Some(before), Some(part)],
+                                });
+                                None
+                            }
+                            None => Some(part),
+                        };
+                        if let Some(t) = total {
+                            acc.insert(out, t);
+                            ends.push(t);
+                        }
+                    }
+                    Kind::Col => {}
+                }
+            }
+            if !last {
+                gate = Some(self.gate(i, &ends));
+            }
+        }
+        // Row values read outside: the chunks' Concat, written by the node that wrote them.
+        for &n in &self.region.nodes {
+            let out = graph.node(n).outputs[0]?;
+            if self.region.kind[&out] == Kind::Row && exits.contains(&out) {
+                let parts = (0..self.chunks)
+                    .map(|i| Some(self.chunk_of[&(out, i)]))
+                    .collect();
+                substitutes.push(Substitute {
+                    node: n,
+                    op_type: "Concat".into(),
+                    attributes: vec![attr_i("axis", 0)],
+                    inputs: parts,
+                });
+            }
+        }
+        let kept: HashSet<NodeId> = substitutes.iter().map(|s| s.node).collect();
+        self.place(&substitutes, &kept)?;
+        self.patch.substitutes = substitutes;
+        let order = graph.file_positions();
+        let mut removals: Vec<NodeId> = self
+            .region
+            .nodes
+            .iter()
+            .copied()
+            .filter(|n| !kept.contains(n))
+            .collect();
+        removals.sort_by_key(|n| std::cmp::Reverse(order[n.index()]));
+        self.patch.removals = removals;
+        Some(self.patch)
+    }
+
+    /// The region values read outside it or written as graph outputs.
+    fn exits(&self) -> HashSet<TensorId> {
+        let inside: HashSet<NodeId> = self.region.nodes.iter().copied().collect();
+        self.region
+            .kind
+            .keys()
+            .copied()
+            .filter(|&t| {
+                let tensor = self.graph.tensor(t);
+                tensor.is_output || tensor.consumers().iter().any(|c| !inside.contains(c))
+            })
+            .collect()
+    }
+
+    /// A scalar computed from one element of each of `ends`: what chunk `i + 1` waits for.
+    fn gate(&mut self, i: u64, ends: &[TensorRef]) -> TensorRef {
+        let (flat, zero, one, scalar) = (
+            self.ints(&[-1]),
+            self.ints(&[0]),
+            self.ints(&[1]),
+            self.ints(&[]),
+        );
+        let mut firsts = Vec::with_capacity(ends.len());
+        for (j, &e) in ends.iter().enumerate() {
+            let base = format!("loss_head.chunked.gate{i}.{j}");
+            let f = self.node(
+                "Reshape",
+                Vec::new(),
+                vec![Some(e), Some(flat)],
+                format!("{base}.flat"),
+            );
+            let s = self.node(
+                "Slice",
+                Vec::new(),
+                vec![Some(f), Some(zero), Some(one)],
+                format!("{base}.one"),
+            );
+            firsts.push(Some(s));
+        }
+        let sum = self.node(
+            "Sum",
+            Vec::new(),
+            firsts,
+            format!("loss_head.chunked.gate{i}.sum"),
+        );
+        self.node(
+            "Reshape",
+            Vec::new(),
+            vec![Some(sum), Some(scalar)],
+            format!("loss_head.chunked.gate{i}"),
+        )
+    }
+}
+
+impl Writer<'_> {
+    /// The chunks' nodes placed, and the graph's nodes moved where they must be, so that the
+    /// file order is topological again: a stable topological sort in which every node keeps
+    /// its place where it can, the chunks' nodes come where the region's last node was, and
+    /// a node reading what leaves the region comes after it. The nodes whose order the sort
+    /// keeps (the longest run of them) stay; the chunks' nodes and the others are placed
+    /// before the next one that stays. `None` where no node stays after the last one placed.
+    fn place(&mut self, substitutes: &[Substitute], kept: &HashSet<NodeId>) -> Option<()> {
+        let graph = self.graph;
+        let region: HashSet<NodeId> = self.region.nodes.iter().copied().collect();
+        let originals: Vec<NodeId> = graph
+            .nodes()
+            .iter()
+            .copied()
+            .filter(|n| !region.contains(n) || kept.contains(n))
+            .collect();
+        let m = originals.len();
+        let unit_of: HashMap<NodeId, usize> =
+            originals.iter().enumerate().map(|(u, &n)| (n, u)).collect();
+        let mut writer_of_new: HashMap<usize, usize> = HashMap::new();
+        for (s, spec) in self.specs.iter().enumerate() {
+            for o in spec.outputs.iter().flatten() {
+                if let TensorRef::New(k) = *o {
+                    writer_of_new.insert(k, m + s);
+                }
+            }
+        }
+        let producer = |r: &TensorRef| -> Option<usize> {
+            match *r {
+                TensorRef::Existing(t) => graph
+                    .tensor(t)
+                    .producer()
+                    .and_then(|p| unit_of.get(&p).copied()),
+                TensorRef::New(k) => writer_of_new.get(&k).copied(),
+                TensorRef::Constant(_) => None,
+            }
+        };
+        let subs: HashMap<NodeId, &Substitute> = substitutes.iter().map(|s| (s.node, s)).collect();
+        let total = m + self.specs.len();
+        let mut deps: Vec<Vec<usize>> = vec![Vec::new(); total];
+        for (u, &n) in originals.iter().enumerate() {
+            deps[u] = match subs.get(&n) {
+                Some(s) => s.inputs.iter().flatten().filter_map(&producer).collect(),
+                None => graph
+                    .node(n)
+                    .input_tensors()
+                    .filter_map(|t| producer(&TensorRef::Existing(t)))
+                    .collect(),
+            };
+        }
+        for (s, spec) in self.specs.iter().enumerate() {
+            deps[m + s] = spec.inputs.iter().flatten().filter_map(&producer).collect();
+        }
+        // Priorities: an original's file position, the chunks' nodes right after the
+        // region's last node, in the order they were written.
+        let pos = graph.file_positions();
+        let last = self.region.nodes.iter().map(|n| pos[n.index()]).max()? as u64;
+        let key = |u: usize| -> (u64, u64) {
+            if u < m {
+                (pos[originals[u].index()] as u64, 0)
+            } else {
+                (last, 1 + (u - m) as u64)
+            }
+        };
+        let f = topological(&deps, key)?;
+        // The originals whose relative order the sort keeps stay; the rest are placed.
+        let at: Vec<usize> = {
+            let mut at = vec![0; total];
+            for (i, &u) in f.iter().enumerate() {
+                at[u] = i;
+            }
+            at
+        };
+        let stays = longest_increasing(&(0..m).map(|u| at[u]).collect::<Vec<_>>());
+        let mut anchor: Vec<Option<NodeId>> = vec![None; total];
+        let mut next: Option<NodeId> = None;
+        for &u in f.iter().rev() {
+            if u < m && stays.contains(&u) {
+                next = Some(originals[u]);
+            } else {
+                anchor[u] = Some(next?);
+            }
+        }
+        let specs = std::mem::take(&mut self.specs);
+        let mut specs: Vec<Option<Spec>> = specs.into_iter().map(Some).collect();
+        // The constants go before the first node placed (ahead of the patch's other nodes at
+        // its anchor).
+        let first = f.iter().find(|&&u| u >= m || !stays.contains(&u))?;
+        for c in &mut self.patch.constants {
+            c.before = anchor[*first]?;
+        }
+        for &u in &f {
+            if u >= m {
+                let spec = specs[u - m].take()?;
+                let before = anchor[u]?;
+                self.patch.fresh.push(FreshNode {
+                    name: spec.name,
+                    op_type: spec.op,
+                    attributes: spec.attributes,
+                    inputs: spec.inputs,
+                    outputs: spec.outputs,
+                    before,
+                });
+            } else if !stays.contains(&u) {
+                let mut mv = Move::reorder(graph, originals[u], anchor[u]?);
+                mv.after_new = self.patch.fresh.len();
+                self.patch.moves.push(mv);
+            }
+        }
+        Some(())
+    }
+}
+
+/// `base`, or `base_`, `base__`… : the first name `taken` does not hold, now taken.
+fn untaken(taken: &mut HashSet<String>, base: String) -> String {
+    let mut name = base;
+    while taken.contains(&name) {
+        name.push('_');
+    }
+    taken.insert(name.clone());
+    name
+}

@@ -1,0 +1,116 @@
+//! The loss head in chunks of rows as a variant ([`with_head_chunked`]): where the plan in
+//! hand adds anything or none fits, the graph with its head in chunks
+//! ([`ckpt_passes::loss_head`]) is planned too, and its plan kept only where it adds fewer
+//! FLOPs or fits where nothing did. Its outputs match the original's within rounding, not bit
+//! for bit, so it is never a tie-break.
+
+use ckpt_passes::loss_head::{chunk_loss_head, ChunkedHead};
+
+use crate::analysis::Analysis;
+use crate::options::PlanOptions;
+use crate::outcome::{LossHeadChunks, Outcome};
+use crate::plan::passes;
+use crate::trace::Event;
+use crate::variants::{applied, Variant};
+use crate::PlanError;
+
+/// `outcome`, or where it adds anything or refuses and the loss head can be written in
+/// chunks of rows ([`chunked`]), the plan of that graph where it adds fewer
+/// FLOPs than `outcome` or fits where `outcome` refuses (its passes asked to beat `outcome`),
+/// or, of two refusals, the chunked graph's where its lowest total is lower.
+pub(crate) fn with_head_chunked(
+    before: &Analysis,
+    folded: Option<&Variant>,
+    outcome: Outcome,
+    o: &PlanOptions,
+) -> Result<Outcome, PlanError> {
+    let in_hand = match &outcome {
+        Outcome::Rewritten(r) => match r.added_cost(&before.graph, o) {
+            0 => return Ok(outcome),
+            cost => Some(cost),
+        },
+        Outcome::CannotFit(_) => None,
+        Outcome::AlreadyFits => return Ok(outcome),
+    };
+    let Some((v, head)) = chunked(before, folded, o)? else {
+        return Ok(outcome);
+    };
+    let mut r = match v.based(
+        passes(v.analysis(), before.ledger.total_bytes, o, in_hand)?,
+        o,
+    )? {
+        Outcome::Rewritten(r) => r,
+        Outcome::CannotFit(b) => {
+            return Ok(match outcome {
+                Outcome::CannotFit(a)
+                    if b.lowest_reachable_total_bytes < a.lowest_reachable_total_bytes =>
+                {
+                    Outcome::CannotFit(b)
+                }
+                kept => kept,
+            })
+        }
+        Outcome::AlreadyFits => return Ok(outcome),
+    };
+    r.folded = folded.is_some();
+    r.loss_head = Some(head);
+    let cost = r.added_cost(&before.graph, o);
+    Ok(match in_hand {
+        Some(c) if cost >= c => outcome,
+        _ => Outcome::Rewritten(r),
+    })
+}
+
+/// How many chunks of rows the loss head is tried in ([`chunked`]).
+const HEAD_CHUNKS: [u64; 3] = [2, 4, 8];
+
+/// `base` (the folded graph where there is one, else `before`) with its loss head in chunks
+/// of rows ([`ckpt_passes::loss_head`]), verified and analysed, in the number of
+/// [`HEAD_CHUNKS`] that gives the lowest device total (the fewest on a tie), when that is
+/// below the base's; else `None`. Measured costs belong to the given graph's nodes: then
+/// `None`; so with [`PlanOptions::chunk_loss_head`] off.
+fn chunked(
+    before: &Analysis,
+    folded: Option<&Variant>,
+    o: &PlanOptions,
+) -> Result<Option<(Variant, LossHeadChunks)>, PlanError> {
+    if o.costs.is_some() || !o.chunk_loss_head {
+        return Ok(None);
+    }
+    let base = folded.map_or(before, Variant::analysis);
+    let mut best: Option<(ChunkedHead, Analysis)> = None;
+    for k in HEAD_CHUNKS {
+        let Some(head) = chunk_loss_head(&base.graph, k, "loss head in chunks") else {
+            continue;
+        };
+        let Some(analysis) = applied(base, &head.patch, o)? else {
+            continue;
+        };
+        let lowest = best
+            .as_ref()
+            .map_or(base.ledger.total_bytes, |(_, a)| a.ledger.total_bytes);
+        if analysis.ledger.total_bytes < lowest {
+            best = Some((head, analysis));
+        }
+    }
+    let Some((head, analysis)) = best else {
+        return Ok(None);
+    };
+    o.emit(|| Event::LossHeadChunked {
+        chunks: head.chunks,
+        total_bytes: base.ledger.total_bytes,
+        chunked_bytes: analysis.ledger.total_bytes,
+    });
+    let patch_text = match folded {
+        Some(f) => format!("{}\n{}", f.patch_text(), head.patch),
+        None => head.patch.to_string(),
+    };
+    let info = LossHeadChunks {
+        logits: head.logits,
+        chunks: head.chunks,
+        rows_per_chunk: head.rows_per_chunk,
+        region_nodes: head.region_nodes,
+    };
+    let variant = Variant::of_patches(analysis, patch_text);
+    Ok(Some((variant, info)))
+}
