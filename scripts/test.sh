@@ -20,6 +20,9 @@ export PROPTEST_RNG_SEED="${PROPTEST_RNG_SEED:-20261129}"
 # The docs: no broken intra-doc link (tests/docs.rs checks the paths and items README.md and
 # docs/ name).
 RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links" cargo doc --workspace --no-deps --locked
-cargo test --workspace --locked "$@"
+# Every test in a process of its own, two at a time across test binaries (.config/nextest.toml),
+# then the doc tests, which nextest does not run.
+PATH="$root/.venv/bin:$PATH" cargo nextest run --workspace --locked "$@"
+cargo test --workspace --locked --doc
 # The Python runner's tests (python/tests).
 "$root/.venv/bin/python" -m pytest -q "$root/python/tests"

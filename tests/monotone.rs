@@ -91,7 +91,7 @@ fn main_job_at(model: &Path, ceiling: &str, extra: &[&str]) -> Option<(u64, u64,
 }
 
 /// The main job's plans at [`ceilings`] on `name` (with `--fold off` unless `fold`), once per
-/// test binary.
+/// process.
 fn swept(name: &str, fold: bool) -> &'static [Option<(u64, u64, u64)>] {
     type Sweep = OnceLock<Vec<Option<(u64, u64, u64)>>>;
     static GPT2: Sweep = OnceLock::new();
@@ -113,9 +113,16 @@ fn swept(name: &str, fold: bool) -> &'static [Option<(u64, u64, u64)>] {
     })
 }
 
+/// The sweeps are made once and read by both checks: the test runner gives every test a
+/// process of its own, so two tests would each make them.
+#[test]
+fn sweeps_are_monotone_and_no_frontier_point_is_dominated_by_them() {
+    added_flops_never_rise_with_the_ceiling();
+    no_frontier_point_is_dominated_by_a_main_job_plan();
+}
+
 /// Over the sweep, every plan fits its ceiling, a refusal comes only below every plan, and
 /// the FLOPs added never rise as the ceiling rises; on GPT-2 also with `--fold off`.
-#[test]
 fn added_flops_never_rise_with_the_ceiling() {
     for (name, fold) in [
         ("gpt2_d0_aot", true),
@@ -157,7 +164,6 @@ fn added_flops_never_rise_with_the_ceiling() {
 /// has that fits: no plan the main job finds at any of the sweep's ceilings, with the same
 /// `--fold`, fits a point's ceiling at fewer FLOPs. With `--fold off` the frontier plans the
 /// graph as given: GPT-2 at 86% adds FLOPs there, where its folded plan adds none.
-#[test]
 fn no_frontier_point_is_dominated_by_a_main_job_plan() {
     for (name, fold, ceilings) in [
         ("bert_d01_aot", true, "88%,84%,80%,76%"),
