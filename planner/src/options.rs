@@ -115,7 +115,7 @@ pub struct PlanOptions {
     /// Where the plan found adds anything or none fits, also plan the graph with its loss
     /// head in chunks of rows ([`ckpt_passes::loss_head`]: no logits-sized value exists whole)
     /// and keep that plan where it adds fewer FLOPs or fits where none did
-    /// ([`crate::variants::chunked`]). The chunks sum in another order, so the outputs match
+    /// ([`crate::head::with_head_chunked`]). The chunks sum in another order, so the outputs match
     /// within rounding, not bit for bit (off in [`PlanOptions::new`] and in the main job by
     /// default: `--chunk-loss-head on|off`).
     pub chunk_loss_head: bool,

@@ -73,7 +73,7 @@ pub enum Event {
         total_bytes: u64,
         folded_bytes: u64,
     },
-    /// The loss head was written in chunks of rows ([`crate::variants::chunked`]): how many,
+    /// The loss head was written in chunks of rows ([`crate::head::with_head_chunked`]): how many,
     /// and the device total before and after.
     LossHeadChunked {
         chunks: u64,
