@@ -318,6 +318,7 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
         plan_again: false,
         search_steps: ckpt_planner::PASS_STEPS,
         fold: true,
+        chunk_loss_head: false,
     };
     let diagnostics = std::env::var_os("SCALE_BENCH_ILP").is_some()
         || std::env::var_os("SCALE_BENCH_PROBE").is_some();

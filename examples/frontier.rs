@@ -46,6 +46,7 @@ fn main() -> Result<()> {
             plan_again: false,
             search_steps: ckpt_planner::PASS_STEPS,
             fold: true,
+            chunk_loss_head: false,
         };
         let t = Instant::now();
         let before = analyse(graph.clone(), &options)?;

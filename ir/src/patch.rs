@@ -400,14 +400,7 @@ impl Patch {
             let (proto, def) = (template.proto.clone(), template.def.clone());
             let inputs = self.resolve_all(new_tensors, &nn.inputs)?;
             let outputs = self.resolve_all(new_tensors, &nn.outputs)?;
-            for &o in outputs.iter().flatten() {
-                if !fresh.contains(&o) || !produced.insert(o) {
-                    return Err(PatchError::Reassigned {
-                        label: self.label.clone(),
-                        name: graph.tensor(o).name.clone(),
-                    });
-                }
-            }
+            self.claim(graph, &fresh, &mut produced, &outputs)?;
             let id = graph.add_node(Node {
                 name: nn.name.clone(),
                 domain,
@@ -422,6 +415,26 @@ impl Patch {
             ids.push(id);
         }
         Ok((ids, inserts))
+    }
+
+    /// `outputs`, a new node's, claimed in `produced`: each must be one of the patch's new
+    /// tensors (`fresh`) that no node claimed before.
+    fn claim(
+        &self,
+        graph: &Graph,
+        fresh: &HashSet<TensorId>,
+        produced: &mut HashSet<TensorId>,
+        outputs: &[Option<TensorId>],
+    ) -> Result<(), PatchError> {
+        for &o in outputs.iter().flatten() {
+            if !fresh.contains(&o) || !produced.insert(o) {
+                return Err(PatchError::Reassigned {
+                    label: self.label.clone(),
+                    name: graph.tensor(o).name.clone(),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The fresh nodes, each writing only new tensors no other new node writes; their ids,
@@ -443,14 +456,7 @@ impl Patch {
         for fnode in &self.fresh {
             let inputs = self.resolve_all(new_tensors, &fnode.inputs)?;
             let outputs = self.resolve_all(new_tensors, &fnode.outputs)?;
-            for &o in outputs.iter().flatten() {
-                if !fresh.contains(&o) || !produced.insert(o) {
-                    return Err(PatchError::Reassigned {
-                        label: self.label.clone(),
-                        name: graph.tensor(o).name.clone(),
-                    });
-                }
-            }
+            self.claim(graph, &fresh, &mut produced, &outputs)?;
             let proto = onnx::NodeProto {
                 name: Some(fnode.name.clone()),
                 op_type: Some(fnode.op_type.clone()),
