@@ -72,13 +72,12 @@ fn same_plan_on_one_and_two_threads_and_when_repeated() {
 }
 
 /// Where a block plan fits and the first search finds nothing, block checkpointing's cut runs
-/// on a thread of its own beside the next variant's search (the example at 42%: the cut's
-/// plan is kept). Which of them ends first must not change the plan.
+/// on a thread of its own beside the next variant's search (the 2-layer Llama at 52%: the
+/// cut's plan is kept, +11.77% of a step). Which of them ends first must not change the plan.
 #[test]
 fn a_block_cut_beside_a_variant_search_gives_the_same_plan_on_one_and_two_threads() {
-    let example = root().join("examples/gpt2_4l_train.onnx");
-    let one = planned_at(&example, 42, 1);
-    let two = planned_at(&example, 42, 2);
+    let one = planned("llama_d0_makefx", 52, 1);
+    let two = planned("llama_d0_makefx", 52, 2);
     assert!(!one.3, "the time limit was hit");
     assert!(!one.1.is_empty(), "no plan: {}", one.0);
     assert_eq!(one, two, "the plan differs on 1 and 2 threads");

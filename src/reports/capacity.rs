@@ -20,13 +20,16 @@
 //!   cannot lengthen a sequence, so for a seq dim it reaches the tokens per step, not the
 //!   sequence length.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use anyhow::Result;
 use serde::Serialize;
 
 use ckpt_ir::{Bindings, Graph};
 
 use crate::pipeline::analyse;
-use crate::reports::frontier::{plan_at, KnownPlan, PlanSearch, Planned};
+use crate::reports::frontier::{plan_at, PlanSearch, Planned};
 use crate::size::human;
 use ckpt_planner::{step_flops, AnalyseOptions};
 
@@ -135,6 +138,14 @@ fn largest(max: u64, mut fits: impl FnMut(u64) -> Result<bool>) -> Result<Option
     Ok(Some(lo))
 }
 
+/// What an answer states of its plan.
+#[derive(Clone, Debug)]
+struct Fit {
+    method: String,
+    total_bytes: u64,
+    added_flops: u64,
+}
+
 /// The main job's plan at one value ([`plan_at`]: its planner under the same options, the
 /// unmodified graph when it already fits); `Err` carries the lowest total it reached. The
 /// answer is the plan the main job writes at that value, so it reproduces it.
@@ -142,9 +153,13 @@ fn best_with_recompute(
     graph: &Graph,
     o: &AnalyseOptions,
     q: &CapacityQuery,
-) -> Result<std::result::Result<KnownPlan, u64>> {
+) -> Result<std::result::Result<Fit, u64>> {
     Ok(match plan_at(graph, o, q.ceiling_bytes, q.search)? {
-        Planned::Plan(p) => Ok(*p),
+        Planned::Plan(p) => Ok(Fit {
+            method: p.method,
+            total_bytes: p.total_bytes,
+            added_flops: p.added_flops,
+        }),
         Planned::CannotFit {
             lowest_reachable_total_bytes,
         } => Err(lowest_reachable_total_bytes),
@@ -158,7 +173,12 @@ pub fn capacity(
     o: &AnalyseOptions,
     q: &CapacityQuery,
 ) -> Result<Capacity> {
-    let s = Search { graph, o, q };
+    let s = Search {
+        graph,
+        o,
+        q,
+        planned: RefCell::new(HashMap::new()),
+    };
     let nr = largest(q.max_value, |v| Ok(s.total_at(v)? <= q.ceiling_bytes))?;
     let wr = largest(q.max_value, |v| Ok(s.best_at(v)?.is_ok()))?;
     let no_recompute = s.no_recompute(nr)?;
@@ -193,6 +213,9 @@ struct Search<'a> {
     graph: &'a Graph,
     o: &'a AnalyseOptions,
     q: &'a CapacityQuery,
+    /// The plans made so far, by value: the answer and the step above it were planned by
+    /// the bisection, and a plan depends on the input and the flags only.
+    planned: RefCell<HashMap<u64, std::result::Result<Fit, u64>>>,
 }
 
 impl Search<'_> {
@@ -213,13 +236,18 @@ impl Search<'_> {
         Ok(step_flops(&a, &oo.bindings).max(1))
     }
 
-    /// [`best_with_recompute`] at `v`.
-    fn best_at(&self, v: u64) -> Result<std::result::Result<KnownPlan, u64>> {
-        best_with_recompute(
+    /// [`best_with_recompute`] at `v`, planned once.
+    fn best_at(&self, v: u64) -> Result<std::result::Result<Fit, u64>> {
+        if let Some(known) = self.planned.borrow().get(&v) {
+            return Ok(known.clone());
+        }
+        let best = best_with_recompute(
             self.graph,
             &options_at(self.graph, self.o, &self.q.dim, v),
             self.q,
-        )
+        )?;
+        self.planned.borrow_mut().insert(v, best.clone());
+        Ok(best)
     }
 
     /// Fits `v` with no recompute, as checked one step above an answer.
@@ -261,8 +289,8 @@ impl Search<'_> {
     /// The with-recompute answer from the search's `wr`, with its plan, checked one step
     /// above; `nr_rate` is no recompute's items per FLOP.
     fn with_recompute(&self, wr: Option<u64>, nr_rate: Option<f64>) -> Result<Answer> {
-        // The answer must carry its plan: where planning at it again fails (a search cut by
-        // the clock), the answer moves down until a plan is found.
+        // The answer must carry its plan (the bisection's, kept by value): where there is
+        // none, the answer moves down until a plan is found.
         let mut wr = wr;
         let mut plan = None;
         while let Some(v) = wr {
@@ -274,9 +302,9 @@ impl Search<'_> {
                 Err(_) => wr = v.checked_sub(1).filter(|&x| x >= 1),
             }
         }
-        // Checked one step above; where that fits (the planner's search is not monotone in
-        // the dim, and a search cut by the time limit depends on the clock), the answer moves
-        // up to it and is checked again.
+        // Checked one step above (the bisection's plan there where it made one); where that
+        // fits (the planner's search is not monotone in the dim), the answer moves up to it
+        // and is checked again.
         let above = loop {
             let v = wr.map_or(1, |v| v + 1);
             if v > self.q.max_value {
