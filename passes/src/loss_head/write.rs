@@ -142,7 +142,7 @@ impl<'a> Writer<'a> {
     }
 
     /// How region node `n` reads its input `t` in chunk `i`.
-    fn input(&mut self, n: NodeId, t: TensorId, i: u64) -> TensorRef {
+    fn input(&mut self, n: NodeId, slot: usize, t: TensorId, i: u64) -> TensorRef {
         match self.region.kind.get(&t) {
             Some(Kind::Row) => self.chunk_of[&(t, i)],
             Some(Kind::Col) => {
@@ -153,6 +153,9 @@ impl<'a> Writer<'a> {
                     .and_then(|p| self.graph.node(p).inputs[0]);
                 self.chunk_of[&(src.expect("a Col value is a Transpose's output"), i)]
             }
+            // A product of rows by a weight reads the weight whole, whatever its shape (a
+            // `[D, V]` weight has as many rows as the logits where D = N).
+            _ if slot > 0 && self.is_row_product(n) => TensorRef::Existing(t),
             _ => {
                 let out_rank = self.graph.node(n).outputs[0]
                     .and_then(|o| rank(self.graph, o))
@@ -163,6 +166,13 @@ impl<'a> Writer<'a> {
                 }
             }
         }
+    }
+
+    /// Whether region node `n` is a `MatMul` or `Gemm` of row values by a weight.
+    fn is_row_product(&self, n: NodeId) -> bool {
+        let node = self.graph.node(n);
+        matches!(node.op_type.as_str(), "MatMul" | "Gemm")
+            && node.outputs[0].and_then(|o| self.region.kind.get(&o)) == Some(&Kind::Row)
     }
 
     /// The patch: every chunk's nodes, the gates between chunks, the exits' last links, the
@@ -201,7 +211,8 @@ impl<'a> Writer<'a> {
                     .inputs
                     .clone()
                     .into_iter()
-                    .map(|t| t.map(|t| self.input(n, t, i)))
+                    .enumerate()
+                    .map(|(slot, t)| t.map(|t| self.input(n, slot, t, i)))
                     .collect();
                 let out_name = graph.tensor(out).name.clone();
                 let base = if node.name.is_empty() {
