@@ -506,7 +506,7 @@ fn cpu_takes(op: &str, opset: i64, dtype: DType) -> bool {
 }
 
 /// A 1-D i64 tensor of `values`.
-fn i64_tensor(values: &[i64]) -> ckpt_ir::onnx::TensorProto {
+pub(crate) fn i64_tensor(values: &[i64]) -> ckpt_ir::onnx::TensorProto {
     ckpt_ir::onnx::TensorProto {
         dims: vec![values.len() as i64],
         data_type: Some(DType::I64.code()),

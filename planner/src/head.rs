@@ -4,7 +4,7 @@
 //! FLOPs or fits where nothing did. Its outputs match the original's within rounding, not bit
 //! for bit, so it is never a tie-break.
 
-use ckpt_passes::loss_head::{chunk_loss_head, ChunkedHead};
+use ckpt_passes::loss_head::{ChunkedHead, LossHead};
 
 use crate::analysis::Analysis;
 use crate::options::PlanOptions;
@@ -78,9 +78,12 @@ fn chunked(
         return Ok(None);
     }
     let base = folded.map_or(before, Variant::analysis);
+    let Some(found) = LossHead::find(&base.graph) else {
+        return Ok(None);
+    };
     let mut best: Option<(ChunkedHead, Analysis)> = None;
     for k in HEAD_CHUNKS {
-        let Some(head) = chunk_loss_head(&base.graph, k, "loss head in chunks") else {
+        let Some(head) = found.in_chunks(&base.graph, k, "loss head in chunks") else {
             continue;
         };
         // A graph the analysis refuses (an op the registry cannot type at the chunks'
@@ -112,6 +115,7 @@ fn chunked(
         chunks: head.chunks,
         rows_per_chunk: head.rows_per_chunk,
         region_nodes: head.region_nodes,
+        bitwise: false,
     };
     let variant = Variant::of_patches(analysis, patch_text);
     Ok(Some((variant, info)))

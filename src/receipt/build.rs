@@ -12,8 +12,7 @@ use ckpt_planner::{IlpReport, IlpRound as PlannerRound};
 
 use super::{
     node_name, ArenaBinding, BeforeAfter, Excluded, FileHash, Ilp, IlpRound, Ledger, LiveTensor,
-    LossHead, NamedBytes, Peak, PhasePeak, RandomOpSeeds, Receipt, Segment, Solver, Status, Tool,
-    Trace,
+    NamedBytes, Peak, PhasePeak, RandomOpSeeds, Receipt, Segment, Solver, Status, Tool, Trace,
 };
 use crate::job::{Ceiling, Job};
 use crate::pipeline::PlannedJob;
@@ -183,13 +182,7 @@ impl Receipt {
         self.candidates = Some(r.candidate_count());
         self.excluded = Excluded::of_plan(before, r);
         self.solver = Some(Solver::of(r));
-        self.loss_head = r.loss_head.as_ref().map(|h| LossHead {
-            logits: h.logits.clone(),
-            chunks: h.chunks,
-            rows_per_chunk: h.rows_per_chunk,
-            region_nodes: h.region_nodes,
-            bitwise: false,
-        });
+        self.loss_head = r.loss_head.clone();
         self.patch = Some(r.patch_text.clone());
     }
 

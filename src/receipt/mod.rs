@@ -223,7 +223,7 @@ pub struct Receipt {
     /// The plan is of the graph with its loss head in chunks of rows (`--chunk-loss-head`):
     /// what was chunked, and how its outputs compare (absent: the head is as given).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub loss_head: Option<LossHead>,
+    pub loss_head: Option<ckpt_planner::LossHeadChunks>,
     /// The applied patch in the text form.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patch: Option<String>,
@@ -238,21 +238,6 @@ pub struct Receipt {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ort: Option<Ort>,
     pub seconds: f64,
-}
-
-/// The loss head written in chunks of rows ([`ckpt_passes::loss_head`]).
-#[derive(Clone, Debug, Serialize, JsonSchema)]
-pub struct LossHead {
-    /// The head's logits (the vocabulary projection's output).
-    pub logits: String,
-    pub chunks: u64,
-    pub rows_per_chunk: u64,
-    /// The nodes written once per chunk.
-    pub region_nodes: usize,
-    /// Always `false`: the chunks sum the loss and the head's weight gradient in another
-    /// order, so validation holds those outputs to its tolerances (`validation.outputs`:
-    /// `rtol`, `atol`, and the errors measured), not to bitwise equality.
-    pub bitwise: bool,
 }
 
 /// The schema of `validation`: an object ([`ckpt_validate::paired::Validation`] holds the fields;

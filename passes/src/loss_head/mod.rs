@@ -80,30 +80,53 @@ pub(super) struct Region {
     /// Region nodes in file order.
     pub(super) nodes: Vec<NodeId>,
     pub(super) kind: HashMap<TensorId, Kind>,
+    /// The region values read outside it or written as graph outputs.
+    pub(super) exits: HashSet<TensorId>,
     pub(super) logits: TensorId,
 }
 
-/// The loss head of `graph` in `chunks` chunks of rows, as one patch labelled `label`, or
-/// `None` where the graph has no head this writes (module doc): no `LogSoftmax` over the
-/// last axis of a projection of rows with a known row count that `chunks` divides, a
-/// region whose values leave it otherwise than as rows, sums or contractions, a value read
-/// back into the region after leaving it, or an ONNX opset below 13.
+/// A loss head this pass can write in chunks ([`LossHead::find`]), found once and written in
+/// any number of chunks ([`LossHead::in_chunks`]).
+pub struct LossHead {
+    region: Region,
+}
+
+impl LossHead {
+    /// The loss head of `graph`, or `None` where it has none this pass writes (module doc):
+    /// no `LogSoftmax` over the last axis of a projection of rows with a known row count, a
+    /// region whose values leave it otherwise than as rows, sums or contractions, a value
+    /// read back into the region after leaving it, or an ONNX opset below 13.
+    pub fn find(graph: &Graph) -> Option<LossHead> {
+        if graph.opset(ckpt_ir::ONNX_DOMAIN).is_none_or(|v| v < 13) {
+            return None;
+        }
+        let mut region = grow(graph, head(graph)?)?;
+        region.exits = exits(graph, &region)?;
+        Some(LossHead { region })
+    }
+
+    /// The head of `graph` (the graph it was found in) in `chunks` chunks of rows, as one
+    /// patch labelled `label`; `None` where `chunks` is below 2 or does not divide the rows.
+    pub fn in_chunks(&self, graph: &Graph, chunks: u64, label: &str) -> Option<ChunkedHead> {
+        let region = &self.region;
+        if chunks < 2 || !region.rows.is_multiple_of(chunks) {
+            return None;
+        }
+        let patch = Writer::new(graph, region, chunks, label).write()?;
+        Some(ChunkedHead {
+            patch,
+            chunks,
+            rows_per_chunk: region.rows / chunks,
+            region_nodes: region.nodes.len(),
+            logits: graph.tensor(region.logits).name.clone(),
+        })
+    }
+}
+
+/// The loss head of `graph` in `chunks` chunks of rows ([`LossHead::find`], then
+/// [`LossHead::in_chunks`]).
 pub fn chunk_loss_head(graph: &Graph, chunks: u64, label: &str) -> Option<ChunkedHead> {
-    if chunks < 2 || graph.opset(ckpt_ir::ONNX_DOMAIN).is_none_or(|v| v < 13) {
-        return None;
-    }
-    let region = grow(graph, head(graph)?)?;
-    if region.rows % chunks != 0 || !exits_ok(graph, &region) {
-        return None;
-    }
-    let patch = Writer::new(graph, &region, chunks, label).write()?;
-    Some(ChunkedHead {
-        patch,
-        chunks,
-        rows_per_chunk: region.rows / chunks,
-        region_nodes: region.nodes.len(),
-        logits: graph.tensor(region.logits).name.clone(),
-    })
+    LossHead::find(graph)?.in_chunks(graph, chunks, label)
 }
 
 fn onnx_op(graph: &Graph, n: NodeId) -> Option<&str> {
@@ -152,6 +175,7 @@ fn head(graph: &Graph) -> Option<Region> {
             rows_in,
             nodes: vec![p],
             kind,
+            exits: HashSet::new(),
             logits,
         });
     }
@@ -328,24 +352,26 @@ fn product_kind(graph: &Graph, region: &Region, n: NodeId, kinds: &[Option<Kind>
     }
 }
 
-/// Whether the region can be written in chunks: nothing in it reads a sum or a contraction,
-/// a transposed row value is read only by contractions, what leaves it is rows, a sum or a
-/// contraction of the rows' element type, and no value read into the region depends on
-/// one that left it.
-fn exits_ok(graph: &Graph, region: &Region) -> bool {
+/// The values that leave the region (read outside it or written as graph outputs), where it
+/// can be written in chunks: nothing in it reads a sum or a contraction, a transposed row
+/// value is read only by contractions, what leaves it is rows, a sum or a contraction of the
+/// rows' element type, and no value read into the region depends on one that left it;
+/// else `None`.
+fn exits(graph: &Graph, region: &Region) -> Option<HashSet<TensorId>> {
     let inside: HashSet<NodeId> = region.nodes.iter().copied().collect();
     let dtype = graph.tensor(region.rows_in).dtype;
     if !matches!(dtype, Some(DType::F32 | DType::F64)) {
-        return false;
+        return None;
     }
     for &n in &region.nodes {
         for t in graph.node(n).input_tensors() {
             if matches!(region.kind.get(&t), Some(Kind::Sum | Kind::Contraction)) {
-                return false;
+                return None;
             }
         }
     }
     let mut left: Vec<NodeId> = Vec::new();
+    let mut exits = HashSet::new();
     for (&t, &k) in &region.kind {
         let tensor = graph.tensor(t);
         let outside_readers: Vec<NodeId> = tensor
@@ -356,19 +382,22 @@ fn exits_ok(graph: &Graph, region: &Region) -> bool {
             .collect();
         if k == Kind::Col {
             if tensor.is_output || !outside_readers.is_empty() {
-                return false;
+                return None;
             }
             let only_contractions = tensor.consumers().iter().all(|&c| {
                 graph.node(c).outputs[0]
                     .is_some_and(|o| region.kind.get(&o) == Some(&Kind::Contraction))
             });
             if !only_contractions {
-                return false;
+                return None;
             }
             continue;
         }
-        if (tensor.is_output || !outside_readers.is_empty()) && tensor.dtype != dtype {
-            return false;
+        if tensor.is_output || !outside_readers.is_empty() {
+            if tensor.dtype != dtype {
+                return None;
+            }
+            exits.insert(t);
         }
         left.extend(outside_readers);
     }
@@ -376,7 +405,7 @@ fn exits_ok(graph: &Graph, region: &Region) -> bool {
     let mut seen: HashSet<NodeId> = HashSet::new();
     while let Some(n) = left.pop() {
         if inside.contains(&n) {
-            return false;
+            return None;
         }
         if seen.insert(n) {
             for t in graph.node(n).output_tensors() {
@@ -384,5 +413,5 @@ fn exits_ok(graph: &Graph, region: &Region) -> bool {
             }
         }
     }
-    true
+    Some(exits)
 }

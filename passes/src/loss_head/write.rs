@@ -5,21 +5,11 @@ use std::collections::{HashMap, HashSet};
 
 use ckpt_ir::build::{attr_f, attr_i};
 use ckpt_ir::{
-    DType, FreshNode, Graph, Move, NewConstant, NewTensor, NodeId, Patch, Substitute, TensorId,
-    TensorRef,
+    FreshNode, Graph, Move, NewConstant, NewTensor, NodeId, Patch, Substitute, TensorId, TensorRef,
 };
 
 use super::order::{longest_increasing, topological};
 use super::{outside, rank, Kind, Outside, Region};
-
-/// A node of the chunked head before it is placed: op, attributes, inputs, outputs.
-struct Spec {
-    name: String,
-    op: String,
-    attributes: Vec<ckpt_ir::onnx::AttributeProto>,
-    inputs: Vec<Option<TensorRef>>,
-    outputs: Vec<Option<TensorRef>>,
-}
 
 /// Writes the patch of one region in chunks.
 pub(super) struct Writer<'a> {
@@ -27,7 +17,9 @@ pub(super) struct Writer<'a> {
     region: &'a Region,
     chunks: u64,
     patch: Patch,
-    specs: Vec<Spec>,
+    /// The chunks' nodes in the order they are written; [`Writer::place`] gives each its
+    /// place in file order and moves them into the patch.
+    written: Vec<FreshNode>,
     /// Names taken: the graph's tensors and the patch's so far, and so for nodes.
     tensors_taken: HashSet<String>,
     nodes_taken: HashSet<String>,
@@ -49,7 +41,7 @@ impl<'a> Writer<'a> {
             region,
             chunks,
             patch: Patch::new(label),
-            specs: Vec::new(),
+            written: Vec::new(),
             tensors_taken: graph
                 .tensor_ids()
                 .map(|t| graph.tensor(t).name.clone())
@@ -86,12 +78,7 @@ impl<'a> Writer<'a> {
         let name = self.name(format!("loss_head.chunked.i64_{}", joined.join("_")));
         self.patch.constants.push(NewConstant {
             name,
-            value: ckpt_ir::onnx::TensorProto {
-                dims: vec![values.len() as i64],
-                data_type: Some(DType::I64.code()),
-                int64_data: values.to_vec(),
-                ..Default::default()
-            },
+            value: crate::fold::i64_tensor(values),
             before: self.region.nodes[0], // placed by `place`
         });
         let c = self.patch.constants.len() - 1;
@@ -99,7 +86,8 @@ impl<'a> Writer<'a> {
         TensorRef::Constant(c)
     }
 
-    /// A node of `op` writing a new tensor named `out`, which it returns.
+    /// A node of `op` writing a new tensor named `out`, which it returns; the node is named
+    /// after its output.
     fn node(
         &mut self,
         op: &str,
@@ -107,16 +95,42 @@ impl<'a> Writer<'a> {
         inputs: Vec<Option<TensorRef>>,
         out: String,
     ) -> TensorRef {
-        let t = self.tensor(out.clone());
-        let name = self.node_name(out);
-        self.specs.push(Spec {
+        self.node_named(out.clone(), op, attributes, inputs, out)
+    }
+
+    /// [`Writer::node`] with the node named after `name`.
+    fn node_named(
+        &mut self,
+        name: String,
+        op: &str,
+        attributes: Vec<ckpt_ir::onnx::AttributeProto>,
+        inputs: Vec<Option<TensorRef>>,
+        out: String,
+    ) -> TensorRef {
+        let t = self.tensor(out);
+        let name = self.node_name(name);
+        self.written.push(FreshNode {
             name,
-            op: op.to_string(),
+            op_type: op.to_string(),
             attributes,
             inputs,
             outputs: vec![Some(t)],
+            before: self.region.nodes[0], // placed by `place`
         });
         t
+    }
+
+    /// Region node `n`'s op and attributes written for one chunk as the node `name`, reading
+    /// `inputs` and writing `out`.
+    fn chunk_copy(
+        &mut self,
+        n: NodeId,
+        name: String,
+        inputs: Vec<Option<TensorRef>>,
+        out: String,
+    ) -> TensorRef {
+        let node = self.graph.node(n);
+        self.node_named(name, &node.op_type, node.attributes().to_vec(), inputs, out)
     }
 
     /// Rows `[i*n, (i+1)*n)` of the outside value `t`.
@@ -141,17 +155,16 @@ impl<'a> Writer<'a> {
         r
     }
 
-    /// How region node `n` reads its input `t` in chunk `i`.
-    fn input(&mut self, n: NodeId, slot: usize, t: TensorId, i: u64) -> TensorRef {
-        match self.region.kind.get(&t) {
-            Some(Kind::Row) => self.chunk_of[&(t, i)],
+    /// How region node `n` reads its input `t` in chunk `i` (`None`: a region value with no
+    /// chunk i yet, which the region's file order rules out).
+    fn input(&mut self, n: NodeId, slot: usize, t: TensorId, i: u64) -> Option<TensorRef> {
+        Some(match self.region.kind.get(&t) {
+            Some(Kind::Row) => *self.chunk_of.get(&(t, i))?,
+            // A transposed row value is read as its rows, by a `Gemm(transA=1)`.
             Some(Kind::Col) => {
-                let src = self
-                    .graph
-                    .tensor(t)
-                    .producer()
-                    .and_then(|p| self.graph.node(p).inputs[0]);
-                self.chunk_of[&(src.expect("a Col value is a Transpose's output"), i)]
+                let p = self.graph.tensor(t).producer()?;
+                let src = self.graph.node(p).inputs.first().copied().flatten()?;
+                *self.chunk_of.get(&(src, i))?
             }
             // A product of rows by a weight reads the weight whole, whatever its shape (a
             // `[D, V]` weight has as many rows as the logits where D = N).
@@ -165,7 +178,7 @@ impl<'a> Writer<'a> {
                     _ => TensorRef::Existing(t),
                 }
             }
-        }
+        })
     }
 
     /// Whether region node `n` is a `MatMul` or `Gemm` of row values by a weight.
@@ -182,7 +195,7 @@ impl<'a> Writer<'a> {
         let mut acc: HashMap<TensorId, TensorRef> = HashMap::new();
         let mut gate: Option<TensorRef> = None;
         let mut substitutes: Vec<Substitute> = Vec::new();
-        let exits = self.exits();
+        let exits = &self.region.exits;
         for i in 0..self.chunks {
             let last = i + 1 == self.chunks;
             // The projection's rows of chunk i, gated on chunk i-1's exits.
@@ -203,7 +216,7 @@ impl<'a> Writer<'a> {
             for &n in &self.region.nodes {
                 let node = graph.node(n);
                 let out = node.outputs[0]?;
-                let kind = self.region.kind[&out];
+                let kind = *self.region.kind.get(&out)?;
                 if kind == Kind::Col {
                     continue;
                 }
@@ -212,23 +225,21 @@ impl<'a> Writer<'a> {
                     .clone()
                     .into_iter()
                     .enumerate()
-                    .map(|(slot, t)| t.map(|t| self.input(n, slot, t, i)))
-                    .collect();
+                    .map(|(slot, t)| match t {
+                        None => Some(None),
+                        Some(t) => self.input(n, slot, t, i).map(Some),
+                    })
+                    .collect::<Option<_>>()?;
                 let out_name = graph.tensor(out).name.clone();
-                let base = if node.name.is_empty() {
-                    out_name.clone()
-                } else {
-                    node.name.clone()
-                };
                 match kind {
                     Kind::Row => {
-                        let r = self.node(
-                            &node.op_type,
-                            node.attributes().to_vec(),
-                            inputs,
-                            format!("{out_name}.chunk{i}"),
-                        );
-                        self.specs.last_mut()?.name = self.node_name(format!("{base}.chunk{i}"));
+                        let base = if node.name.is_empty() {
+                            &out_name
+                        } else {
+                            &node.name
+                        };
+                        let name = format!("{base}.chunk{i}");
+                        let r = self.chunk_copy(n, name, inputs, format!("{out_name}.chunk{i}"));
                         self.chunk_of.insert((out, i), r);
                         if exits.contains(&out) {
                             ends.push(r);
@@ -257,12 +268,8 @@ impl<'a> Writer<'a> {
                         }
                     }
                     Kind::Sum => {
-                        let part = self.node(
-                            &node.op_type,
-                            node.attributes().to_vec(),
-                            inputs,
-                            format!("{out_name}.part{i}"),
-                        );
+                        let part = format!("{out_name}.part{i}");
+                        let part = self.chunk_copy(n, part.clone(), inputs, part);
                         let total = match acc.get(&out) {
                             Some(&before) if !last => Some(self.node(
                                 "Add",
@@ -296,10 +303,10 @@ impl<'a> Writer<'a> {
         // Row values read outside: the chunks' Concat, written by the node that wrote them.
         for &n in &self.region.nodes {
             let out = graph.node(n).outputs[0]?;
-            if self.region.kind[&out] == Kind::Row && exits.contains(&out) {
+            if self.region.kind.get(&out) == Some(&Kind::Row) && exits.contains(&out) {
                 let parts = (0..self.chunks)
-                    .map(|i| Some(self.chunk_of[&(out, i)]))
-                    .collect();
+                    .map(|i| self.chunk_of.get(&(out, i)).map(|&c| Some(c)))
+                    .collect::<Option<_>>()?;
                 substitutes.push(Substitute {
                     node: n,
                     op_type: "Concat".into(),
@@ -322,20 +329,6 @@ impl<'a> Writer<'a> {
         removals.sort_by_key(|n| std::cmp::Reverse(order[n.index()]));
         self.patch.removals = removals;
         Some(self.patch)
-    }
-
-    /// The region values read outside it or written as graph outputs.
-    fn exits(&self) -> HashSet<TensorId> {
-        let inside: HashSet<NodeId> = self.region.nodes.iter().copied().collect();
-        self.region
-            .kind
-            .keys()
-            .copied()
-            .filter(|&t| {
-                let tensor = self.graph.tensor(t);
-                tensor.is_output || tensor.consumers().iter().any(|c| !inside.contains(c))
-            })
-            .collect()
     }
 
     /// A scalar computed from one element of each of `ends`: what chunk `i + 1` waits for.
@@ -398,7 +391,7 @@ impl Writer<'_> {
         let unit_of: HashMap<NodeId, usize> =
             originals.iter().enumerate().map(|(u, &n)| (n, u)).collect();
         let mut writer_of_new: HashMap<usize, usize> = HashMap::new();
-        for (s, spec) in self.specs.iter().enumerate() {
+        for (s, spec) in self.written.iter().enumerate() {
             for o in spec.outputs.iter().flatten() {
                 if let TensorRef::New(k) = *o {
                     writer_of_new.insert(k, m + s);
@@ -416,7 +409,7 @@ impl Writer<'_> {
             }
         };
         let subs: HashMap<NodeId, &Substitute> = substitutes.iter().map(|s| (s.node, s)).collect();
-        let total = m + self.specs.len();
+        let total = m + self.written.len();
         let mut deps: Vec<Vec<usize>> = vec![Vec::new(); total];
         for (u, &n) in originals.iter().enumerate() {
             deps[u] = match subs.get(&n) {
@@ -428,7 +421,7 @@ impl Writer<'_> {
                     .collect(),
             };
         }
-        for (s, spec) in self.specs.iter().enumerate() {
+        for (s, spec) in self.written.iter().enumerate() {
             deps[m + s] = spec.inputs.iter().flatten().filter_map(&producer).collect();
         }
         // Priorities: an original's file position, the chunks' nodes right after the
@@ -461,8 +454,10 @@ impl Writer<'_> {
                 anchor[u] = Some(next?);
             }
         }
-        let specs = std::mem::take(&mut self.specs);
-        let mut specs: Vec<Option<Spec>> = specs.into_iter().map(Some).collect();
+        let mut written: Vec<Option<FreshNode>> = std::mem::take(&mut self.written)
+            .into_iter()
+            .map(Some)
+            .collect();
         // The constants go before the first node placed (ahead of the patch's other nodes at
         // its anchor).
         let first = f.iter().find(|&&u| u >= m || !stays.contains(&u))?;
@@ -471,16 +466,9 @@ impl Writer<'_> {
         }
         for &u in &f {
             if u >= m {
-                let spec = specs[u - m].take()?;
-                let before = anchor[u]?;
-                self.patch.fresh.push(FreshNode {
-                    name: spec.name,
-                    op_type: spec.op,
-                    attributes: spec.attributes,
-                    inputs: spec.inputs,
-                    outputs: spec.outputs,
-                    before,
-                });
+                let mut fresh = written[u - m].take()?;
+                fresh.before = anchor[u]?;
+                self.patch.fresh.push(fresh);
             } else if !stays.contains(&u) {
                 let mut mv = Move::reorder(graph, originals[u], anchor[u]?);
                 mv.after_new = self.patch.fresh.len();
