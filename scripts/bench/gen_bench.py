@@ -24,10 +24,16 @@ here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "fixtures"))
 import gen_more  # noqa: E402  (registers llama, bert, resnet18 and their data specs in gen_std)
 import gen_std  # noqa: E402
+from tie import tie  # noqa: E402
 
 
 # The route each model's committed fixture was exported by (gen_more.JOBS).
-ROUTES = {"llama": "make_fx", "resnet18": "aot", "bert": "aot"}
+ROUTES = {"llama": "make_fx", "resnet18": "aot", "bert": "aot", "hf_gpt2": "aot"}
+
+# Weights the model shares (alias -> the parameter it is). The exported graph takes each as an
+# input of its own and returns a gradient for each; the bench graph takes the parameter once and
+# returns one gradient, their sum, as PyTorch's tied model trains it (scripts/fixtures/tie.py).
+TIED = {"hf_gpt2": {"lm_head.weight": "transformer.wte.weight"}}
 
 
 def parse_sizes(pairs):
@@ -79,11 +85,21 @@ def main():
         tmp = os.path.join(scratch, os.path.basename(a.out))
         t0 = time.time()
         mod, spec, pubs = gen_std.export_fixture(model, 0.0, ROUTES[model], tmp, sizes=sizes)
+        if model in TIED:
+            mp = gen_std.onnx.load(tmp)
+            for alias, target in TIED[model].items():
+                tie(mp, alias, target)
+            gen_std.onnx.checker.check_model(mp, full_check=True)
+            gen_std.onnx.save(mp, tmp)
         os.replace(tmp, a.out)
         print(f"[bench] wrote {a.out} ({sizes}) in {time.time() - t0:.1f}s")
     n_params = sum(p.numel() for p in mod.parameters())
     print(f"[bench] {n_params:,} parameters ({n_params / 1e6:.2f}M)")
-    if a.check:
+    if a.check and model in TIED:
+        t0 = time.time()
+        check_tied(a.out, model, mod, spec)
+        print(f"[bench] check ({time.time() - t0:.1f}s) passed")
+    elif a.check:
         t0 = time.time()
         try:
             res = gen_more.check_fixture(a.out, model, 0.0, mod, spec, pubs)
@@ -93,6 +109,32 @@ def main():
             print(f"[bench] check against PyTorch float32: {e}")
             check_against_float64(a.out, model, mod, spec, sizes)
             print(f"[bench] check ({time.time() - t0:.1f}s) passed against float64")
+
+
+def check_tied(path, model, mod, spec):
+    """The tied graph's loss and gradients on onnxruntime against PyTorch eager autograd, on
+    data other than the tracing data: each parameter once, its gradient the tied sum."""
+    import numpy as np
+
+    prefix = gen_std.MODELS[model]["prefix"]
+    data = gen_std.make_data(spec, gen_std.SEED + 1)
+    ref_loss, _ = gen_std.torch_reference(mod, prefix, data)
+    mp = gen_std.onnx.load(path)
+    params = {qn[len(prefix):]: p for qn, p in mod.named_parameters()}
+    feeds = {d[0]: t.numpy() for d, t in zip(spec, data)}
+    feeds.update({k: p.detach().numpy() for k, p in params.items()})
+    ins = [i.name for i in mp.graph.input]
+    if set(ins) != set(feeds):
+        sys.exit(f"gen_bench: {path}: inputs {sorted(set(ins) ^ set(feeds))} differ from the model's")
+    out = gen_std.run_ort(path, {k: feeds[k] for k in ins})
+    errs = {"loss": gen_std.relerr(out["loss"], ref_loss)}
+    for k, p in params.items():
+        errs[k + "_grad"] = gen_std.relerr(out[k + "_grad"], p.grad.numpy())
+    worst = max(errs, key=errs.get)
+    print(f"[bench] tied check: max rel err {errs[worst]:.3g} on {worst}, loss {errs['loss']:.3g}, "
+          f"{len(params)} parameters")
+    if errs[worst] > gen_std.RTOL:
+        sys.exit(f"gen_bench: {path}: {worst}: rel err {errs[worst]:.3g} > {gen_std.RTOL}")
 
 
 def check_against_float64(path, model, mod, spec, sizes):
