@@ -3,6 +3,7 @@
 //!     bash scripts/bench/make_gpt2.sh      # once: exports target/bench/gpt2_*.onnx (needs torch)
 //!     bash scripts/bench/make_model.sh llama_8l   # once each: target/bench/llama_8l.onnx,
 //!     bash scripts/bench/make_model.sh resnet18   # resnet18.onnx (8x3x128x128),
+//!     bash scripts/bench/make_model.sh hf_gpt2_12l  # hf_gpt2_12l.onnx (GPT-2 small, tied head),
 //!     bash scripts/bench/make_model.sh bert_2l    # bert_2l.onnx
 //!     cargo bench --bench scale
 //!
@@ -62,6 +63,13 @@ const BENCHES: &[Bench] = &[
         // path, a YieldOp boundary), its graph run on plain ORT 1.31.1: 1,531 MiB of arena at
         // about +79 GFLOP.
         versus: Some(("ORT's level-1 recompute", 1531 << 20, 79_000_000_000)),
+    },
+    Bench {
+        stem: "hf_gpt2_12l",
+        what: "HF GPT-2 small, its LM head tied to the token embedding: 12 layers, 12 heads, 768 embd, vocab 50257, ctx 1024, batch 1",
+        make: "bash scripts/bench/make_model.sh hf_gpt2_12l",
+        target: Duration::from_secs(2),
+        versus: None,
     },
     Bench {
         stem: "gpt2_48l",
@@ -319,6 +327,7 @@ fn run(b: &Bench, path: &Path, time_limit: f64, pcts: &[u64]) -> anyhow::Result<
         search_steps: ckpt_planner::PASS_STEPS,
         fold: true,
         chunk_loss_head: false,
+        fold_tied: false,
     };
     let diagnostics = std::env::var_os("SCALE_BENCH_ILP").is_some()
         || std::env::var_os("SCALE_BENCH_PROBE").is_some();

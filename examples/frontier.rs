@@ -47,6 +47,7 @@ fn main() -> Result<()> {
             search_steps: ckpt_planner::PASS_STEPS,
             fold: true,
             chunk_loss_head: false,
+            fold_tied: false,
         };
         let t = Instant::now();
         let before = analyse(graph.clone(), &options)?;

@@ -276,6 +276,14 @@ pub struct OptimizeArgs {
     /// within tolerances, not bit for bit, and the receipt says so.
     #[arg(long = "chunk-loss-head", default_value = "off", value_parser = ["on", "off"])]
     pub chunk_loss_head: String,
+    /// Where a plan is needed, also fold each shared weight's gradient (a language-model
+    /// head tied to its token embedding): the embedding's rows are scattered into the head's
+    /// gradient instead of into a table of zeros that an Add then sums, so neither the table
+    /// nor a second weight-sized gradient exists. A row two tokens hit is summed in another
+    /// order: validation then compares that gradient within tolerances, not bit for bit, and
+    /// the receipt says so.
+    #[arg(long = "fold-tied", default_value = "off", value_parser = ["on", "off"])]
+    pub fold_tied: String,
     /// Where no plan fits, make the plans at the lowest total found and at the next two whole
     /// percents above it real, and plan each output again at the ceiling, keeping the
     /// cheapest: the second pass recomputes values the first plan's clones read and guards

@@ -127,6 +127,9 @@ pub struct Job {
     /// or none fits ([`ckpt_planner::PlanOptions::chunk_loss_head`]; `--chunk-loss-head`,
     /// off by default).
     pub chunk_loss_head: bool,
+    /// Also fold the shared weights' gradients where a plan is needed
+    /// ([`ckpt_planner::PlanOptions::fold_tied`]; `--fold-tied`, off by default).
+    pub fold_tied: bool,
 }
 
 /// Refusal probes of the main job ([`Job::refusal_probes`]).
@@ -153,6 +156,7 @@ impl Job {
             search_steps: args.search_steps,
             fold: args.fold == "on",
             chunk_loss_head: args.chunk_loss_head == "on",
+            fold_tied: args.fold_tied == "on",
         })
     }
 
@@ -201,6 +205,7 @@ impl Job {
             ladder_rungs: ckpt_planner::LADDER_RUNGS,
             fold: self.fold,
             chunk_loss_head: self.chunk_loss_head,
+            fold_tied: self.fold_tied,
             max_trials: ckpt_planner::MAX_TRIALS,
             pass_steps: self.search_steps,
         }

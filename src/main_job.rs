@@ -391,6 +391,12 @@ fn print_summary(
             h.logits, h.region_nodes, h.chunks, h.rows_per_chunk
         );
     }
+    if let Some(t) = r.tied_gradients() {
+        println!(
+            "shared weights' gradients ({}) scattered into one another: a row two tokens hit is summed in another order, so they match within tolerances, not bit for bit",
+            t.gradients.iter().map(|g| format!("`{g}`")).collect::<Vec<_>>().join(", ")
+        );
+    }
     if let Some(m) = measured {
         println!(
             "cost measured on ONNX Runtime (--cost profile, median of {} runs per node): +{:.3} ms of a {:.3} ms step predicted{}",

@@ -15,10 +15,15 @@
 //!   gradient with the targets' terms scattered in ([`fold_onehot_gradients`]): no one-hot
 //!   table and no copy of it, and the same values but for the sign of a zero in rows the loss
 //!   ignores.
+//!
+//! A shared weight's gradient summed from a table of zeros ([`fold_tied_gradients`]) is
+//! folded too where asked: the same sum in another order, not bit for bit.
 
 mod onehot;
+mod tied;
 
 pub use onehot::fold_onehot_gradients;
+pub use tied::{fold_tied_gradients, tied_sum, TiedSum};
 
 use std::collections::{HashMap, HashSet};
 
@@ -225,14 +230,22 @@ pub fn fold(graph: &Graph, label: &str) -> Patch {
         fold_scattered_slices(graph, label),
         fold_onehot_gradients(graph, label),
     ] {
-        let taken: HashSet<NodeId> = touched(&patch).collect();
-        if !touched(&more).any(|n| taken.contains(&n)) {
-            patch.constants.extend(more.constants);
-            patch.substitutes.extend(more.substitutes);
-            patch.removals.extend(more.removals);
-        }
+        merge_apart(&mut patch, more);
     }
     patch
+}
+
+/// `more`'s constants, substitutes and removals added to `patch` where it touches no node
+/// `patch` does; else `patch` unchanged. Returns whether they were added.
+pub fn merge_apart(patch: &mut Patch, more: Patch) -> bool {
+    let taken: HashSet<NodeId> = touched(patch).collect();
+    if touched(&more).any(|n| taken.contains(&n)) {
+        return false;
+    }
+    patch.constants.extend(more.constants);
+    patch.substitutes.extend(more.substitutes);
+    patch.removals.extend(more.removals);
+    true
 }
 
 /// The nodes `patch` substitutes, rewires or removes.

@@ -53,6 +53,7 @@ pub(crate) fn with_head_chunked(
         Outcome::AlreadyFits => return Ok(outcome),
     };
     r.folded = folded.is_some();
+    r.tied_gradients = folded.and_then(|f| f.tied().cloned());
     r.loss_head = Some(head);
     let cost = r.added_cost(&before.graph, o);
     Ok(match in_hand {

@@ -123,7 +123,7 @@ pub use options::{
 pub use oracle::{patch_flops, plan_from_set, Oracle, RunTrace, Simulator, TableOracle};
 pub use outcome::{
     human, method_label, Diagnosis, DiagnosisKind, IlpReport, IlpRound, LossHeadChunks, Moves,
-    Outcome, RewriteCounts, Rewritten,
+    Outcome, RewriteCounts, Rewritten, TiedGradients,
 };
 pub use plan::plan;
 pub use search::{search, Found, SearchInput, Searched};

@@ -119,6 +119,13 @@ pub struct PlanOptions {
     /// within rounding, not bit for bit (off in [`PlanOptions::new`] and in the main job by
     /// default: `--chunk-loss-head on|off`).
     pub chunk_loss_head: bool,
+    /// Where a plan is needed, also fold each shared weight's gradient summed from a table of
+    /// zeros ([`ckpt_passes::fold::fold_tied_gradients`]): the embedding's rows scattered into
+    /// the product's gradient, with the other folds (planned as [`PlanOptions::fold`]'s
+    /// variant, whether or not `fold` is on). The sum is in another order, so that gradient
+    /// matches within rounding, not bit for bit (off in [`PlanOptions::new`] and in the main
+    /// job by default: `--fold-tied on|off`).
+    pub fold_tied: bool,
     /// Simulations one search may run ([`MAX_TRIALS`] by default; a variant planned after a
     /// plan is in hand gets [`variant_trials`]).
     pub max_trials: usize,
@@ -150,6 +157,7 @@ impl PlanOptions {
             ladder_rungs: LADDER_RUNGS,
             fold: false,
             chunk_loss_head: false,
+            fold_tied: false,
             max_trials: MAX_TRIALS,
             pass_steps: PASS_STEPS,
         }

@@ -266,6 +266,10 @@ pub struct Rewritten {
     /// ([`PlanOptions::chunk_loss_head`]; the chunks come after the folds in the patch): the
     /// loss and the head's weight gradient are summed in another order.
     pub loss_head: Option<LossHeadChunks>,
+    /// The shared weights' gradients the plan's graph scatters into one another
+    /// ([`PlanOptions::fold_tied`]; with the folds, first in the patch); see
+    /// [`Rewritten::tied_gradients`], which also looks at the plan planned again.
+    pub tied_gradients: Option<TiedGradients>,
     /// The effective ceiling of the planning pass that found the plan: the ceiling's own, or a
     /// lower rung's of the ladder ([`crate::plan`]; a plan that fits a lower ceiling fits this
     /// one too).
@@ -302,6 +306,18 @@ pub struct LossHeadChunks {
     pub bitwise: bool,
 }
 
+/// Shared weights' gradients scattered into one another
+/// ([`ckpt_passes::fold::fold_tied_gradients`]): the embedding's rows are added into the
+/// product's gradient instead of into a table of zeros that an `Add` then sums.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct TiedGradients {
+    /// The gradients (the `Add`s' outputs, by name) now written by the `ScatterND`.
+    pub gradients: Vec<String>,
+    /// Always `false`: a row that two tokens hit is summed in another order, so validation
+    /// holds those gradients to its tolerances, not to bitwise equality.
+    pub bitwise: bool,
+}
+
 impl Rewritten {
     /// A plan of `cands` made real as `after` (its patch text and counts), found under the
     /// effective ceiling `found_at`, with no ILP rounds and no moves, the clock not hit.
@@ -326,6 +342,7 @@ impl Rewritten {
             guarded: false,
             folded: false,
             loss_head: None,
+            tied_gradients: None,
             found_at_ceiling_bytes: found_at,
             rungs_planned: 0,
             planned_graph: None,
@@ -376,6 +393,14 @@ impl Rewritten {
             )),
             None => self.counts.added_flops,
         }
+    }
+
+    /// The shared weights' gradients folded in the plan's graph or in the plan it planned
+    /// again ([`Rewritten::tied_gradients`] field).
+    pub fn tied_gradients(&self) -> Option<&TiedGradients> {
+        self.tied_gradients
+            .as_ref()
+            .or_else(|| self.earlier.as_ref()?.tied_gradients())
     }
 
     /// How the plan was found, as a reader says it ([`method_label`]); a plan of another

@@ -20,11 +20,14 @@ use crate::blocks::{BlockStart, CutResult};
 use crate::leaves::Climbs;
 use crate::options::{variant_trials, PlanOptions, Progress};
 use crate::oracle::{plan_from_set, Oracle, Simulator};
-use crate::outcome::{Diagnosis, Outcome, Rewritten};
+use crate::outcome::{Diagnosis, Outcome, Rewritten, TiedGradients};
 use crate::par::Pool;
 use crate::search::search_graph;
 use crate::trace::{Event, VariantKind, VariantResult};
 use crate::PlanError;
+
+mod folded;
+pub(crate) use folded::folded;
 
 /// The block plan is cut when the candidate search finds nothing adding at most
 /// `BLOCK_CUT_SHARE` thousandths of a step (5%). No block cut measured went under 6.7% of a
@@ -40,6 +43,8 @@ pub(crate) struct Variant {
     patch_text: String,
     lowered: bool,
     guarded: bool,
+    /// The shared weights' gradients the variant folds ([`folded`]).
+    tied: Option<TiedGradients>,
 }
 
 impl Variant {
@@ -507,6 +512,7 @@ fn lowered_terms(
             patch_text: chained(on, &patch),
             lowered: true,
             guarded: on.is_some_and(|v| v.guarded),
+            tied: None,
         }),
     )
 }
@@ -554,57 +560,13 @@ fn guarded(
                 patch_text: chained(on, &patch),
                 lowered: on.is_some_and(|v| v.lowered),
                 guarded: true,
+                tied: None,
             });
         }
     }
     // The lower total first (a stable sort: the full set on a tie).
     out.sort_by_key(|v| v.analysis.ledger.total_bytes);
     Ok(out)
-}
-
-/// The given graph with its copies folded away ([`ckpt_passes::fold::fold`]: a `Gemm` reads
-/// a transposed operand itself, a `Pad` writes a slice's gradient, and the copies are never
-/// made, at zero FLOPs), verified and analysed, when that lowers the
-/// device total; else `None`. Measured costs belong to the given graph's nodes: then `None`;
-/// so with [`PlanOptions::fold`] off, and where the given graph needs no plan.
-pub(crate) fn folded(before: &Analysis, o: &PlanOptions) -> Result<Option<Variant>, PlanError> {
-    if o.costs.is_some() || !o.fold || fits_as_recorded(before, o) {
-        return Ok(None);
-    }
-    // Every fold, and the transposes' alone where the slices' Pads add constants that may not
-    // pay for themselves: the lower total (the first on a tie).
-    let label = "copies folded";
-    let all = ckpt_passes::fold::fold(&before.graph, label);
-    let mut patches = vec![all];
-    if !patches[0].constants.is_empty() {
-        patches.push(ckpt_passes::fold::fold_transposes(&before.graph, label));
-    }
-    let total = before.ledger.total_bytes;
-    let mut best: Option<(ckpt_ir::Patch, Analysis)> = None;
-    for patch in patches {
-        let Some(analysis) = applied(before, &patch, o)? else {
-            continue;
-        };
-        let lowest = best.as_ref().map_or(total, |(_, a)| a.ledger.total_bytes);
-        if analysis.ledger.total_bytes < lowest {
-            best = Some((patch, analysis));
-        }
-    }
-    let Some((patch, analysis)) = best else {
-        return Ok(None);
-    };
-    let folded = analysis.ledger.total_bytes;
-    o.emit(|| Event::Folded {
-        folds: patch.substitutes.len(),
-        total_bytes: total,
-        folded_bytes: folded,
-    });
-    Ok(Some(Variant {
-        analysis,
-        patch_text: patch.to_string(),
-        lowered: false,
-        guarded: false,
-    }))
 }
 
 impl Variant {
@@ -616,7 +578,13 @@ impl Variant {
             patch_text,
             lowered: false,
             guarded: false,
+            tied: None,
         }
+    }
+
+    /// The shared weights' gradients this variant folds.
+    pub(crate) fn tied(&self) -> Option<&TiedGradients> {
+        self.tied.as_ref()
     }
 
     /// The patches that made this variant, as text.
@@ -638,11 +606,13 @@ impl Variant {
             Outcome::AlreadyFits => {
                 let mut r = as_is(self, o)?;
                 r.folded = true;
+                r.tied_gradients = self.tied.clone();
                 Outcome::Rewritten(r)
             }
             Outcome::Rewritten(mut r) => {
                 r.patch_text = format!("{}\n{}", self.patch_text, r.patch_text);
                 r.folded = true;
+                r.tied_gradients = self.tied.clone();
                 if r.planned_graph.is_none() {
                     r.planned_graph = Some(self.analysis.graph.clone());
                 }
@@ -668,6 +638,7 @@ fn ordered_leaves(before: &Analysis, o: &PlanOptions) -> Result<Option<Variant>,
             patch_text: patch.to_string(),
             lowered: true,
             guarded: false,
+            tied: None,
         }),
     )
 }
@@ -729,6 +700,7 @@ fn climbed_leaves(
             patch_text: patch.to_string(),
             lowered: true,
             guarded: false,
+            tied: None,
         }),
     )
 }

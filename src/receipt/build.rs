@@ -104,6 +104,7 @@ pub fn receipt(r: &JobRecord, planned: &PlannedJob) -> Receipt {
         excluded: Vec::new(),
         solver: None,
         loss_head: None,
+        tied_gradients: None,
         patch: None,
         validation: None,
         memory: None,
@@ -183,6 +184,7 @@ impl Receipt {
         self.excluded = Excluded::of_plan(before, r);
         self.solver = Some(Solver::of(r));
         self.loss_head = r.loss_head.clone();
+        self.tied_gradients = r.tied_gradients().cloned();
         self.patch = Some(r.patch_text.clone());
     }
 

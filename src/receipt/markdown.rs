@@ -124,6 +124,15 @@ pub fn render(r: &Receipt) -> String {
         );
     }
 
+    if let Some(t) = &r.tied_gradients {
+        let names: Vec<String> = t.gradients.iter().map(|g| format!("`{g}`")).collect();
+        let _ = writeln!(
+            s,
+            "- Shared weights' gradients: {} scattered into one another; a row two tokens hit is summed in another order, so they are compared within tolerances, not bit for bit",
+            names.join(", ")
+        );
+    }
+
     let _ = writeln!(s, "\n## Measured on ONNX Runtime\n");
     measured(&mut s, r);
 

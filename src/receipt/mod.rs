@@ -224,6 +224,10 @@ pub struct Receipt {
     /// what was chunked, and how its outputs compare (absent: the head is as given).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loss_head: Option<ckpt_planner::LossHeadChunks>,
+    /// The plan is of the graph with its shared weights' gradients folded (`--fold-tied`):
+    /// which, and how they compare (absent: none folded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tied_gradients: Option<ckpt_planner::TiedGradients>,
     /// The applied patch in the text form.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patch: Option<String>,

@@ -83,6 +83,7 @@ fn plan_options(
         search_steps: ckpt_planner::PASS_STEPS,
         fold: search.fold,
         chunk_loss_head: false,
+        fold_tied: false,
     };
     job.plan_options(Instant::now(), default_threads(), costs)
 }

@@ -222,6 +222,7 @@ pub fn plan_job(path: &Path, ceiling: u64, time_limit_secs: u64) -> ckpt_opt::jo
         search_steps: ckpt_planner::PASS_STEPS,
         fold: true,
         chunk_loss_head: false,
+        fold_tied: false,
     }
 }
 
