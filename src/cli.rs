@@ -400,15 +400,21 @@ pub struct ReportArgs {
     /// the cost of up to six passes more) keeps one pass's refusal.
     #[arg(long = "plan-again", default_value = "off", value_parser = ["on", "off"])]
     pub plan_again: String,
+    /// Plan as the main job with the same `--fold-tied` does: `on` also folds each shared
+    /// weight's gradient (its rows scattered into the head's gradient instead of a table of
+    /// zeros; not bit for bit).
+    #[arg(long = "fold-tied", default_value = "off", value_parser = ["on", "off"])]
+    pub fold_tied: String,
 }
 
 impl ReportArgs {
-    /// How each plan is searched: the time limit, `--fold` and `--plan-again`.
+    /// How each plan is searched: the time limit, `--fold`, `--plan-again` and `--fold-tied`.
     pub fn search(&self) -> crate::reports::frontier::PlanSearch {
         crate::reports::frontier::PlanSearch {
             time_limit: std::time::Duration::from_secs_f64(self.time_limit),
             fold: self.fold == "on",
             plan_again: self.plan_again == "on",
+            fold_tied: self.fold_tied == "on",
         }
     }
 

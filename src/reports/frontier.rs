@@ -38,13 +38,14 @@ use ckpt_validate::measured_cost::NodeCosts;
 
 /// How each of a report's plans is searched, as the main job's flags say: `--time-limit` (one
 /// plan's, counted from its start), `--fold` (the graph with its copies folded away planned
-/// too, and the cheaper plan kept) and `--plan-again` (a refusal planned again on the output
-/// of the plan at its lowest total).
+/// too, and the cheaper plan kept), `--plan-again` (a refusal planned again on the output
+/// of the plan at its lowest total) and `--fold-tied` (shared weights' gradients folded too).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PlanSearch {
     pub time_limit: Duration,
     pub fold: bool,
     pub plan_again: bool,
+    pub fold_tied: bool,
 }
 
 impl PlanSearch {
@@ -56,6 +57,7 @@ impl PlanSearch {
             time_limit,
             fold: true,
             plan_again: false,
+            fold_tied: false,
         }
     }
 }
@@ -83,7 +85,7 @@ fn plan_options(
         search_steps: ckpt_planner::PASS_STEPS,
         fold: search.fold,
         chunk_loss_head: false,
-        fold_tied: false,
+        fold_tied: search.fold_tied,
     };
     job.plan_options(Instant::now(), default_threads(), costs)
 }
