@@ -5,7 +5,7 @@
 
 use ckpt_ir::build::{attr_i, ModelBuilder};
 use ckpt_ir::{import_file, DType, Graph};
-use ckpt_passes::loss_head::chunk_loss_head;
+use ckpt_passes::loss_head::{chunk_loss_head, Accumulate};
 
 mod common;
 use common::*;
@@ -41,7 +41,8 @@ fn validated(original: &std::path::Path, rewritten: &std::path::Path) -> serde_j
     v
 }
 
-/// The 2-layer Llama fixture with its copies folded, its head in 2 and in 4 chunks: the
+/// The 2-layer Llama fixture with its copies folded, its head in 2 and in 4 chunks (in 4 also
+/// with its weight gradient summed in place by `FusedConv`): the
 /// vocabulary projection, log-softmax, NLL and their gradients (12 nodes) written per
 /// chunk; on ONNX Runtime the loss and every gradient equal the original's within
 /// tolerances (the head's weight gradient not bit for bit: its rows are summed chunk by
@@ -57,8 +58,13 @@ fn the_llama_head_in_chunks_runs_the_same_within_tolerances() {
     let dir = tempfile::tempdir().unwrap();
     let original = dir.path().join("folded.onnx");
     write(&folded, &original);
-    for chunks in [2, 4] {
-        let head = chunk_loss_head(&folded, chunks, "loss head in chunks").expect("a head");
+    let mut measured = Vec::new();
+    for (chunks, acc) in [
+        (2, Accumulate::Gemm),
+        (4, Accumulate::Gemm),
+        (4, Accumulate::InPlace),
+    ] {
+        let head = chunk_loss_head(&folded, chunks, acc, "loss head in chunks").expect("a head");
         assert_eq!(
             (head.logits.as_str(), head.rows_per_chunk, head.region_nodes),
             ("mm_14", 64 / chunks, 12)
@@ -66,7 +72,7 @@ fn the_llama_head_in_chunks_runs_the_same_within_tolerances() {
         let mut c = folded.clone();
         head.patch.apply(&mut c).unwrap();
         let c = typed(c);
-        let out = dir.path().join(format!("chunked{chunks}.onnx"));
+        let out = dir.path().join(format!("chunked{chunks}{acc:?}.onnx"));
         write(&c, &out);
         let v = validated(&original, &out);
         let val = &v["validation"];
@@ -82,7 +88,10 @@ fn the_llama_head_in_chunks_runs_the_same_within_tolerances() {
         assert!(grad["max_rel_err"].as_f64().unwrap() < 1e-4, "{grad}");
         let m = &v["memory"]["rewritten"];
         assert_eq!(m["predicted_total_bytes"], m["measured_total_bytes"], "{m}");
+        measured.push(m["measured_total_bytes"].as_u64().unwrap());
     }
+    // In 4 chunks, one partial sum of the weight gradient (256 × 64 f32, 64 KiB) fewer.
+    assert!(measured[2] < measured[1], "{measured:?}");
 }
 
 /// The HF GPT-2 (its `[D, V]` weight has as many rows as the logits: read whole, not sliced)
@@ -101,7 +110,8 @@ fn gpt2_and_t5_heads_in_chunks_run_the_same_within_tolerances() {
         let folded = typed(folded);
         let original = dir.path().join(format!("{name}.onnx"));
         write(&folded, &original);
-        let head = chunk_loss_head(&folded, 2, "loss head in chunks").expect("a head");
+        let head =
+            chunk_loss_head(&folded, 2, Accumulate::Gemm, "loss head in chunks").expect("a head");
         let mut c = folded.clone();
         head.patch.apply(&mut c).unwrap();
         let out = dir.path().join(format!("{name}.chunked.onnx"));
@@ -246,9 +256,9 @@ fn heads_it_cannot_split_are_left() {
     let g = typed(
         ckpt_ir::import_bytes(head_only().into(), std::path::Path::new("head.onnx"), None).unwrap(),
     );
-    assert!(chunk_loss_head(&g, 1, "x").is_none());
-    assert!(chunk_loss_head(&g, 3, "x").is_none());
-    let head = chunk_loss_head(&g, 8, "x").expect("64 rows in 8 chunks");
+    assert!(chunk_loss_head(&g, 1, Accumulate::Gemm, "x").is_none());
+    assert!(chunk_loss_head(&g, 3, Accumulate::Gemm, "x").is_none());
+    let head = chunk_loss_head(&g, 8, Accumulate::Gemm, "x").expect("64 rows in 8 chunks");
     assert_eq!((head.rows_per_chunk, head.region_nodes), (8, 8));
     let mut old = head_only_model();
     old.opset_import[0].version = Some(12);
@@ -260,16 +270,16 @@ fn heads_it_cannot_split_are_left() {
         )
         .unwrap(),
     );
-    assert!(chunk_loss_head(&g12, 2, "x").is_none());
+    assert!(chunk_loss_head(&g12, 2, Accumulate::Gemm, "x").is_none());
 }
 
 fn head_only_model() -> ckpt_ir::onnx::ModelProto {
     ckpt_ir::Message::decode(head_only().as_slice()).unwrap()
 }
 
-/// Every fixture, as given and with its copies folded, in 2, 4 and 8 chunks: the pass finds
-/// a head or leaves the graph, never panics, and every patch it writes applies, verifies and
-/// analyses. Only the makefx Llama's head reads its projection directly.
+/// Every fixture, as given and with its copies folded, in 2, 4 and 8 chunks, its weight
+/// gradient summed by a `Gemm` chain and in place: the pass finds a head or leaves the graph,
+/// never panics, and every patch it writes applies, verifies and analyses.
 #[test]
 fn every_fixture_is_chunked_or_left_and_every_patch_applies() {
     let mut chunked = Vec::new();
@@ -285,25 +295,28 @@ fn every_fixture_is_chunked_or_left_and_every_patch_applies() {
             .apply(&mut folded)
             .unwrap();
         for (form, graph) in [("given", &g), ("folded", &typed(folded))] {
-            for chunks in [2, 4, 8] {
-                let Some(head) = chunk_loss_head(graph, chunks, "loss head in chunks") else {
+            for (chunks, acc) in [2, 4, 8]
+                .into_iter()
+                .flat_map(|k| [Accumulate::Gemm, Accumulate::InPlace].map(|a| (k, a)))
+            {
+                let Some(head) = chunk_loss_head(graph, chunks, acc, "loss head in chunks") else {
                     continue;
                 };
                 let mut c = graph.clone();
+                let what = format!("{} {form} in {chunks}, {acc:?}", f.name);
                 head.patch
                     .apply(&mut c)
-                    .unwrap_or_else(|e| panic!("{} {form} in {chunks}: {e}", f.name));
-                ckpt_planner::analyse(c, &ckpt_planner::AnalyseOptions::default()).unwrap_or_else(
-                    |e| panic!("{} {form} in {chunks}: {e:?}\n{}", f.name, head.patch),
-                );
-                chunked.push(format!("{} {form} {chunks}", f.name));
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                ckpt_planner::analyse(c, &ckpt_planner::AnalyseOptions::default())
+                    .unwrap_or_else(|e| panic!("{what}: {e:?}\n{}", head.patch));
+                chunked.push(format!("{} {form} {chunks} {acc:?}", f.name));
             }
         }
     }
     assert!(
         chunked
             .iter()
-            .any(|c| c.starts_with("llama_d0_makefx folded")),
+            .any(|c| c.starts_with("llama_d0_makefx folded") && c.ends_with("InPlace")),
         "{chunked:?}"
     );
     eprintln!("{chunked:?}");

@@ -289,6 +289,18 @@ impl Graph {
             .collect()
     }
 
+    /// Import `domain` at `version` where the model does not import it yet.
+    pub(crate) fn import_opset(&mut self, domain: &str, version: i64) {
+        if self.opset(&normalise_domain(domain)).is_none() {
+            std::sync::Arc::make_mut(&mut self.model)
+                .opset_import
+                .push(onnx::OperatorSetIdProto {
+                    domain: Some(domain.to_string()),
+                    version: Some(version),
+                });
+        }
+    }
+
     /// The opset version imported for `domain` (normalised).
     pub fn opset(&self, domain: &str) -> Option<i64> {
         self.model

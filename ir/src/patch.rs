@@ -42,13 +42,17 @@ pub struct NewNode {
     pub before: NodeId,
 }
 
-/// A node to create of the ONNX op `op_type` (looked up at the model's ONNX opset) with
-/// `attributes`: an op or a shape no node of the graph has to copy (the chunks of a
-/// loss head, their `Slice`s and `Concat`). It writes only new tensors, and is placed in
-/// file order like a [`NewNode`], after the patch's copies with the same anchor.
+/// A node to create of the op `op_type` (an ONNX op looked up at the model's ONNX opset, or
+/// of `domain`) with `attributes`: an op or a shape no node of the graph has to copy (the
+/// chunks of a loss head, their `Slice`s and `Concat`). It writes only new tensors, and is
+/// placed in file order like a [`NewNode`], after the patch's copies with the same anchor.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FreshNode {
     pub name: String,
+    /// The op's domain and the opset version to import it at where the model does not
+    /// import it yet (`com.microsoft`, 1: ONNX Runtime's contrib ops); `None`: the ONNX
+    /// domain.
+    pub domain: Option<(String, i64)>,
     pub op_type: String,
     pub attributes: Vec<onnx::AttributeProto>,
     pub inputs: Vec<Option<TensorRef>>,
@@ -459,13 +463,21 @@ impl Patch {
             self.claim(graph, &fresh, &mut produced, &outputs)?;
             let proto = onnx::NodeProto {
                 name: Some(fnode.name.clone()),
+                domain: fnode.domain.as_ref().map(|(d, _)| d.clone()),
                 op_type: Some(fnode.op_type.clone()),
                 attribute: fnode.attributes.clone(),
                 ..Default::default()
             };
+            let domain = match &fnode.domain {
+                Some((d, version)) => {
+                    graph.import_opset(d, *version);
+                    crate::graph::normalise_domain(d)
+                }
+                None => crate::graph::ONNX_DOMAIN.to_string(),
+            };
             let id = graph.add_node(Node {
                 name: fnode.name.clone(),
-                domain: crate::graph::ONNX_DOMAIN.to_string(),
+                domain,
                 op_type: fnode.op_type.clone(),
                 inputs,
                 outputs,

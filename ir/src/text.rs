@@ -320,11 +320,15 @@ pub(crate) fn write_patch(
         let ins: Vec<String> = n.inputs.iter().map(r).collect();
         let outs: Vec<String> = n.outputs.iter().map(r).collect();
         let attrs: Vec<String> = n.attributes.iter().map(attr_str).collect();
+        let op = match &n.domain {
+            Some((d, _)) => format!("{d}.{}", n.op_type),
+            None => n.op_type.clone(),
+        };
         writeln!(
             f,
             "  node {:?} = {}({}) {{{}}} -> {} before {}",
             n.name,
-            n.op_type,
+            op,
             ins.join(", "),
             attrs.join(", "),
             outs.join(", "),

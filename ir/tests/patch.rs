@@ -706,6 +706,7 @@ fn a_fresh_node_reads_a_constant_placed_ahead_of_it() {
         }],
         fresh: vec![ckpt_ir::FreshNode {
             name: "first_row".into(),
+            domain: None,
             op_type: "Slice".into(),
             attributes: vec![],
             inputs: vec![

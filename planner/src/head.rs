@@ -4,7 +4,7 @@
 //! FLOPs or fits where nothing did. Its outputs match the original's within rounding, not bit
 //! for bit, so it is never a tie-break.
 
-use ckpt_passes::loss_head::{ChunkedHead, LossHead};
+use ckpt_passes::loss_head::{Accumulate, ChunkedHead, LossHead};
 
 use crate::analysis::Analysis;
 use crate::options::PlanOptions;
@@ -62,12 +62,14 @@ pub(crate) fn with_head_chunked(
     })
 }
 
-/// How many chunks of rows the loss head is tried in ([`chunked`]).
+/// How many chunks of rows the loss head is tried in ([`chunked`]), each with its weight
+/// gradient summed by a `Gemm` chain and in place ([`Accumulate`]).
 const HEAD_CHUNKS: [u64; 3] = [2, 4, 8];
 
 /// `base` (the folded graph where there is one, else `before`) with its loss head in chunks
 /// of rows ([`ckpt_passes::loss_head`]), verified and analysed, in the number of
-/// [`HEAD_CHUNKS`] that gives the lowest device total (the fewest on a tie), when that is
+/// [`HEAD_CHUNKS`], its weight gradient summed each way ([`Accumulate`]: the `Gemm` chain first),
+/// that gives the lowest device total (the fewest chunks on a tie), when that is
 /// below the base's; else `None`. Measured costs belong to the given graph's nodes: then
 /// `None`; so with [`PlanOptions::chunk_loss_head`] off.
 fn chunked(
@@ -82,9 +84,12 @@ fn chunked(
     let Some(found) = LossHead::find(&base.graph) else {
         return Ok(None);
     };
-    let mut best: Option<(ChunkedHead, Analysis)> = None;
-    for k in HEAD_CHUNKS {
-        let Some(head) = found.in_chunks(&base.graph, k, "loss head in chunks") else {
+    let mut best: Option<(ChunkedHead, Accumulate, Analysis)> = None;
+    let tries = HEAD_CHUNKS
+        .into_iter()
+        .flat_map(|k| [Accumulate::Gemm, Accumulate::InPlace].map(|a| (k, a)));
+    for (k, accumulate) in tries {
+        let Some(head) = found.in_chunks(&base.graph, k, accumulate, "loss head in chunks") else {
             continue;
         };
         // A graph the analysis refuses (an op the registry cannot type at the chunks'
@@ -94,12 +99,12 @@ fn chunked(
         };
         let lowest = best
             .as_ref()
-            .map_or(base.ledger.total_bytes, |(_, a)| a.ledger.total_bytes);
+            .map_or(base.ledger.total_bytes, |(_, _, a)| a.ledger.total_bytes);
         if analysis.ledger.total_bytes < lowest {
-            best = Some((head, analysis));
+            best = Some((head, accumulate, analysis));
         }
     }
-    let Some((head, analysis)) = best else {
+    let Some((head, accumulate, analysis)) = best else {
         return Ok(None);
     };
     o.emit(|| Event::LossHeadChunked {
@@ -116,6 +121,7 @@ fn chunked(
         chunks: head.chunks,
         rows_per_chunk: head.rows_per_chunk,
         region_nodes: head.region_nodes,
+        summed_in_place: accumulate == Accumulate::InPlace,
         bitwise: false,
     };
     let variant = Variant::of_patches(analysis, patch_text);

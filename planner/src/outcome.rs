@@ -300,6 +300,10 @@ pub struct LossHeadChunks {
     pub rows_per_chunk: u64,
     /// The nodes written once per chunk.
     pub region_nodes: usize,
+    /// The head weight's gradient is summed chunk by chunk in place, by ONNX Runtime's
+    /// `com.microsoft.FusedConv` (a 1×1 convolution overwriting its sum input), where
+    /// `false` says a chain of `Gemm`s, two sums live at each link.
+    pub summed_in_place: bool,
     /// Always `false`: the chunks sum the loss and the head's weight gradient in another
     /// order, so validation holds those outputs to its tolerances (`validation.outputs`:
     /// `rtol`, `atol`, and the errors measured), not to bitwise equality.

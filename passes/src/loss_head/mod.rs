@@ -46,6 +46,20 @@ pub struct ChunkedHead {
     pub logits: String,
 }
 
+/// How a product summing over the rows (the head weight's gradient) adds up its chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accumulate {
+    /// A chain of `Gemm(transA=1)`, each taking the sum before as its C: ONNX Runtime's CPU
+    /// Gemm never writes over its C, so two sums are live at each link but the last, which
+    /// may write a graph output.
+    Gemm,
+    /// A chain of ONNX Runtime's `com.microsoft.FusedConv` (f32 only): a 1×1 convolution of
+    /// the chunk's rows of one operand by the other's transposed, each taking the sum before
+    /// as its sum input `Z`, which the kernel overwrites in place. One sum is live, at the
+    /// cost of a transposed copy of each chunk's rows.
+    InPlace,
+}
+
 /// How a region value is laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Kind {
@@ -107,12 +121,20 @@ impl LossHead {
 
     /// The head of `graph` (the graph it was found in) in `chunks` chunks of rows, as one
     /// patch labelled `label`; `None` where `chunks` is below 2 or does not divide the rows.
-    pub fn in_chunks(&self, graph: &Graph, chunks: u64, label: &str) -> Option<ChunkedHead> {
+    /// The products summing over the rows add up their chunks as `accumulate` says; `None`
+    /// also where [`Accumulate::InPlace`] meets a product that is not f32.
+    pub fn in_chunks(
+        &self,
+        graph: &Graph,
+        chunks: u64,
+        accumulate: Accumulate,
+        label: &str,
+    ) -> Option<ChunkedHead> {
         let region = &self.region;
         if chunks < 2 || !region.rows.is_multiple_of(chunks) {
             return None;
         }
-        let patch = Writer::new(graph, region, chunks, label).write()?;
+        let patch = Writer::new(graph, region, chunks, accumulate, label).write()?;
         Some(ChunkedHead {
             patch,
             chunks,
@@ -125,8 +147,13 @@ impl LossHead {
 
 /// The loss head of `graph` in `chunks` chunks of rows ([`LossHead::find`], then
 /// [`LossHead::in_chunks`]).
-pub fn chunk_loss_head(graph: &Graph, chunks: u64, label: &str) -> Option<ChunkedHead> {
-    LossHead::find(graph)?.in_chunks(graph, chunks, label)
+pub fn chunk_loss_head(
+    graph: &Graph,
+    chunks: u64,
+    accumulate: Accumulate,
+    label: &str,
+) -> Option<ChunkedHead> {
+    LossHead::find(graph)?.in_chunks(graph, chunks, accumulate, label)
 }
 
 fn onnx_op(graph: &Graph, n: NodeId) -> Option<&str> {

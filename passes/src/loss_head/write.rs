@@ -3,19 +3,28 @@
 
 use std::collections::{HashMap, HashSet};
 
-use ckpt_ir::build::{attr_f, attr_i};
+use ckpt_ir::build::{attr_f, attr_i, attr_ints};
 use ckpt_ir::{
     FreshNode, Graph, Move, NewConstant, NewTensor, NodeId, Patch, Substitute, TensorId, TensorRef,
 };
 
 use super::order::{longest_increasing, topological};
-use super::{outside, rank, Kind, Outside, Region};
+use super::{dims, outside, rank, Accumulate, Kind, Outside, Region};
+
+/// One chunk's link of a product summing over the rows ([`Writer::contraction`]).
+enum Link {
+    /// The sum so far, a new value.
+    Sum(TensorRef),
+    /// The last link: the product's node rewritten.
+    Last(Substitute),
+}
 
 /// Writes the patch of one region in chunks.
 pub(super) struct Writer<'a> {
     graph: &'a Graph,
     region: &'a Region,
     chunks: u64,
+    accumulate: Accumulate,
     patch: Patch,
     /// The chunks' nodes in the order they are written; [`Writer::place`] gives each its
     /// place in file order and moves them into the patch.
@@ -34,12 +43,14 @@ impl<'a> Writer<'a> {
         graph: &'a Graph,
         region: &'a Region,
         chunks: u64,
+        accumulate: Accumulate,
         label: &str,
     ) -> Writer<'a> {
         Writer {
             graph,
             region,
             chunks,
+            accumulate,
             patch: Patch::new(label),
             written: Vec::new(),
             tensors_taken: graph
@@ -107,10 +118,24 @@ impl<'a> Writer<'a> {
         inputs: Vec<Option<TensorRef>>,
         out: String,
     ) -> TensorRef {
+        self.node_in(None, name, op, attributes, inputs, out)
+    }
+
+    /// [`Writer::node_named`] of an op of `domain` (`None`: ONNX's).
+    fn node_in(
+        &mut self,
+        domain: Option<(String, i64)>,
+        name: String,
+        op: &str,
+        attributes: Vec<ckpt_ir::onnx::AttributeProto>,
+        inputs: Vec<Option<TensorRef>>,
+        out: String,
+    ) -> TensorRef {
         let t = self.tensor(out);
         let name = self.node_name(name);
         self.written.push(FreshNode {
             name,
+            domain,
             op_type: op.to_string(),
             attributes,
             inputs,
@@ -246,25 +271,14 @@ impl<'a> Writer<'a> {
                         }
                     }
                     Kind::Contraction => {
-                        let (a, b) = (inputs[0]?, inputs[1]?);
-                        let mut ins = vec![Some(a), Some(b)];
-                        ins.extend(acc.get(&out).map(|&c| Some(c)));
-                        let mut attributes = vec![attr_i("transA", 1)];
-                        if ins.len() == 3 {
-                            attributes.push(attr_f("beta", 1.0));
-                        }
-                        if last {
-                            substitutes.push(Substitute {
-                                node: n,
-                                op_type: "Gemm".into(),
-                                attributes,
-                                inputs: ins,
-                            });
-                        } else {
-                            let s =
-                                self.node("Gemm", attributes, ins, format!("{out_name}.sum{i}"));
-                            acc.insert(out, s);
-                            ends.push(s);
+                        let link = self.contraction(n, (inputs[0]?, inputs[1]?), i, &acc)?;
+                        match link {
+                            Link::Sum(s) if !last => {
+                                acc.insert(out, s);
+                                ends.push(s);
+                            }
+                            Link::Sum(_) => return None,
+                            Link::Last(sub) => substitutes.push(sub),
                         }
                     }
                     Kind::Sum => {
@@ -329,6 +343,91 @@ impl<'a> Writer<'a> {
         removals.sort_by_key(|n| std::cmp::Reverse(order[n.index()]));
         self.patch.removals = removals;
         Some(self.patch)
+    }
+
+    /// Chunk `i`'s link of the product `n` summing `a`ᵀ·`b` over the rows, the sum of the
+    /// chunks before in `acc`: the new sum, or for the last chunk the substitute that writes
+    /// the product's output ([`Accumulate`]).
+    fn contraction(
+        &mut self,
+        n: NodeId,
+        (a, b): (TensorRef, TensorRef),
+        i: u64,
+        acc: &HashMap<TensorId, TensorRef>,
+    ) -> Option<Link> {
+        let graph = self.graph;
+        let out = graph.node(n).outputs[0]?;
+        let out_name = graph.tensor(out).name.clone();
+        let before = acc.get(&out).copied();
+        let last = i + 1 == self.chunks;
+        if self.accumulate == Accumulate::Gemm {
+            let mut ins = vec![Some(a), Some(b)];
+            ins.extend(before.map(Some));
+            let mut attributes = vec![attr_i("transA", 1)];
+            if before.is_some() {
+                attributes.push(attr_f("beta", 1.0));
+            }
+            return Some(if last {
+                Link::Last(Substitute {
+                    node: n,
+                    op_type: "Gemm".into(),
+                    attributes,
+                    inputs: ins,
+                })
+            } else {
+                Link::Sum(self.node("Gemm", attributes, ins, format!("{out_name}.sum{i}")))
+            });
+        }
+        // [P, Q] = aᵀ·b as the 1×1 convolution of b's rows, [1, rows, Q, 1], by aᵀ,
+        // [P, rows, 1, 1]: Y = [1, P, Q, 1], the sum before its Z.
+        if graph.tensor(out).dtype != Some(ckpt_ir::DType::F32) {
+            return None;
+        }
+        let pq: Vec<i64> = dims(graph, out)?
+            .iter()
+            .map(|d| d.known().and_then(|v| i64::try_from(v).ok()))
+            .collect::<Option<_>>()?;
+        let [p, q] = pq[..] else {
+            return None;
+        };
+        let rows = i64::try_from(self.region.rows / self.chunks).ok()?;
+        let x_shape = self.ints(&[1, rows, q, 1]);
+        let x = self.node(
+            "Reshape",
+            Vec::new(),
+            vec![Some(b), Some(x_shape)],
+            format!("{out_name}.x{i}"),
+        );
+        let at = self.node(
+            "Transpose",
+            vec![attr_ints("perm", &[1, 0])],
+            vec![Some(a)],
+            format!("{out_name}.t{i}"),
+        );
+        let w_shape = self.ints(&[p, rows, 1, 1]);
+        let w = self.node(
+            "Reshape",
+            Vec::new(),
+            vec![Some(at), Some(w_shape)],
+            format!("{out_name}.w{i}"),
+        );
+        let mut ins = vec![Some(x), Some(w)];
+        if let Some(z) = before {
+            ins.extend([None, Some(z)]);
+        }
+        let name = format!("{out_name}.sum{i}");
+        let ms = Some(("com.microsoft".to_string(), 1));
+        let s = self.node_in(ms, name.clone(), "FusedConv", Vec::new(), ins, name);
+        if !last {
+            return Some(Link::Sum(s));
+        }
+        let shape = self.ints(&[p, q]);
+        Some(Link::Last(Substitute {
+            node: n,
+            op_type: "Reshape".into(),
+            attributes: Vec::new(),
+            inputs: vec![Some(s), Some(shape)],
+        }))
     }
 
     /// A scalar computed from one element of each of `ends`: what chunk `i + 1` waits for.
