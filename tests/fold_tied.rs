@@ -17,28 +17,9 @@ fn main_job(
     flag: &str,
     validate: bool,
 ) -> (Option<i32>, serde_json::Value, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let (out, receipt, md) = (
-        dir.path().join("out.onnx"),
-        dir.path().join("receipt.json"),
-        dir.path().join("receipt.md"),
-    );
-    let model = root().join(model);
-    let mut args = vec![
-        path_str(&model),
-        "--ceiling",
-        ceiling,
-        "-o",
-        path_str(&out),
-        "--receipt",
-        path_str(&receipt),
-        "--receipt-md",
-        path_str(&md),
-        "--fold-tied",
-        flag,
-    ];
+    let mut extra = vec!["--fold-tied", flag];
     if validate {
-        args.extend([
+        extra.extend([
             "--validate",
             "--runs",
             "1",
@@ -46,11 +27,7 @@ fn main_job(
             "attention_mask=1:2",
         ]);
     }
-    let o = run(&args);
-    let r = serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap())
-        .unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)));
-    let md = std::fs::read_to_string(&md).unwrap_or_default();
-    (o.status.code(), r, format!("{md}\n{}", stdout(&o)))
+    main_job_receipt(&root().join(model), ceiling, &extra)
 }
 
 /// At 60% of the tied graph's total the main job refuses without the fold (its lowest total

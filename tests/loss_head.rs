@@ -166,39 +166,17 @@ fn total(path: &std::path::Path) -> u64 {
 }
 
 /// The main job on `model` at `ceiling` with `--chunk-loss-head flag`, validated where on:
-/// its exit code, receipt, the receipt in Markdown, and what it printed.
+/// its exit code, receipt, and the receipt in Markdown with what it printed.
 fn main_job(
     model: &std::path::Path,
     ceiling: &str,
     flag: &str,
 ) -> (Option<i32>, serde_json::Value, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let (out, receipt, md) = (
-        dir.path().join("out.onnx"),
-        dir.path().join("receipt.json"),
-        dir.path().join("receipt.md"),
-    );
-    let mut args = vec![
-        path_str(model),
-        "--ceiling",
-        ceiling,
-        "-o",
-        path_str(&out),
-        "--receipt",
-        path_str(&receipt),
-        "--receipt-md",
-        path_str(&md),
-        "--chunk-loss-head",
-        flag,
-    ];
+    let mut extra = vec!["--chunk-loss-head", flag];
     if flag == "on" {
-        args.extend(["--validate", "--runs", "1"]);
+        extra.extend(["--validate", "--runs", "1"]);
     }
-    let o = run(&args);
-    let r = serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap())
-        .unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)));
-    let md = std::fs::read_to_string(&md).unwrap_or_default();
-    (o.status.code(), r, format!("{md}\n{}", stdout(&o)))
+    main_job_receipt(model, ceiling, &extra)
 }
 
 /// Where the head binds, the main job with `--chunk-loss-head on` writes it in chunks: at

@@ -226,6 +226,39 @@ pub fn plan_job(path: &Path, ceiling: u64, time_limit_secs: u64) -> ckpt_opt::jo
     }
 }
 
+/// The main job on `model` at `ceiling` with `extra` flags, writing its output, receipt and
+/// the receipt in Markdown to a temporary folder: its exit code, the receipt, and the
+/// Markdown followed by what it printed.
+pub fn main_job_receipt(
+    model: &Path,
+    ceiling: &str,
+    extra: &[&str],
+) -> (Option<i32>, serde_json::Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, receipt, md) = (
+        dir.path().join("out.onnx"),
+        dir.path().join("receipt.json"),
+        dir.path().join("receipt.md"),
+    );
+    let mut args = vec![
+        path_str(model),
+        "--ceiling",
+        ceiling,
+        "-o",
+        path_str(&out),
+        "--receipt",
+        path_str(&receipt),
+        "--receipt-md",
+        path_str(&md),
+    ];
+    args.extend(extra);
+    let o = run(&args);
+    let r = serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)));
+    let md = std::fs::read_to_string(&md).unwrap_or_default();
+    (o.status.code(), r, format!("{md}\n{}", stdout(&o)))
+}
+
 /// Run the main job on `model` at `ceiling` with `--validate` (and `extra` flags), writing to
 /// `out`; assert it succeeded and return its receipt. The search's time limit is 300 s: a
 /// safety stop, not a budget (ILP rounds stop at a node count), which a debug build on a
