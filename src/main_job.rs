@@ -387,8 +387,16 @@ fn print_summary(
     );
     if let Some(h) = &r.loss_head {
         println!(
-            "loss head (`{}` and the {} nodes reading it row by row) in {} chunks of {} rows: the loss and the head's weight gradient are summed in another order, so they match within tolerances, not bit for bit",
-            h.logits, h.region_nodes, h.chunks, h.rows_per_chunk
+            "loss head (`{}` and the {} nodes reading it row by row) in {} chunks of {} rows{}: the loss and the head's weight gradient are summed in another order, so they match within tolerances, not bit for bit",
+            h.logits,
+            h.region_nodes,
+            h.chunks,
+            h.rows_per_chunk,
+            if h.summed_in_place {
+                ", its weight gradient summed in place"
+            } else {
+                ""
+            }
         );
     }
     if let Some(t) = r.tied_gradients() {

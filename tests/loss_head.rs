@@ -183,7 +183,8 @@ fn main_job(
 /// 85% of the total, where recompute adds over a third of a step, at no added FLOPs; at 70%,
 /// where nothing else fits, as the only plan. Each is validated on ONNX Runtime (predicted
 /// equal to measured, the run capped at the ceiling, outputs within tolerances), and the
-/// receipt says how many chunks and that the head is not bitwise.
+/// receipt says how many chunks, that the weight gradient is summed in place, and that the
+/// head is not bitwise.
 #[test]
 fn the_main_job_chunks_a_head_that_binds_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
@@ -205,6 +206,9 @@ fn the_main_job_chunks_a_head_that_binds_and_says_so() {
         let h = &r["loss_head"];
         assert_eq!(h["logits"], "logits", "{label}: {h}");
         assert_eq!(h["bitwise"], false, "{label}: {h}");
+        // Summed in place, one partial sum of `W_grad` live: 201,676 B, where the Gemm chain
+        // needs 211,068 B.
+        assert_eq!(h["summed_in_place"], true, "{label}: {h}");
         let chunks = h["chunks"].as_u64().unwrap();
         assert_eq!(
             chunks * h["rows_per_chunk"].as_u64().unwrap(),
@@ -224,6 +228,7 @@ fn the_main_job_chunks_a_head_that_binds_and_says_so() {
         assert!(md.contains("- Loss head: `logits`"), "{md}");
         assert!(md.contains("loss head (`logits` and the 8 nodes"), "{md}");
         assert!(md.contains("not bit for bit"), "{md}");
+        assert!(md.contains("its weight gradient summed in place"), "{md}");
     }
 }
 

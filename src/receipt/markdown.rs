@@ -119,8 +119,16 @@ pub fn render(r: &Receipt) -> String {
     if let Some(h) = &r.loss_head {
         let _ = writeln!(
             s,
-            "- Loss head: `{}` and the {} nodes reading it row by row in {} chunks of {} rows; the loss and the head's weight gradient are summed in another order, so they are compared within tolerances, not bit for bit",
-            h.logits, h.region_nodes, h.chunks, h.rows_per_chunk
+            "- Loss head: `{}` and the {} nodes reading it row by row in {} chunks of {} rows{}; the loss and the head's weight gradient are summed in another order, so they are compared within tolerances, not bit for bit",
+            h.logits,
+            h.region_nodes,
+            h.chunks,
+            h.rows_per_chunk,
+            if h.summed_in_place {
+                ", its weight gradient summed in place (`com.microsoft.FusedConv`)"
+            } else {
+                ""
+            }
         );
     }
 
