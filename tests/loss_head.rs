@@ -232,6 +232,24 @@ fn the_main_job_chunks_a_head_that_binds_and_says_so() {
     }
 }
 
+/// Under the CUDA provider the head weight's gradient is summed by the Gemm chain only: the
+/// in-place `FusedConv` is the CPU provider's kernel (planned, not validated: no GPU here).
+#[test]
+fn under_cuda_the_head_is_summed_by_gemms() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("head.onnx");
+    std::fs::write(&model, head_only()).unwrap();
+    let (code, r, _) = main_job_receipt(
+        &model,
+        "85%",
+        &["--chunk-loss-head", "on", "--provider", "cuda"],
+    );
+    assert_eq!(code, Some(0), "{r}");
+    let h = &r["loss_head"];
+    assert_eq!(h["summed_in_place"], false, "{h}");
+    assert!(!r["patch"].as_str().unwrap().contains("FusedConv"), "{r}");
+}
+
 /// Heads the pass leaves as they are: one chunk, a row count the chunks do not divide, and
 /// an opset below 13.
 #[test]

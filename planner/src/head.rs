@@ -85,9 +85,15 @@ fn chunked(
         return Ok(None);
     };
     let mut best: Option<(ChunkedHead, Accumulate, Analysis)> = None;
+    // `FusedConv` overwriting its sum input is the CPU provider's kernel (the op registry's
+    // `MayInplace`); on CUDA only the Gemm chain.
+    let ways: &[Accumulate] = match o.analysis.profile.execution_provider {
+        ckpt_ir::profile::ExecutionProvider::Cpu => &[Accumulate::Gemm, Accumulate::InPlace],
+        ckpt_ir::profile::ExecutionProvider::Cuda => &[Accumulate::Gemm],
+    };
     let tries = HEAD_CHUNKS
         .into_iter()
-        .flat_map(|k| [Accumulate::Gemm, Accumulate::InPlace].map(|a| (k, a)));
+        .flat_map(|k| ways.iter().map(move |&a| (k, a)));
     for (k, accumulate) in tries {
         let Some(head) = found.in_chunks(&base.graph, k, accumulate, "loss head in chunks") else {
             continue;
