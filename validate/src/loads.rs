@@ -10,7 +10,7 @@
 //! then end with `_exit`, not run the C++ libraries' static destructors under it).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ckpt_ir::onnx;
@@ -33,9 +33,17 @@ pub enum LoadCheck {
 
 static ABANDONED: AtomicBool = AtomicBool::new(false);
 
+/// Load threads that have not ended, abandoned or not.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
 /// Whether a load was left running on its thread when its time was up.
 pub fn load_abandoned() -> bool {
     ABANDONED.load(Ordering::SeqCst)
+}
+
+/// How many load threads are still running (an abandoned load ends on its own).
+pub fn loads_running() -> usize {
+    RUNNING.load(Ordering::SeqCst)
 }
 
 /// Load `model` (labelled `label`; its external data in `dir`) on ONNX Runtime (the library
@@ -68,9 +76,11 @@ pub fn load_check(
     let (tx, rx) = std::sync::mpsc::channel();
     let (owned_label, owned_dir): (String, Option<PathBuf>) =
         (label.to_string(), dir.map(Path::to_path_buf));
+    RUNNING.fetch_add(1, Ordering::SeqCst);
     std::thread::spawn(move || {
         let m = Model::new(&owned_label, &bytes).in_dir(owned_dir.as_deref());
         let _ = tx.send(ckpt_runtime::load(m, &cfg));
+        RUNNING.fetch_sub(1, Ordering::SeqCst);
     });
     let loaded = match rx.recv_timeout(within) {
         Ok(loaded) => loaded,
@@ -234,6 +244,13 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // The test process returns normally, not by `_exit`: ONNX Runtime's static state must
+        // not be torn down under the abandoned load (cpuinfo aborts the process).
+        let started = std::time::Instant::now();
+        while loads_running() > 0 && started.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(loads_running(), 0, "the abandoned load did not end in 60 s");
     }
 
     /// A graph with ORT training ops loads on the training runtime when it is installed, and
