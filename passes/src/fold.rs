@@ -23,7 +23,7 @@ mod onehot;
 mod tied;
 
 pub use onehot::fold_onehot_gradients;
-pub use tied::{fold_tied_gradients, tied_sum, TiedSum};
+pub use tied::fold_tied_gradients;
 
 use std::collections::{HashMap, HashSet};
 
@@ -236,16 +236,14 @@ pub fn fold(graph: &Graph, label: &str) -> Patch {
 }
 
 /// `more`'s constants, substitutes and removals added to `patch` where it touches no node
-/// `patch` does; else `patch` unchanged. Returns whether they were added.
-pub fn merge_apart(patch: &mut Patch, more: Patch) -> bool {
+/// `patch` does; else `patch` unchanged.
+pub fn merge_apart(patch: &mut Patch, more: Patch) {
     let taken: HashSet<NodeId> = touched(patch).collect();
-    if touched(&more).any(|n| taken.contains(&n)) {
-        return false;
+    if !touched(&more).any(|n| taken.contains(&n)) {
+        patch.constants.extend(more.constants);
+        patch.substitutes.extend(more.substitutes);
+        patch.removals.extend(more.removals);
     }
-    patch.constants.extend(more.constants);
-    patch.substitutes.extend(more.substitutes);
-    patch.removals.extend(more.removals);
-    true
 }
 
 /// The nodes `patch` substitutes, rewires or removes.

@@ -17,19 +17,22 @@ use ckpt_ir::{Graph, NodeId, Patch, Substitute, TensorId, TensorRef};
 use super::{onnx_node, single_input, zero_fill};
 
 /// One shared weight's gradient to fold: the `Add` that sums it, the addend the rows are
-/// scattered into, the `ScatterND` and the table of zeros it reads.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TiedSum {
-    pub add: NodeId,
-    pub into: TensorId,
-    pub scatter: NodeId,
-    pub zeros: NodeId,
+/// scattered into, the `ScatterND` with its indices and rows, and the table of zeros it reads.
+struct TiedSum {
+    add: NodeId,
+    into: TensorId,
+    scatter: NodeId,
+    indices: TensorId,
+    updates: TensorId,
+    zeros: NodeId,
 }
 
 /// The shared weights' gradients of `graph` folded as one patch labelled `label` (empty when
-/// there is none; ONNX opset 16 on, where `ScatterND` has its `reduction`): each `Add`
-/// ([`tied_sum`]) becomes a `ScatterND(reduction=add)` of the same rows into the other
-/// addend, and the old `ScatterND` and its table of zeros are removed.
+/// there is none; ONNX opset 16 on, where `ScatterND` has its `reduction`): each `Add` of
+/// such a gradient (`tied_sum`: two addends of one type and known shape, one scattered by a
+/// `ScatterND(add)` into a table of +0.0, neither read elsewhere) becomes a
+/// `ScatterND(reduction=add)` of the same rows into the other addend, and the old
+/// `ScatterND` and its table of zeros are removed.
 pub fn fold_tied_gradients(graph: &Graph, label: &str) -> Patch {
     let mut patch = Patch::new(label);
     if graph.opset(ckpt_ir::ONNX_DOMAIN).is_none_or(|v| v < 16) {
@@ -40,19 +43,13 @@ pub fn fold_tied_gradients(graph: &Graph, label: &str) -> Patch {
         let Some(f) = tied_sum(graph, n) else {
             continue;
         };
-        let scatter = graph.node(f.scatter);
-        let [_, Some(indices), Some(updates)] = scatter.inputs[..] else {
-            continue;
-        };
         patch.substitutes.push(Substitute {
             node: f.add,
             op_type: "ScatterND".into(),
-            attributes: scatter.attributes().to_vec(),
-            inputs: vec![
-                Some(TensorRef::Existing(f.into)),
-                Some(TensorRef::Existing(indices)),
-                Some(TensorRef::Existing(updates)),
-            ],
+            attributes: graph.node(f.scatter).attributes().to_vec(),
+            inputs: [f.into, f.indices, f.updates]
+                .map(|t| Some(TensorRef::Existing(t)))
+                .to_vec(),
         });
         removals.extend([f.scatter, f.zeros]);
     }
@@ -67,7 +64,7 @@ pub fn fold_tied_gradients(graph: &Graph, label: &str) -> Patch {
 /// `Add` of two values of one element type and one fully known shape (no broadcasting), one
 /// written by a `ScatterND` with `reduction="add"` that only `n` reads and that is no graph
 /// output, whose data is a table of +0.0 (a `ConstantOfShape` only it reads) of that shape.
-pub fn tied_sum(graph: &Graph, n: NodeId) -> Option<TiedSum> {
+fn tied_sum(graph: &Graph, n: NodeId) -> Option<TiedSum> {
     let node = onnx_node(graph, n, "Add")?;
     let [Some(a), Some(b)] = node.inputs[..] else {
         return None;
@@ -83,7 +80,7 @@ pub fn tied_sum(graph: &Graph, n: NodeId) -> Option<TiedSum> {
     if s.attr_s("reduction").as_deref() != Some("add") || !only_read_by(graph, scattered, n) {
         return None;
     }
-    let [Some(data), Some(_), Some(_)] = s.inputs[..] else {
+    let [Some(data), Some(indices), Some(updates)] = s.inputs[..] else {
         return None;
     };
     let zeros = graph.tensor(data).producer()?;
@@ -96,6 +93,8 @@ pub fn tied_sum(graph: &Graph, n: NodeId) -> Option<TiedSum> {
         add: n,
         into,
         scatter,
+        indices,
+        updates,
         zeros,
     })
 }

@@ -106,22 +106,15 @@ impl<'a> Writer<'a> {
         inputs: Vec<Option<TensorRef>>,
         out: String,
     ) -> TensorRef {
-        self.node_named(out.clone(), op, attributes, inputs, out)
+        self.node_in(None, out.clone(), op, attributes, inputs, out)
     }
 
-    /// [`Writer::node`] with the node named after `name`.
-    fn node_named(
-        &mut self,
-        name: String,
-        op: &str,
-        attributes: Vec<ckpt_ir::onnx::AttributeProto>,
-        inputs: Vec<Option<TensorRef>>,
-        out: String,
-    ) -> TensorRef {
-        self.node_in(None, name, op, attributes, inputs, out)
+    /// `t` reshaped to `shape` (a constant of [`Writer::ints`]), a new tensor named `out`.
+    fn reshape(&mut self, t: TensorRef, shape: TensorRef, out: String) -> TensorRef {
+        self.node("Reshape", Vec::new(), vec![Some(t), Some(shape)], out)
     }
 
-    /// [`Writer::node_named`] of an op of `domain` (`None`: ONNX's).
+    /// [`Writer::node`] of an op of `domain` (`None`: ONNX's), the node named after `name`.
     fn node_in(
         &mut self,
         domain: Option<(String, i64)>,
@@ -155,7 +148,8 @@ impl<'a> Writer<'a> {
         out: String,
     ) -> TensorRef {
         let node = self.graph.node(n);
-        self.node_named(name, &node.op_type, node.attributes().to_vec(), inputs, out)
+        let attributes = node.attributes().to_vec();
+        self.node_in(None, name, &node.op_type, attributes, inputs, out)
     }
 
     /// Rows `[i*n, (i+1)*n)` of the outside value `t`.
@@ -392,12 +386,7 @@ impl<'a> Writer<'a> {
         };
         let rows = i64::try_from(self.region.rows / self.chunks).ok()?;
         let x_shape = self.ints(&[1, rows, q, 1]);
-        let x = self.node(
-            "Reshape",
-            Vec::new(),
-            vec![Some(b), Some(x_shape)],
-            format!("{out_name}.x{i}"),
-        );
+        let x = self.reshape(b, x_shape, format!("{out_name}.x{i}"));
         let at = self.node(
             "Transpose",
             vec![attr_ints("perm", &[1, 0])],
@@ -405,12 +394,7 @@ impl<'a> Writer<'a> {
             format!("{out_name}.t{i}"),
         );
         let w_shape = self.ints(&[p, rows, 1, 1]);
-        let w = self.node(
-            "Reshape",
-            Vec::new(),
-            vec![Some(at), Some(w_shape)],
-            format!("{out_name}.w{i}"),
-        );
+        let w = self.reshape(at, w_shape, format!("{out_name}.w{i}"));
         let mut ins = vec![Some(x), Some(w)];
         if let Some(z) = before {
             ins.extend([None, Some(z)]);
@@ -441,12 +425,7 @@ impl<'a> Writer<'a> {
         let mut firsts = Vec::with_capacity(ends.len());
         for (j, &e) in ends.iter().enumerate() {
             let base = format!("loss_head.chunked.gate{i}.{j}");
-            let f = self.node(
-                "Reshape",
-                Vec::new(),
-                vec![Some(e), Some(flat)],
-                format!("{base}.flat"),
-            );
+            let f = self.reshape(e, flat, format!("{base}.flat"));
             let s = self.node(
                 "Slice",
                 Vec::new(),
@@ -461,12 +440,7 @@ impl<'a> Writer<'a> {
             firsts,
             format!("loss_head.chunked.gate{i}.sum"),
         );
-        self.node(
-            "Reshape",
-            Vec::new(),
-            vec![Some(sum), Some(scalar)],
-            format!("loss_head.chunked.gate{i}"),
-        )
+        self.reshape(sum, scalar, format!("loss_head.chunked.gate{i}"))
     }
 }
 
