@@ -8,6 +8,9 @@ use ckpt_ir::{
     PatchError, Rewire, TensorRef,
 };
 
+mod patch_common;
+use patch_common::neg_graph;
+
 fn graph() -> ckpt_ir::Graph {
     let bytes = ModelBuilder::new(20)
         .input("x", DType::F32, "8")
@@ -536,16 +539,6 @@ fn a_removal_of_a_read_node_or_a_substitute_to_an_unknown_op_is_refused() {
         matches!(&e, PatchError::BadSubstitute { node, .. } if *node == matmul),
         "{e}"
     );
-}
-
-/// `y = Neg(x)` with `x: f32[2,3]`.
-fn neg_graph() -> ckpt_ir::Graph {
-    let bytes = ModelBuilder::new(18)
-        .input("x", DType::F32, "2,3")
-        .node("Neg", &["x"], &["y"])
-        .output("y", DType::F32, "2,4")
-        .bytes();
-    import_bytes(bytes.into(), Path::new("t.onnx"), None).unwrap()
 }
 
 /// i64 `values` as a 1-D TensorProto.

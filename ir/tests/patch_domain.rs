@@ -2,17 +2,10 @@
 
 use std::path::Path;
 
-use ckpt_ir::build::ModelBuilder;
-use ckpt_ir::{export_bytes, import_bytes, DType, Patch, TensorRef};
+use ckpt_ir::{export_bytes, import_bytes, Patch, TensorRef};
 
-fn neg_graph() -> ckpt_ir::Graph {
-    let bytes = ModelBuilder::new(18)
-        .input("x", DType::F32, "2,3")
-        .node("Neg", &["x"], &["y"])
-        .output("y", DType::F32, "2,4")
-        .bytes();
-    import_bytes(bytes.into(), Path::new("t.onnx"), None).unwrap()
-}
+mod patch_common;
+use patch_common::neg_graph;
 
 /// A fresh node of another domain (ONNX Runtime's `com.microsoft.FusedConv` here) is printed
 /// with its domain, keeps it in the graph and the file, and its domain is imported at the

@@ -6,24 +6,11 @@
 use std::path::Path;
 
 use ckpt_ir::build::{attr_i, attr_s, ModelBuilder};
-use ckpt_ir::onnx;
 use ckpt_ir::{import_bytes, DType, Graph};
 use ckpt_passes::fold::{fold, fold_onehot_gradients};
 
-/// A `value` attribute of one f32 (a ConstantOfShape's fill).
-fn fill(v: f32) -> onnx::AttributeProto {
-    onnx::AttributeProto {
-        name: Some("value".into()),
-        r#type: Some(onnx::attribute_proto::AttributeType::Tensor as i32),
-        t: Some(onnx::TensorProto {
-            dims: vec![1],
-            data_type: Some(DType::F32.code()),
-            float_data: vec![v],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
+mod fold_common;
+use fold_common::{fill, node_of, typed};
 
 /// What one case changes from the exporter's loss-head backward over `[4, 6]` logits.
 #[derive(Clone)]
@@ -94,13 +81,7 @@ fn graph(c: &Case) -> Graph {
             .node("Neg", &["weighted"], &["n"])
             .output("n", c.dtype, "4,6");
     }
-    let mut g = import_bytes(m.bytes().into(), Path::new("t.onnx"), None).unwrap();
-    ckpt_ir::ops::infer_into(&mut g).unwrap();
-    g
-}
-
-fn node_of(g: &Graph, t: &str) -> ckpt_ir::NodeId {
-    g.tensor(g.tensor_id(t).unwrap()).producer().unwrap()
+    typed(m.bytes())
 }
 
 /// The exporter's form becomes `rows = minus * w`, `p = e * w` and

@@ -9,20 +9,8 @@ use ckpt_ir::onnx;
 use ckpt_ir::{import_bytes, DType, Graph};
 use ckpt_passes::fold::{fold, fold_scattered_slices};
 
-/// A `value` attribute of one f32 (a ConstantOfShape's fill).
-fn fill(v: f32) -> onnx::AttributeProto {
-    onnx::AttributeProto {
-        name: Some("value".into()),
-        r#type: Some(onnx::attribute_proto::AttributeType::Tensor as i32),
-        t: Some(onnx::TensorProto {
-            dims: vec![1],
-            data_type: Some(DType::F32.code()),
-            float_data: vec![v],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
+mod fold_common;
+use fold_common::{fill, node_of, typed};
 
 /// What one case changes from the exporter's `slice_scatter` of `dy: f32[2,3,4]` into a
 /// `[2,5,4]` table at positions 1..4 of axis 1.
@@ -92,13 +80,7 @@ fn graph(c: &Case) -> Graph {
             .node("Neg", &["s_t"], &["n"])
             .output("n", c.dtype, "5,2,4");
     }
-    let mut g = import_bytes(m.bytes().into(), Path::new("t.onnx"), None).unwrap();
-    ckpt_ir::ops::infer_into(&mut g).unwrap();
-    g
-}
-
-fn node_of(g: &Graph, t: &str) -> ckpt_ir::NodeId {
-    g.tensor(g.tensor_id(t).unwrap()).producer().unwrap()
+    typed(m.bytes())
 }
 
 /// The exporter's form becomes `Pad(dy, [0,1,0, 0,1,0])` written by the Transpose back's node;
@@ -169,8 +151,7 @@ fn a_scatter_into_the_first_axis_becomes_a_pad_itself() {
         .node("ScatterND", &["zeros", "pos", "dy"], &["g"])
         .output("g", DType::I64, "6,4")
         .bytes();
-    let mut g = import_bytes(bytes.into(), Path::new("t.onnx"), None).unwrap();
-    ckpt_ir::ops::infer_into(&mut g).unwrap();
+    let mut g = typed(bytes);
     let patch = fold_scattered_slices(&g, "folded");
     assert_eq!(patch.substitutes.len(), 1, "{patch}");
     assert_eq!(patch.substitutes[0].node, node_of(&g, "g"));
@@ -286,8 +267,7 @@ fn scatters_sharing_their_zeros_fold_together() {
         .node("Add", &["ga", "gb"], &["g"])
         .output("g", DType::F32, "2,2,8")
         .bytes();
-    let mut g = import_bytes(bytes.into(), Path::new("t.onnx"), None).unwrap();
-    ckpt_ir::ops::infer_into(&mut g).unwrap();
+    let mut g = typed(bytes);
     let patch = fold_scattered_slices(&g, "folded");
     assert_eq!(patch.substitutes.len(), 2, "{patch}");
     assert_eq!(patch.removals.len(), 6, "{patch}");

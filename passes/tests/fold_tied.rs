@@ -2,12 +2,12 @@
 //! (`ckpt_passes::fold::fold_tied_gradients`): `Add(g, ScatterND(zeros, idx, u, add))`
 //! becomes `ScatterND(g, idx, u, add)`, and nothing else does.
 
-use std::path::Path;
-
 use ckpt_ir::build::{attr_s, ModelBuilder};
-use ckpt_ir::onnx;
-use ckpt_ir::{import_bytes, DType, Graph};
+use ckpt_ir::{DType, Graph};
 use ckpt_passes::fold::fold_tied_gradients;
+
+mod fold_common;
+use fold_common::{fill, node_of, typed};
 
 /// What one case changes from a tied weight's gradient: `g: f32[4,3]` plus the rows `u`
 /// scattered at `idx` into a `[4,3]` table of zeros.
@@ -29,20 +29,6 @@ impl Default for Case {
             scatter_read_twice: false,
             scatter_first: false,
         }
-    }
-}
-
-fn fill(v: f32) -> onnx::AttributeProto {
-    onnx::AttributeProto {
-        name: Some("value".into()),
-        r#type: Some(onnx::attribute_proto::AttributeType::Tensor as i32),
-        t: Some(onnx::TensorProto {
-            dims: vec![1],
-            data_type: Some(DType::F32.code()),
-            float_data: vec![v],
-            ..Default::default()
-        }),
-        ..Default::default()
     }
 }
 
@@ -74,13 +60,7 @@ fn graph(c: &Case) -> Graph {
     if c.scatter_read_twice {
         m = m.node("Neg", &["s"], &["n"]).output("n", DType::F32, "4,3");
     }
-    let mut g = import_bytes(m.bytes().into(), Path::new("t.onnx"), None).unwrap();
-    ckpt_ir::ops::infer_into(&mut g).unwrap();
-    g
-}
-
-fn node_of(g: &Graph, t: &str) -> ckpt_ir::NodeId {
-    g.tensor(g.tensor_id(t).unwrap()).producer().unwrap()
+    typed(m.bytes())
 }
 
 /// The Add becomes `ScatterND(g, idx, u, reduction=add)` writing `sum`, with either addend
